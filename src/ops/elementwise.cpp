@@ -1,0 +1,57 @@
+// Element-wise op entry points (add, swiglu, sigmoid_mul, softmax): checks, then kernels.
+#include "ops/elementwise.h"
+
+#include "ops/op_checks.h"
+
+namespace vi::ops {
+
+OpTable<BinaryFn>& add_table() {
+  static OpTable<BinaryFn> table("add");
+  return table;
+}
+OpTable<BinaryFn>& swiglu_table() {
+  static OpTable<BinaryFn> table("swiglu");
+  return table;
+}
+OpTable<BinaryFn>& sigmoid_mul_table() {
+  static OpTable<BinaryFn> table("sigmoid_mul");
+  return table;
+}
+OpTable<UnaryFn>& softmax_table() {
+  static OpTable<UnaryFn> table("softmax");
+  return table;
+}
+
+namespace {
+void check_binary(const char* op, const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_same_device(op, ctx, {&a, &b, &out});
+  VI_CHECK(a.numel() == b.numel() && a.cols() == b.cols() && a.dtype() == b.dtype(),
+           "op '{}': operands {} and {} must match", op, describe(a), describe(b));
+  VI_CHECK(a.numel() == out.numel() && a.cols() == out.cols() && a.dtype() == out.dtype(),
+           "op '{}': out {} must match the operands {}", op, describe(out), describe(a));
+}
+}  // namespace
+
+void add(Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
+  check_binary("add", ctx, a, b, out);
+  add_table().get(ctx.device, a.dtype())(ctx, a, b, out);
+}
+
+void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
+  check_binary("swiglu", ctx, gate, up, out);
+  swiglu_table().get(ctx.device, gate.dtype())(ctx, gate, up, out);
+}
+
+void sigmoid_mul(Context& ctx, const Tensor& x, const Tensor& gate, Tensor& out) {
+  check_binary("sigmoid_mul", ctx, x, gate, out);
+  sigmoid_mul_table().get(ctx.device, x.dtype())(ctx, x, gate, out);
+}
+
+void softmax(Context& ctx, const Tensor& x, Tensor& out) {
+  check_same_device("softmax", ctx, {&x, &out});
+  VI_CHECK(x.numel() == out.numel() && x.cols() == out.cols() && x.dtype() == out.dtype(),
+           "op 'softmax': out {} must match x {}", describe(out), describe(x));
+  softmax_table().get(ctx.device, x.dtype())(ctx, x, out);
+}
+
+}  // namespace vi::ops

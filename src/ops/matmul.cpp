@@ -1,0 +1,28 @@
+// matmul entry point: shape/dtype/device checks, then the (device, weight dtype) kernel.
+#include "ops/matmul.h"
+
+#include "ops/op_checks.h"
+
+namespace vi::ops {
+
+OpTable<MatmulFn>& matmul_table() {
+  static OpTable<MatmulFn> table("matmul");
+  return table;
+}
+
+void matmul(Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
+  check_same_device("matmul", ctx, {&x, &w, &y});
+  VI_CHECK(w.ndim() == 2, "op 'matmul': weight {} must be 2-D [N, K]", describe(w));
+  VI_CHECK(x.ndim() >= 1 && x.cols() == w.dim(1),
+           "op 'matmul': x {} and weight {} disagree on K ({} vs {})", describe(x), describe(w),
+           x.cols(), w.dim(1));
+  VI_CHECK(y.ndim() >= 1 && y.cols() == w.dim(0) && y.rows() == x.rows(),
+           "op 'matmul': y {} must hold [{}, {}] for x {} and weight {}", describe(y), x.rows(),
+           w.dim(0), describe(x), describe(w));
+  VI_CHECK(x.dtype() == y.dtype() && !dtype_is_quantized(x.dtype()),
+           "op 'matmul': x {} and y {} must share one unquantized activation dtype", describe(x),
+           describe(y));
+  matmul_table().get(ctx.device, w.dtype())(ctx, x, w, y);
+}
+
+}  // namespace vi::ops

@@ -1,0 +1,23 @@
+// rms_norm entry point: checks, then the (device, x dtype) kernel. The Gated DeltaNet norms
+// (l2_norm, gated_rms_norm) have their entry points in ops/norm_gdn.cpp.
+#include "ops/norm.h"
+
+#include "ops/op_checks.h"
+
+namespace vi::ops {
+
+OpTable<RmsNormFn>& rms_norm_table() {
+  static OpTable<RmsNormFn> table("rms_norm");
+  return table;
+}
+
+void rms_norm(Context& ctx, const Tensor& x, const Tensor& w, float eps, float w_offset, Tensor& y) {
+  check_same_device("rms_norm", ctx, {&x, &w, &y});
+  VI_CHECK(x.ndim() >= 1 && same_shape(x, y) && x.dtype() == y.dtype(),
+           "op 'rms_norm': y {} must match x {}", describe(y), describe(x));
+  VI_CHECK(w.dtype() == DType::F32 && w.ndim() == 1 && w.dim(0) == x.cols(),
+           "op 'rms_norm': weight {} must be [{}] f32 to match x {}", describe(w), x.cols(), describe(x));
+  rms_norm_table().get(ctx.device, x.dtype())(ctx, x, w, eps, w_offset, y);
+}
+
+}  // namespace vi::ops
