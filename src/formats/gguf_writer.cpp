@@ -138,6 +138,9 @@ void GgufWriter::add_tensor_info(const std::string& name, DType dtype, const std
   for (int64_t d : shape) VI_CHECK(d > 0, "{}: tensor '{}' has a dimension of size {}", path_, name, d);
   for (const Info& t : tensors_) VI_CHECK(t.name != name, "{}: duplicate tensor '{}'", path_, name);
   ggml_from_dtype(dtype);  // throws for a dtype GGUF cannot hold
+  const int64_t cols = shape.empty() ? 1 : shape.back();
+  VI_CHECK(cols % dtype_info(dtype).block_elems == 0, "{}: tensor '{}': {} values per row is not a whole number of {} blocks",
+           path_, name, cols, dtype_name(dtype));
   tensors_.push_back({name, dtype, shape, 0});
 }
 
