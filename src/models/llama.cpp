@@ -1,0 +1,251 @@
+// Llama-family forward pass. Pre-norm blocks:
+//   x += o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n)))   n = rms_norm(x)
+//   x += down(silu(gate(n)) * up(n))                                 n = rms_norm(x)
+// logits = lm_head(rms_norm(x)). qwen2 adds q/k/v biases; qwen3 RMS-normalises each
+// q/k head before RoPE. This file only composes ops.
+#include "models/llama.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "models/hparams.h"
+#include "models/loader.h"
+#include "ops/attention.h"
+#include "ops/bias.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/matmul.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+
+namespace vi {
+
+namespace {
+
+struct LlamaHParams {
+  int64_t n_vocab, d_model, n_layer, d_ff, n_head, n_kv_head, head_dim, rot_dim, n_ctx_train;
+  float rope_theta, norm_eps;
+  bool qkv_bias, qk_norm;
+};
+
+struct LlamaLayer {
+  Tensor attn_norm;            // [d] f32
+  Tensor wq, wk, wv, wo;       // [Hq*hd, d], [Hkv*hd, d], [Hkv*hd, d], [d, Hq*hd]
+  Tensor bq, bk, bv;           // qwen2: [Hq*hd], [Hkv*hd], [Hkv*hd] f32
+  Tensor q_norm, k_norm;       // qwen3: [hd] f32
+  Tensor ffn_norm;             // [d] f32
+  Tensor w_gate, w_up, w_down;  // [ff, d], [ff, d], [d, ff]
+};
+
+class LlamaState final : public SequenceState {
+ public:
+  LlamaState(const LlamaHParams& hp, int64_t n_ctx) {
+    capacity_ = n_ctx;
+    int64_t kv_width = hp.n_kv_head * hp.head_dim;
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+      k.push_back(Tensor::empty(DType::F32, {n_ctx, kv_width}));  // [n_ctx, Hkv*hd]
+      v.push_back(Tensor::empty(DType::F32, {n_ctx, kv_width}));
+    }
+  }
+  void truncate(int64_t n) override {
+    VI_CHECK(n >= 0 && n <= n_past_, "cannot truncate a sequence of {} tokens to {}", n_past_, n);
+    n_past_ = n;
+  }
+  void advance(int64_t t) { n_past_ += t; }
+
+  std::vector<Tensor> k, v;  // per layer
+};
+
+class LlamaModel final : public Model {
+ public:
+  LlamaModel(const WeightSource& src, const LoadOptions& opts);
+  const ModelInfo& info() const override { return info_; }
+  std::unique_ptr<SequenceState> new_sequence(int64_t n_ctx) const override {
+    return std::make_unique<LlamaState>(hp_, n_ctx);
+  }
+  void forward(ops::Context& ctx, std::span<const int32_t> tokens, SequenceState& seq, Tensor& logits,
+               bool all_logits) const override;
+
+ private:
+  LlamaHParams hp_;
+  ModelInfo info_;
+  Tensor tok_embd_;  // [vocab, d]
+  Tensor out_norm_;  // [d] f32
+  Tensor lm_head_;   // [vocab, d] (the embedding when tied)
+  std::vector<LlamaLayer> layers_;
+};
+
+LlamaHParams read_hparams(const WeightSource& src, const std::string& arch) {
+  HParamReader r(src, arch);
+  LlamaHParams hp{};
+  hp.d_model = r.get_int("embedding_length", "hidden_size");
+  hp.n_layer = r.get_int("block_count", "num_hidden_layers");
+  hp.d_ff = r.get_int("feed_forward_length", "intermediate_size");
+  hp.n_head = r.get_int("attention.head_count", "num_attention_heads");
+  hp.n_kv_head = r.opt_int("attention.head_count_kv", "num_key_value_heads").value_or(hp.n_head);
+  hp.head_dim = r.opt_int("attention.key_length", "head_dim").value_or(hp.d_model / hp.n_head);
+  hp.rot_dim = r.opt_int("rope.dimension_count", "").value_or(hp.head_dim);
+  hp.rope_theta = static_cast<float>(
+      r.opt_float("rope.freq_base", "rope_theta").value_or(r.opt_float("", "rope_parameters.rope_theta").value_or(10000.0)));
+  hp.norm_eps = static_cast<float>(r.opt_float("attention.layer_norm_rms_epsilon", "rms_norm_eps").value_or(1e-6));
+  hp.n_ctx_train = r.opt_int("context_length", "max_position_embeddings").value_or(4096);
+  hp.qkv_bias = arch == "qwen2" || r.opt_bool("", "attention_bias").value_or(false);
+  hp.qk_norm = arch == "qwen3";
+  VI_CHECK(hp.n_head > 0 && hp.n_kv_head > 0 && hp.n_head % hp.n_kv_head == 0,
+           "{}: {} attention heads cannot be grouped over {} KV heads", src.path(), hp.n_head, hp.n_kv_head);
+  VI_CHECK(hp.rot_dim > 0 && hp.rot_dim <= hp.head_dim && hp.rot_dim % 2 == 0,
+           "{}: rotary dimension {} does not fit head dimension {}", src.path(), hp.rot_dim, hp.head_dim);
+  return hp;
+}
+
+// llama.cpp's converter reorders the rows of each llama q/k head so that RoPE can pair
+// adjacent dims; within a head, GGUF row 2j+h holds HF row h*hd/2 + j. Undo it so that
+// the single NeoX-pairing rope op serves GGUF and HF weights alike.
+std::vector<int64_t> unpermute_heads(int64_t n_head, int64_t head_dim) {
+  std::vector<int64_t> perm(static_cast<size_t>(n_head * head_dim));
+  for (int64_t h = 0; h < n_head; ++h)
+    for (int64_t half = 0; half < 2; ++half)
+      for (int64_t j = 0; j < head_dim / 2; ++j)
+        perm[h * head_dim + half * head_dim / 2 + j] = h * head_dim + 2 * j + half;
+  return perm;
+}
+
+LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts) {
+  info_.arch = model_arch(src);
+  hp_ = read_hparams(src, info_.arch);
+  WeightLoader w(src, opts.progress);
+  w.set_hf_prefix("model.");
+  const int64_t d = hp_.d_model, hd = hp_.head_dim, q_w = hp_.n_head * hd, kv_w = hp_.n_kv_head * hd;
+
+  // The vocabulary size is whatever the embedding holds (configs sometimes disagree).
+  std::string embd_name = w.gguf() ? "token_embd.weight" : "model.embed_tokens.weight";
+  VI_CHECK(src.has(embd_name), "{}: tensor '{}' is missing", src.path(), embd_name);
+  hp_.n_vocab = src.get(embd_name).dim(0);
+  tok_embd_ = w.load("token_embd.weight", "embed_tokens.weight", {hp_.n_vocab, d});
+  out_norm_ = w.load_f32("output_norm.weight", "norm.weight", {d});
+  // The HF head sits outside the "model." prefix.
+  if (auto head = w.load_optional_exact(w.gguf() ? "output.weight" : "lm_head.weight", {hp_.n_vocab, d})) {
+    lm_head_ = *head;
+  } else {
+    lm_head_ = tok_embd_;  // tied embeddings
+  }
+  const bool unpermute = w.gguf() && info_.arch == "llama";
+  for (int64_t i = 0; i < hp_.n_layer; ++i) {
+    auto g = [&](const char* n) { return fmt::format("blk.{}.{}", i, n); };
+    auto h = [&](const char* n) { return fmt::format("layers.{}.{}", i, n); };
+    LlamaLayer L;
+    L.attn_norm = w.load_f32(g("attn_norm.weight"), h("input_layernorm.weight"), {d});
+    L.wq = w.load(g("attn_q.weight"), h("self_attn.q_proj.weight"), {q_w, d});
+    L.wk = w.load(g("attn_k.weight"), h("self_attn.k_proj.weight"), {kv_w, d});
+    L.wv = w.load(g("attn_v.weight"), h("self_attn.v_proj.weight"), {kv_w, d});
+    L.wo = w.load(g("attn_output.weight"), h("self_attn.o_proj.weight"), {d, q_w});
+    if (unpermute) {
+      L.wq = permute_rows(L.wq, unpermute_heads(hp_.n_head, hd));
+      L.wk = permute_rows(L.wk, unpermute_heads(hp_.n_kv_head, hd));
+    }
+    if (hp_.qkv_bias) {
+      L.bq = w.load_f32(g("attn_q.bias"), h("self_attn.q_proj.bias"), {q_w});
+      L.bk = w.load_f32(g("attn_k.bias"), h("self_attn.k_proj.bias"), {kv_w});
+      L.bv = w.load_f32(g("attn_v.bias"), h("self_attn.v_proj.bias"), {kv_w});
+    }
+    if (hp_.qk_norm) {
+      L.q_norm = w.load_f32(g("attn_q_norm.weight"), h("self_attn.q_norm.weight"), {hd});
+      L.k_norm = w.load_f32(g("attn_k_norm.weight"), h("self_attn.k_norm.weight"), {hd});
+    }
+    L.ffn_norm = w.load_f32(g("ffn_norm.weight"), h("post_attention_layernorm.weight"), {d});
+    L.w_gate = w.load(g("ffn_gate.weight"), h("mlp.gate_proj.weight"), {hp_.d_ff, d});
+    L.w_up = w.load(g("ffn_up.weight"), h("mlp.up_proj.weight"), {hp_.d_ff, d});
+    L.w_down = w.load(g("ffn_down.weight"), h("mlp.down_proj.weight"), {d, hp_.d_ff});
+    layers_.push_back(std::move(L));
+  }
+  w.finish();
+
+  info_.name = model_display_name(src);
+  info_.n_vocab = hp_.n_vocab;
+  info_.n_ctx_train = hp_.n_ctx_train;
+  info_.n_layer = hp_.n_layer;
+  info_.d_model = d;
+  info_.n_params = w.n_params();
+  info_.weight_bytes = w.bytes();
+}
+
+void LlamaModel::forward(ops::Context& ctx, std::span<const int32_t> tokens, SequenceState& seq_base,
+                         Tensor& logits, bool all_logits) const {
+  auto& seq = dynamic_cast<LlamaState&>(seq_base);
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  const int64_t p0 = seq.n_past();
+  VI_CHECK(T > 0, "forward needs at least one token");
+  VI_CHECK(p0 + T <= seq.capacity(),
+           "{} tokens after {} already in the sequence exceed its context of {} tokens (raise -c/--ctx-size)", T,
+           p0, seq.capacity());
+  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, Hkv = hp_.n_kv_head;
+
+  Tensor ids = Tensor::empty(DType::I32, {T});       // [T] i32
+  Tensor pos = Tensor::empty(DType::I32, {T});       // [T] i32
+  for (int64_t t = 0; t < T; ++t) {
+    ids.ptr<int32_t>()[t] = tokens[t];
+    pos.ptr<int32_t>()[t] = static_cast<int32_t>(p0 + t);
+  }
+  Tensor x = Tensor::empty(DType::F32, {T, d});          // residual stream
+  Tensor n = Tensor::empty(DType::F32, {T, d});          // normed input
+  Tensor q = Tensor::empty(DType::F32, {T, Hq * hd});
+  Tensor a = Tensor::empty(DType::F32, {T, Hq * hd});    // attention output
+  Tensor o = Tensor::empty(DType::F32, {T, d});
+  Tensor gate = Tensor::empty(DType::F32, {T, hp_.d_ff});
+  Tensor up = Tensor::empty(DType::F32, {T, hp_.d_ff});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+  ops::embedding(ctx, tok_embd_, ids, x);
+  for (int64_t l = 0; l < hp_.n_layer; ++l) {
+    const LlamaLayer& L = layers_[l];
+    ops::rms_norm(ctx, x, L.attn_norm, hp_.norm_eps, 0.0f, n);
+    // K and V are written straight into this token range of the cache.
+    Tensor k = seq.k[l].slice_rows(p0, p0 + T);  // [T, Hkv*hd]
+    Tensor v = seq.v[l].slice_rows(p0, p0 + T);
+    ops::matmul(ctx, n, L.wq, q);
+    ops::matmul(ctx, n, L.wk, k);
+    ops::matmul(ctx, n, L.wv, v);
+    if (hp_.qkv_bias) {
+      ops::add_bias(ctx, q, L.bq, q);
+      ops::add_bias(ctx, k, L.bk, k);
+      ops::add_bias(ctx, v, L.bv, v);
+    }
+    Tensor qh = q.reshape({T, Hq, hd});
+    Tensor kh = k.reshape({T, Hkv, hd});
+    if (hp_.qk_norm) {
+      Tensor qr = q.reshape({T * Hq, hd}), kr = k.reshape({T * Hkv, hd});
+      ops::rms_norm(ctx, qr, L.q_norm, hp_.norm_eps, 0.0f, qr);
+      ops::rms_norm(ctx, kr, L.k_norm, hp_.norm_eps, 0.0f, kr);
+    }
+    ops::rope(ctx, qh, pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+    ops::rope(ctx, kh, pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+    Tensor kall = seq.k[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
+    Tensor vall = seq.v[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
+    Tensor ah = a.reshape({T, Hq, hd});
+    ops::attention(ctx, qh, kall, vall, p0, scale, ah);
+    ops::matmul(ctx, a, L.wo, o);
+    ops::add(ctx, x, o, x);
+
+    ops::rms_norm(ctx, x, L.ffn_norm, hp_.norm_eps, 0.0f, n);
+    ops::matmul(ctx, n, L.w_gate, gate);
+    ops::matmul(ctx, n, L.w_up, up);
+    ops::swiglu(ctx, gate, up, gate);
+    ops::matmul(ctx, gate, L.w_down, o);
+    ops::add(ctx, x, o, x);
+  }
+  Tensor last = all_logits ? x : x.slice_rows(T - 1, T);
+  Tensor nl = all_logits ? n : n.slice_rows(0, 1);
+  ops::rms_norm(ctx, last, out_norm_, hp_.norm_eps, 0.0f, nl);
+  logits = Tensor::empty(DType::F32, {last.dim(0), hp_.n_vocab});
+  ops::matmul(ctx, nl, lm_head_, logits);
+  seq.advance(T);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_llama(const WeightSource& src, const LoadOptions& opts) {
+  return std::make_unique<LlamaModel>(src, opts);
+}
+
+}  // namespace vi

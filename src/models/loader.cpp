@@ -1,0 +1,91 @@
+#include "models/loader.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/quant.h"
+
+namespace vi {
+
+WeightLoader::WeightLoader(const WeightSource& src, std::function<void(size_t, size_t)> progress)
+    : src_(src), progress_(std::move(progress)) {
+  for (const std::string& n : src_.names()) total_bytes_ += src_.get(n).nbytes();
+}
+
+std::string WeightLoader::resolve(const std::string& gguf_name, const std::string& hf_name) const {
+  return gguf() ? gguf_name : hf_prefix_ + hf_name;
+}
+
+void WeightLoader::touch(const Tensor& t) {
+  // Read one byte per page so the mapping is resident before the first token.
+  const volatile uint8_t* p = static_cast<const uint8_t*>(t.data());
+  size_t n = t.nbytes();
+  uint8_t sink = 0;
+  for (size_t i = 0; i < n; i += 4096) sink ^= p[i];
+  (void)sink;
+  done_bytes_ += n;
+  if (progress_) progress_(std::min(done_bytes_, total_bytes_), total_bytes_);
+}
+
+Tensor WeightLoader::load(const std::string& gguf_name, const std::string& hf_name,
+                          const std::vector<int64_t>& shape) {
+  std::string name = resolve(gguf_name, hf_name);
+  Tensor t = src_.require(name, shape);
+  touch(t);
+  n_params_ += t.numel();
+  bytes_ += t.nbytes();
+  return t;
+}
+
+std::optional<Tensor> WeightLoader::load_optional(const std::string& gguf_name,
+                                                  const std::string& hf_name,
+                                                  const std::vector<int64_t>& shape) {
+  if (!src_.has(resolve(gguf_name, hf_name))) return std::nullopt;
+  return load(gguf_name, hf_name, shape);
+}
+
+std::optional<Tensor> WeightLoader::load_optional_exact(const std::string& name,
+                                                        const std::vector<int64_t>& shape) {
+  if (!src_.has(name)) return std::nullopt;
+  Tensor t = src_.require(name, shape);
+  touch(t);
+  n_params_ += t.numel();
+  bytes_ += t.nbytes();
+  return t;
+}
+
+Tensor WeightLoader::load_f32(const std::string& gguf_name, const std::string& hf_name,
+                              const std::vector<int64_t>& shape) {
+  return to_f32(load(gguf_name, hf_name, shape));
+}
+
+void WeightLoader::finish() {
+  if (progress_) progress_(total_bytes_, total_bytes_);
+}
+
+Tensor to_f32(const Tensor& t) {
+  VI_CHECK(t.device() == Device::CPU, "to_f32 needs a host tensor");
+  Tensor out = Tensor::empty(DType::F32, t.shape());
+  out.set_name(t.name());
+  for (int64_t r = 0; r < t.rows(); ++r) dequantize_row(t.dtype(), t.row(r), out.row<float>(r), t.cols());
+  return out;
+}
+
+Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& idx) {
+  Tensor out = Tensor::empty(t.dtype(), {static_cast<int64_t>(idx.size()), t.cols()});
+  out.set_name(t.name());
+  size_t rb = t.row_bytes();
+  for (size_t r = 0; r < idx.size(); ++r) {
+    VI_CHECK(idx[r] >= 0 && idx[r] < t.rows(), "row index {} out of range for {}", idx[r], t.shape_str());
+    std::memcpy(out.row(static_cast<int64_t>(r)), t.row(idx[r]), rb);
+  }
+  return out;
+}
+
+Tensor permute_rows(const Tensor& t, const std::vector<int64_t>& perm) {
+  VI_CHECK(static_cast<int64_t>(perm.size()) == t.rows(), "permutation of {} rows for a tensor of {} rows",
+           perm.size(), t.rows());
+  return gather_rows(t, perm).reshape(t.shape());
+}
+
+}  // namespace vi

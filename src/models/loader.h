@@ -1,0 +1,67 @@
+// Helpers shared by the model files for loading weights: name lookup in either
+// naming scheme (GGUF or Hugging Face), shape checks, parameter/byte accounting and
+// load progress. Kept separate so each model file reads like its tensor list.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/weights.h"
+
+namespace vi {
+
+class WeightLoader {
+ public:
+  WeightLoader(const WeightSource& src, std::function<void(size_t, size_t)> progress);
+
+  bool gguf() const { return src_.format() == WeightFormat::kGguf; }
+  const WeightSource& source() const { return src_; }
+
+  // The tensor named `gguf_name` or `hf_name` (whichever scheme the file uses), checked
+  // against `shape`; faults its pages in (so the first forward pass is not the one that
+  // reads the disk) and counts it.
+  Tensor load(const std::string& gguf_name, const std::string& hf_name,
+              const std::vector<int64_t>& shape);
+  // Same, but returns nullopt when the file has no such tensor.
+  std::optional<Tensor> load_optional(const std::string& gguf_name, const std::string& hf_name,
+                                      const std::vector<int64_t>& shape);
+  // A tensor by its exact name in the file (no prefix), or nullopt when absent.
+  std::optional<Tensor> load_optional_exact(const std::string& name, const std::vector<int64_t>& shape);
+  // A small tensor (norm weight, bias, ...) converted to an owned f32 copy.
+  Tensor load_f32(const std::string& gguf_name, const std::string& hf_name,
+                  const std::vector<int64_t>& shape);
+
+  // Hugging Face names may carry a prefix ("model." or "model.language_model.").
+  void set_hf_prefix(std::string p) { hf_prefix_ = std::move(p); }
+  const std::string& hf_prefix() const { return hf_prefix_; }
+
+  int64_t n_params() const { return n_params_; }
+  size_t bytes() const { return bytes_; }
+  void add_bytes(size_t b) { bytes_ += b; }
+  void finish();  // reports 100% progress
+
+ private:
+  std::string resolve(const std::string& gguf_name, const std::string& hf_name) const;
+  void touch(const Tensor& t);
+
+  const WeightSource& src_;
+  std::function<void(size_t, size_t)> progress_;
+  std::string hf_prefix_;
+  size_t total_bytes_ = 0;
+  size_t done_bytes_ = 0;
+  int64_t n_params_ = 0;
+  size_t bytes_ = 0;
+};
+
+// Converts any tensor (f32/f16/bf16/quantized) on the host to an owned f32 tensor.
+Tensor to_f32(const Tensor& t);
+// Returns an owned copy whose row r is t's row idx[r] (rows over the outer dims; the
+// result has idx.size() rows and t's row width). Works on quantized rows too.
+Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& idx);
+// gather_rows with a full permutation (same shape as t).
+Tensor permute_rows(const Tensor& t, const std::vector<int64_t>& perm);
+
+}  // namespace vi

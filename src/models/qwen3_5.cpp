@@ -1,0 +1,427 @@
+// Qwen3.5 forward pass (HF Qwen3_5ForCausalLM semantics), composed of ops only.
+//   full-attention layer: q|gate = q_proj(n) (per-head interleaved), q/k per-head (1+w)
+//     RMSNorm, partial NeoX RoPE, causal GQA attention, out = o_proj(attn * sigmoid(gate))
+//   Gated DeltaNet layer: q,k,v = silu(causal_conv(in_proj_qkv(n))), L2-normed q/k,
+//     g/beta gates, delta rule with fp32 state, gated RMSNorm with z, out_proj
+// Loading folds format differences away: the q_proj query/gate interleave and the
+// in_proj_qkv q|k|v blocks are split into separate weights (row gathers work on
+// quantized rows), HF's 1+w norms get w_offset = 1 (GGUF already added the 1), HF's
+// A_log becomes -exp(A_log) (GGUF stores that), and the GVA head order is passed to
+// the delta-rule op (HF groups value heads, llama.cpp's converter tiles them).
+#include "models/qwen3_5.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "models/hparams.h"
+#include "models/loader.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/gdn.h"
+#include "ops/matmul.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+
+namespace vi {
+
+namespace {
+
+struct Qwen35HParams {
+  int64_t n_vocab, d_model, n_layer, d_ff, n_ctx_train;
+  int64_t n_head, n_kv_head, head_dim, rot_dim;      // full attention
+  int64_t gdn_k_heads, gdn_v_heads, gdn_dk, gdn_dv;  // Gated DeltaNet
+  int64_t conv_kernel;
+  int64_t n_mtp;
+  float rope_theta, norm_eps;
+  std::vector<bool> is_full;  // per layer: full attention (true) or GDN
+};
+
+struct AttnWeights {  // gated full attention
+  Tensor wq, wgate;   // [Hq*hd, d] each (split from q_proj's per-head interleave)
+  Tensor wk, wv;      // [Hkv*hd, d]
+  Tensor wo;          // [d, Hq*hd]
+  Tensor q_norm, k_norm;  // [hd] f32
+};
+
+struct GdnWeights {
+  Tensor wq, wk, wv;        // [key_dim, d], [key_dim, d], [value_dim, d] (row blocks of in_proj_qkv)
+  Tensor wz;                // [value_dim, d]
+  Tensor wb, wa;            // [Hv, d]
+  Tensor conv_q, conv_k, conv_v;  // [key_dim, K], [key_dim, K], [value_dim, K] f32
+  Tensor neg_exp_A, dt_bias;      // [Hv] f32
+  Tensor norm;              // [dv] f32 (used directly, no +1)
+  Tensor wout;              // [d, value_dim]
+};
+
+struct Layer {
+  Tensor in_norm, post_norm;  // [d] f32
+  bool full = false;
+  AttnWeights attn;
+  GdnWeights gdn;
+  Tensor w_gate, w_up, w_down;
+};
+
+class Qwen35State final : public SequenceState {
+ public:
+  Qwen35State(const Qwen35HParams& hp, int64_t n_ctx) {
+    capacity_ = n_ctx;
+    const int64_t kv_w = hp.n_kv_head * hp.head_dim, key_dim = hp.gdn_k_heads * hp.gdn_dk,
+                  value_dim = hp.gdn_v_heads * hp.gdn_dv, km1 = hp.conv_kernel - 1;
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+      if (hp.is_full[l]) {
+        k.push_back(Tensor::empty(DType::F32, {n_ctx, kv_w}));  // [n_ctx, Hkv*hd]
+        v.push_back(Tensor::empty(DType::F32, {n_ctx, kv_w}));
+        conv_q.emplace_back(), conv_k.emplace_back(), conv_v.emplace_back(), ssm.emplace_back();
+      } else {
+        k.emplace_back(), v.emplace_back();
+        conv_q.push_back(Tensor::empty(DType::F32, {km1, key_dim}));    // previous K-1 inputs
+        conv_k.push_back(Tensor::empty(DType::F32, {km1, key_dim}));
+        conv_v.push_back(Tensor::empty(DType::F32, {km1, value_dim}));
+        ssm.push_back(Tensor::empty(DType::F32, {hp.gdn_v_heads, hp.gdn_dk, hp.gdn_dv}));  // fp32 state
+      }
+    }
+    reset();
+  }
+  void truncate(int64_t n) override {
+    VI_CHECK(can_truncate_to(n),
+             "a Qwen3.5 sequence keeps only its recurrent state after the last token: it can be cut back to 0 "
+             "or kept at {}, not cut to {}", n_past_, n);
+    if (n == 0) reset();
+  }
+  bool can_truncate_to(int64_t n) const override { return n == 0 || n == n_past_; }
+  void advance(int64_t t) { n_past_ += t; }
+
+  std::vector<Tensor> k, v;                       // full-attention layers
+  std::vector<Tensor> conv_q, conv_k, conv_v, ssm;  // GDN layers
+
+ private:
+  void reset() {
+    n_past_ = 0;
+    for (auto* group : {&conv_q, &conv_k, &conv_v, &ssm})
+      for (Tensor& t : *group)
+        if (t.data()) std::fill(t.ptr<float>(), t.ptr<float>() + t.numel(), 0.0f);
+  }
+};
+
+class Qwen35Model final : public Model {
+ public:
+  Qwen35Model(const WeightSource& src, const LoadOptions& opts);
+  const ModelInfo& info() const override { return info_; }
+  std::unique_ptr<SequenceState> new_sequence(int64_t n_ctx) const override {
+    return std::make_unique<Qwen35State>(hp_, n_ctx);
+  }
+  void forward(ops::Context& ctx, std::span<const int32_t> tokens, SequenceState& seq, Tensor& logits,
+               bool all_logits) const override;
+
+ private:
+  void load_attention(WeightLoader& w, const std::string& g, const std::string& h, AttnWeights& a);
+  void load_gdn(WeightLoader& w, const std::string& g, const std::string& h, GdnWeights& a);
+  void load_mtp(WeightLoader& w);
+
+  Qwen35HParams hp_;
+  ModelInfo info_;
+  float norm_offset_ = 0;        // 1 for HF (1+w stored as w), 0 for GGUF (1 folded in)
+  ops::GvaLayout gva_ = ops::GvaLayout::kGrouped;
+  Tensor tok_embd_, out_norm_, lm_head_;
+  std::vector<Layer> layers_;
+  // MTP head (one full-attention block); used by speculative decoding.
+  Tensor mtp_enorm_, mtp_hnorm_, mtp_fc_, mtp_norm_;
+  std::vector<Layer> mtp_layers_;
+};
+
+Qwen35HParams read_hparams(const WeightSource& src) {
+  HParamReader r(src, "qwen3_5");
+  const bool gguf = src.format() == WeightFormat::kGguf;
+  Qwen35HParams hp{};
+  hp.d_model = r.get_int("embedding_length", "hidden_size");
+  hp.n_mtp = r.opt_int("nextn_predict_layers", "mtp_num_hidden_layers").value_or(0);
+  int64_t blocks = r.get_int("block_count", "num_hidden_layers");
+  hp.n_layer = gguf ? blocks - hp.n_mtp : blocks;  // GGUF counts the MTP blocks in block_count
+  hp.d_ff = r.get_int("feed_forward_length", "intermediate_size");
+  hp.n_head = r.get_int("attention.head_count", "num_attention_heads");
+  hp.n_kv_head = r.get_int("attention.head_count_kv", "num_key_value_heads");
+  hp.head_dim = r.opt_int("attention.key_length", "head_dim").value_or(hp.d_model / hp.n_head);
+  if (gguf) {
+    hp.rot_dim = r.get_int("rope.dimension_count", "");
+  } else {
+    double f = r.opt_float("", "rope_parameters.partial_rotary_factor")
+                   .value_or(r.opt_float("", "partial_rotary_factor").value_or(1.0));
+    hp.rot_dim = static_cast<int64_t>(static_cast<double>(hp.head_dim) * f);
+  }
+  hp.rope_theta = static_cast<float>(
+      r.opt_float("rope.freq_base", "rope_parameters.rope_theta").value_or(r.opt_float("", "rope_theta").value_or(1e7)));
+  hp.norm_eps = static_cast<float>(r.opt_float("attention.layer_norm_rms_epsilon", "rms_norm_eps").value_or(1e-6));
+  hp.n_ctx_train = r.opt_int("context_length", "max_position_embeddings").value_or(262144);
+  hp.gdn_k_heads = r.get_int("ssm.group_count", "linear_num_key_heads");
+  hp.gdn_v_heads = r.get_int("ssm.time_step_rank", "linear_num_value_heads");
+  hp.gdn_dk = r.get_int("ssm.state_size", "linear_key_head_dim");
+  hp.gdn_dv = gguf ? r.get_int("ssm.inner_size", "") / hp.gdn_v_heads : r.get_int("", "linear_value_head_dim");
+  hp.conv_kernel = r.get_int("ssm.conv_kernel", "linear_conv_kernel_dim");
+  VI_CHECK(hp.gdn_v_heads % hp.gdn_k_heads == 0, "{}: {} GDN value heads cannot share {} key heads", src.path(),
+           hp.gdn_v_heads, hp.gdn_k_heads);
+  VI_CHECK(hp.n_head % hp.n_kv_head == 0, "{}: {} attention heads cannot be grouped over {} KV heads", src.path(),
+           hp.n_head, hp.n_kv_head);
+  VI_CHECK(hp.rot_dim > 0 && hp.rot_dim <= hp.head_dim && hp.rot_dim % 2 == 0,
+           "{}: rotary dimension {} does not fit head dimension {}", src.path(), hp.rot_dim, hp.head_dim);
+
+  // Layer pattern: HF layer_types, else every `interval`-th layer is full attention.
+  hp.is_full.assign(static_cast<size_t>(hp.n_layer), false);
+  std::string lt_key = r.key("", "layer_types");
+  if (!lt_key.empty()) {
+    auto types = src.metadata().get_string_array(lt_key);
+    VI_CHECK(static_cast<int64_t>(types.size()) == hp.n_layer, "{}: layer_types has {} entries for {} layers",
+             src.path(), types.size(), hp.n_layer);
+    for (int64_t i = 0; i < hp.n_layer; ++i) {
+      VI_CHECK(types[i] == "full_attention" || types[i] == "linear_attention", "{}: unknown layer type '{}'",
+               src.path(), types[i]);
+      hp.is_full[i] = types[i] == "full_attention";
+    }
+  } else {
+    int64_t interval = r.opt_int("full_attention_interval", "full_attention_interval").value_or(4);
+    for (int64_t i = 0; i < hp.n_layer; ++i) hp.is_full[i] = (i + 1) % interval == 0;
+  }
+  return hp;
+}
+
+std::vector<int64_t> iota_rows(int64_t begin, int64_t end) {
+  std::vector<int64_t> v;
+  for (int64_t i = begin; i < end; ++i) v.push_back(i);
+  return v;
+}
+
+Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts) {
+  hp_ = read_hparams(src);
+  WeightLoader w(src, opts.progress);
+  const bool gguf = w.gguf();
+  norm_offset_ = gguf ? 0.0f : 1.0f;
+  gva_ = gguf ? ops::GvaLayout::kTiled : ops::GvaLayout::kGrouped;
+  // Official checkpoints nest the text model under model.language_model.
+  w.set_hf_prefix(src.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.");
+  const int64_t d = hp_.d_model;
+  std::string embd = gguf ? "token_embd.weight" : w.hf_prefix() + "embed_tokens.weight";
+  hp_.n_vocab = src.get(embd).dim(0);
+  tok_embd_ = w.load("token_embd.weight", "embed_tokens.weight", {hp_.n_vocab, d});
+  out_norm_ = w.load_f32("output_norm.weight", "norm.weight", {d});
+  if (auto head = w.load_optional_exact(gguf ? "output.weight" : "lm_head.weight", {hp_.n_vocab, d}))
+    lm_head_ = *head;
+  else
+    lm_head_ = tok_embd_;  // tied
+
+  for (int64_t i = 0; i < hp_.n_layer; ++i) {
+    std::string g = fmt::format("blk.{}.", i), h = fmt::format("layers.{}.", i);
+    Layer L;
+    L.full = hp_.is_full[i];
+    L.in_norm = w.load_f32(g + "attn_norm.weight", h + "input_layernorm.weight", {d});
+    L.post_norm = w.load_f32(g + "post_attention_norm.weight", h + "post_attention_layernorm.weight", {d});
+    if (L.full)
+      load_attention(w, g, h + "self_attn.", L.attn);
+    else
+      load_gdn(w, g, h + "linear_attn.", L.gdn);
+    L.w_gate = w.load(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", {hp_.d_ff, d});
+    L.w_up = w.load(g + "ffn_up.weight", h + "mlp.up_proj.weight", {hp_.d_ff, d});
+    L.w_down = w.load(g + "ffn_down.weight", h + "mlp.down_proj.weight", {d, hp_.d_ff});
+    layers_.push_back(std::move(L));
+  }
+  load_mtp(w);
+  w.finish();
+
+  info_.arch = "qwen3_5";
+  info_.name = model_display_name(src);
+  info_.n_vocab = hp_.n_vocab;
+  info_.n_ctx_train = hp_.n_ctx_train;
+  info_.n_layer = hp_.n_layer;
+  info_.d_model = d;
+  info_.n_params = w.n_params();
+  info_.weight_bytes = w.bytes();
+}
+
+void Qwen35Model::load_attention(WeightLoader& w, const std::string& g, const std::string& h, AttnWeights& a) {
+  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, kv_w = hp_.n_kv_head * hd;
+  // q_proj rows are [head][query (hd) | gate (hd)]: gather the two halves apart.
+  Tensor qg = w.load(g + "attn_q.weight", h + "q_proj.weight", {2 * Hq * hd, d});
+  std::vector<int64_t> qrows, grows;
+  for (int64_t head = 0; head < Hq; ++head)
+    for (int64_t j = 0; j < hd; ++j) {
+      qrows.push_back(head * 2 * hd + j);
+      grows.push_back(head * 2 * hd + hd + j);
+    }
+  a.wq = gather_rows(qg, qrows);
+  a.wgate = gather_rows(qg, grows);
+  a.wk = w.load(g + "attn_k.weight", h + "k_proj.weight", {kv_w, d});
+  a.wv = w.load(g + "attn_v.weight", h + "v_proj.weight", {kv_w, d});
+  a.wo = w.load(g + "attn_output.weight", h + "o_proj.weight", {d, Hq * hd});
+  a.q_norm = w.load_f32(g + "attn_q_norm.weight", h + "q_norm.weight", {hd});
+  a.k_norm = w.load_f32(g + "attn_k_norm.weight", h + "k_norm.weight", {hd});
+}
+
+void Qwen35Model::load_gdn(WeightLoader& w, const std::string& g, const std::string& h, GdnWeights& a) {
+  const int64_t d = hp_.d_model, Hv = hp_.gdn_v_heads, key_dim = hp_.gdn_k_heads * hp_.gdn_dk,
+                value_dim = Hv * hp_.gdn_dv, conv_dim = 2 * key_dim + value_dim, K = hp_.conv_kernel;
+  Tensor qkv = w.load(g + "attn_qkv.weight", h + "in_proj_qkv.weight", {conv_dim, d});
+  a.wq = qkv.slice_rows(0, key_dim);
+  a.wk = qkv.slice_rows(key_dim, 2 * key_dim);
+  a.wv = qkv.slice_rows(2 * key_dim, conv_dim);
+  a.wz = w.load(g + "attn_gate.weight", h + "in_proj_z.weight", {value_dim, d});
+  a.wb = w.load(g + "ssm_beta.weight", h + "in_proj_b.weight", {Hv, d});
+  a.wa = w.load(g + "ssm_alpha.weight", h + "in_proj_a.weight", {Hv, d});
+  // Depthwise conv weight: HF [C, 1, K], GGUF [C, K]; the q/k/v channel blocks get their own.
+  Tensor conv = w.gguf() ? w.load_f32(g + "ssm_conv1d.weight", "", {conv_dim, K})
+                         : w.load_f32("", h + "conv1d.weight", {conv_dim, 1, K}).reshape({conv_dim, K});
+  a.conv_q = gather_rows(conv, iota_rows(0, key_dim));
+  a.conv_k = gather_rows(conv, iota_rows(key_dim, 2 * key_dim));
+  a.conv_v = gather_rows(conv, iota_rows(2 * key_dim, conv_dim));
+  a.dt_bias = w.load_f32(g + "ssm_dt.bias", h + "dt_bias", {Hv});
+  if (w.gguf()) {
+    a.neg_exp_A = w.load_f32(g + "ssm_a", "", {Hv});  // already -exp(A_log)
+  } else {
+    a.neg_exp_A = w.load_f32("", h + "A_log", {Hv});
+    float* p = a.neg_exp_A.ptr<float>();
+    for (int64_t j = 0; j < Hv; ++j) p[j] = -std::exp(p[j]);
+  }
+  a.norm = w.load_f32(g + "ssm_norm.weight", h + "norm.weight", {hp_.gdn_dv});
+  a.wout = w.load(g + "ssm_out.weight", h + "out_proj.weight", {d, value_dim});
+}
+
+void Qwen35Model::load_mtp(WeightLoader& w) {
+  if (hp_.n_mtp == 0) return;
+  const int64_t d = hp_.d_model;
+  const WeightSource& src = w.source();
+  const bool gguf = w.gguf();
+  // HF keeps MTP weights at the top level ("mtp."); checkpoints saved without them
+  // (e.g. by transformers, which ignores MTP) simply have no MTP head.
+  std::string probe = gguf ? fmt::format("blk.{}.nextn.eh_proj.weight", hp_.n_layer) : "mtp.fc.weight";
+  if (!src.has(probe)) return;
+  std::string saved = w.hf_prefix();
+  w.set_hf_prefix("");
+  std::string g = fmt::format("blk.{}.", hp_.n_layer);
+  mtp_enorm_ = w.load_f32(g + "nextn.enorm.weight", "mtp.pre_fc_norm_embedding.weight", {d});
+  mtp_hnorm_ = w.load_f32(g + "nextn.hnorm.weight", "mtp.pre_fc_norm_hidden.weight", {d});
+  mtp_fc_ = w.load(g + "nextn.eh_proj.weight", "mtp.fc.weight", {d, 2 * d});
+  mtp_norm_ = w.load_f32(g + "nextn.shared_head_norm.weight", "mtp.norm.weight", {d});
+  for (int64_t m = 0; m < hp_.n_mtp; ++m) {
+    std::string gm = fmt::format("blk.{}.", hp_.n_layer + m), hm = fmt::format("mtp.layers.{}.", m);
+    Layer L;
+    L.full = true;
+    L.in_norm = w.load_f32(gm + "attn_norm.weight", hm + "input_layernorm.weight", {d});
+    L.post_norm = w.load_f32(gm + "post_attention_norm.weight", hm + "post_attention_layernorm.weight", {d});
+    load_attention(w, gm, hm + "self_attn.", L.attn);
+    L.w_gate = w.load(gm + "ffn_gate.weight", hm + "mlp.gate_proj.weight", {hp_.d_ff, d});
+    L.w_up = w.load(gm + "ffn_up.weight", hm + "mlp.up_proj.weight", {hp_.d_ff, d});
+    L.w_down = w.load(gm + "ffn_down.weight", hm + "mlp.down_proj.weight", {d, hp_.d_ff});
+    mtp_layers_.push_back(std::move(L));
+  }
+  w.set_hf_prefix(saved);
+}
+
+void Qwen35Model::forward(ops::Context& ctx, std::span<const int32_t> tokens, SequenceState& seq_base,
+                          Tensor& logits, bool all_logits) const {
+  auto& seq = dynamic_cast<Qwen35State&>(seq_base);
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  const int64_t p0 = seq.n_past();
+  VI_CHECK(T > 0, "forward needs at least one token");
+  VI_CHECK(p0 + T <= seq.capacity(),
+           "{} tokens after {} already in the sequence exceed its context of {} tokens (raise -c/--ctx-size)", T,
+           p0, seq.capacity());
+  for (int32_t id : tokens)
+    VI_CHECK(id >= 0 && id < hp_.n_vocab, "token id {} is outside the vocabulary of {}", id, hp_.n_vocab);
+  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, Hkv = hp_.n_kv_head;
+  const int64_t Hk = hp_.gdn_k_heads, Hv = hp_.gdn_v_heads, dk = hp_.gdn_dk, dv = hp_.gdn_dv;
+  const int64_t key_dim = Hk * dk, value_dim = Hv * dv;
+  const float off = norm_offset_, eps = hp_.norm_eps;
+
+  Tensor ids = Tensor::empty(DType::I32, {T});
+  Tensor pos = Tensor::empty(DType::I32, {T});
+  for (int64_t t = 0; t < T; ++t) {
+    ids.ptr<int32_t>()[t] = tokens[t];
+    pos.ptr<int32_t>()[t] = static_cast<int32_t>(p0 + t);
+  }
+  Tensor x = Tensor::empty(DType::F32, {T, d});  // residual stream
+  Tensor n = Tensor::empty(DType::F32, {T, d});
+  Tensor o = Tensor::empty(DType::F32, {T, d});
+  Tensor ff_g = Tensor::empty(DType::F32, {T, hp_.d_ff});
+  Tensor ff_u = Tensor::empty(DType::F32, {T, hp_.d_ff});
+  // Full-attention scratch.
+  Tensor q = Tensor::empty(DType::F32, {T, Hq * hd});
+  Tensor gate = Tensor::empty(DType::F32, {T, Hq * hd});
+  Tensor att = Tensor::empty(DType::F32, {T, Hq * hd});
+  // GDN scratch.
+  Tensor lq = Tensor::empty(DType::F32, {T, key_dim}), lk = Tensor::empty(DType::F32, {T, key_dim});
+  Tensor lv = Tensor::empty(DType::F32, {T, value_dim}), lz = Tensor::empty(DType::F32, {T, value_dim});
+  Tensor cq = Tensor::empty(DType::F32, {T, key_dim}), ck = Tensor::empty(DType::F32, {T, key_dim});
+  Tensor cv = Tensor::empty(DType::F32, {T, value_dim});
+  Tensor la = Tensor::empty(DType::F32, {T, Hv}), lb = Tensor::empty(DType::F32, {T, Hv});
+  Tensor g = Tensor::empty(DType::F32, {T, Hv}), beta = Tensor::empty(DType::F32, {T, Hv});
+  Tensor core = Tensor::empty(DType::F32, {T, value_dim}), y = Tensor::empty(DType::F32, {T, value_dim});
+  const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  const auto form = T > 1 ? ops::DeltaRuleForm::kChunked : ops::DeltaRuleForm::kRecurrent;
+
+  ops::embedding(ctx, tok_embd_, ids, x);
+  for (int64_t l = 0; l < hp_.n_layer; ++l) {
+    const Layer& L = layers_[l];
+    ops::rms_norm(ctx, x, L.in_norm, eps, off, n);
+    if (L.full) {
+      const AttnWeights& A = L.attn;
+      Tensor k = seq.k[l].slice_rows(p0, p0 + T), v = seq.v[l].slice_rows(p0, p0 + T);  // cache rows
+      ops::matmul(ctx, n, A.wq, q);
+      ops::matmul(ctx, n, A.wgate, gate);
+      ops::matmul(ctx, n, A.wk, k);
+      ops::matmul(ctx, n, A.wv, v);
+      Tensor qr = q.reshape({T * Hq, hd}), kr = k.reshape({T * Hkv, hd});
+      ops::rms_norm(ctx, qr, A.q_norm, eps, off, qr);
+      ops::rms_norm(ctx, kr, A.k_norm, eps, off, kr);
+      Tensor qh = q.reshape({T, Hq, hd}), kh = k.reshape({T, Hkv, hd});
+      ops::rope(ctx, qh, pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+      ops::rope(ctx, kh, pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+      Tensor kall = seq.k[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
+      Tensor vall = seq.v[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
+      Tensor ah = att.reshape({T, Hq, hd});
+      ops::attention(ctx, qh, kall, vall, p0, attn_scale, ah);
+      ops::sigmoid_mul(ctx, att, gate, att);
+      ops::matmul(ctx, att, A.wo, o);
+    } else {
+      const GdnWeights& G = L.gdn;
+      ops::matmul(ctx, n, G.wq, lq);
+      ops::matmul(ctx, n, G.wk, lk);
+      ops::matmul(ctx, n, G.wv, lv);
+      ops::matmul(ctx, n, G.wz, lz);
+      ops::matmul(ctx, n, G.wb, lb);
+      ops::matmul(ctx, n, G.wa, la);
+      ops::conv1d_causal(ctx, lq, G.conv_q, seq.conv_q[l], /*silu=*/true, cq);
+      ops::conv1d_causal(ctx, lk, G.conv_k, seq.conv_k[l], true, ck);
+      ops::conv1d_causal(ctx, lv, G.conv_v, seq.conv_v[l], true, cv);
+      ops::gdn_gates(ctx, la, lb, G.neg_exp_A, G.dt_bias, g, beta);
+      Tensor qn = cq.reshape({T * Hk, dk}), kn = ck.reshape({T * Hk, dk});
+      ops::l2_norm(ctx, qn, 1e-6f, q_scale, qn);
+      ops::l2_norm(ctx, kn, 1e-6f, 1.0f, kn);
+      Tensor core_h = core.reshape({T, Hv, dv});
+      ops::gated_delta_rule(ctx, cq.reshape({T, Hk, dk}), ck.reshape({T, Hk, dk}), cv.reshape({T, Hv, dv}), g, beta,
+                            seq.ssm[l], gva_, form, core_h);
+      Tensor yr = y.reshape({T * Hv, dv});
+      ops::gated_rms_norm(ctx, core.reshape({T * Hv, dv}), lz.reshape({T * Hv, dv}), G.norm, eps, yr);
+      ops::matmul(ctx, y, G.wout, o);
+    }
+    ops::add(ctx, x, o, x);
+    ops::rms_norm(ctx, x, L.post_norm, eps, off, n);
+    ops::matmul(ctx, n, L.w_gate, ff_g);
+    ops::matmul(ctx, n, L.w_up, ff_u);
+    ops::swiglu(ctx, ff_g, ff_u, ff_g);
+    ops::matmul(ctx, ff_g, L.w_down, o);
+    ops::add(ctx, x, o, x);
+  }
+  Tensor last = all_logits ? x : x.slice_rows(T - 1, T);
+  Tensor nl = all_logits ? n : n.slice_rows(0, 1);
+  ops::rms_norm(ctx, last, out_norm_, eps, off, nl);
+  logits = Tensor::empty(DType::F32, {last.dim(0), hp_.n_vocab});
+  ops::matmul(ctx, nl, lm_head_, logits);
+  seq.advance(T);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_qwen3_5(const WeightSource& src, const LoadOptions& opts) {
+  return std::make_unique<Qwen35Model>(src, opts);
+}
+
+}  // namespace vi

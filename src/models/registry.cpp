@@ -1,0 +1,18 @@
+// Architecture dispatch: which model file loads which architecture.
+#include "core/error.h"
+#include "models/hparams.h"
+#include "models/llama.h"
+#include "models/model.h"
+#include "models/qwen3_5.h"
+
+namespace vi {
+
+std::unique_ptr<Model> load_model(const WeightSource& src, const LoadOptions& opts) {
+  std::string arch = model_arch(src);
+  if (arch == "llama" || arch == "qwen2" || arch == "qwen3") return load_llama(src, opts);
+  if (arch == "qwen3_5") return load_qwen3_5(src, opts);
+  throw Error(fmt::format("{}: architecture '{}' is not supported (supported: llama, qwen2, qwen3, qwen3_5)",
+                          src.path(), arch));
+}
+
+}  // namespace vi

