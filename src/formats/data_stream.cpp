@@ -48,7 +48,12 @@ void DataStream::advance() {
 }
 
 void DataStream::expect_next(const std::string& name, size_t nbytes) {
-  advance();
+  // Like advance(), but stops at a zero-byte tensor of this name instead of skipping it.
+  while (cur_ < items_.size() && cur_written_ == items_[cur_].nbytes &&
+         !(items_[cur_].nbytes == 0 && items_[cur_].name == name)) {
+    ++cur_;
+    cur_written_ = 0;
+  }
   VI_CHECK(cur_ < items_.size(), "{}: tensor '{}' written but all declared tensors are done", path_, name);
   const Item& it = items_[cur_];
   VI_CHECK(it.name == name && cur_written_ == 0, "{}: tensor '{}' written out of order (expected '{}')",
