@@ -36,7 +36,7 @@ void run_perplexity(PplArgs a) {
   VI_CHECK(n_chunk_max > 0, "'{}' has {} tokens; at least {} (one window of -c tokens) are needed", a.file,
            toks.size(), n_ctx);
   const int64_t n_chunk = a.chunks > 0 ? std::min(a.chunks, n_chunk_max) : n_chunk_max;
-  const bool add_bos = L.tokenizer->add_bos();
+  const bool add_bos = L.tokenizer->adds_bos();
   const int64_t V = L.model->info().n_vocab;
   const int64_t first = n_ctx / 2;
   std::fprintf(stderr, "perplexity over %lld windows of %lld tokens (%zu tokens in the file)\n",

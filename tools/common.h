@@ -13,6 +13,7 @@
 #include "models/model.h"
 #include "ops/registry.h"
 #include "runtime/generate.h"
+#include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vi::cli {

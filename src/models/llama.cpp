@@ -9,10 +9,12 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "models/batch.h"
 #include "models/hparams.h"
 #include "models/loader.h"
 #include "ops/attention.h"
 #include "ops/bias.h"
+#include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/matmul.h"
@@ -64,8 +66,7 @@ class LlamaModel final : public Model {
   std::unique_ptr<SequenceState> new_sequence(int64_t n_ctx) const override {
     return std::make_unique<LlamaState>(hp_, n_ctx);
   }
-  void forward(ops::Context& ctx, std::span<const int32_t> tokens, SequenceState& seq, Tensor& logits,
-               bool all_logits) const override;
+  void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const override;
 
  private:
   LlamaHParams hp_;
@@ -170,39 +171,28 @@ LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts) {
   info_.weight_bytes = w.bytes();
 }
 
-void LlamaModel::forward(ops::Context& ctx, std::span<const int32_t> tokens, SequenceState& seq_base,
-                         Tensor& logits, bool all_logits) const {
-  auto& seq = dynamic_cast<LlamaState&>(seq_base);
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  const int64_t p0 = seq.n_past();
-  VI_CHECK(T > 0, "forward needs at least one token");
-  VI_CHECK(p0 + T <= seq.capacity(),
-           "{} tokens after {} already in the sequence exceed its context of {} tokens (raise -c/--ctx-size)", T,
-           p0, seq.capacity());
-  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, Hkv = hp_.n_kv_head;
+void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const {
+  for (const BatchItem& it : items)
+    VI_CHECK(dynamic_cast<LlamaState*>(it.seq) != nullptr, "sequence state was not made by this model");
+  const BatchPlan plan = BatchPlan::make(items, hp_.n_vocab);
+  const int64_t N = plan.n_rows;
+  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, Hkv = hp_.n_kv_head, kv_w = Hkv * hd;
 
-  Tensor ids = Tensor::empty(DType::I32, {T});       // [T] i32
-  Tensor pos = Tensor::empty(DType::I32, {T});       // [T] i32
-  for (int64_t t = 0; t < T; ++t) {
-    ids.ptr<int32_t>()[t] = tokens[t];
-    pos.ptr<int32_t>()[t] = static_cast<int32_t>(p0 + t);
-  }
-  Tensor x = Tensor::empty(DType::F32, {T, d});          // residual stream
-  Tensor n = Tensor::empty(DType::F32, {T, d});          // normed input
-  Tensor q = Tensor::empty(DType::F32, {T, Hq * hd});
-  Tensor a = Tensor::empty(DType::F32, {T, Hq * hd});    // attention output
-  Tensor o = Tensor::empty(DType::F32, {T, d});
-  Tensor gate = Tensor::empty(DType::F32, {T, hp_.d_ff});
-  Tensor up = Tensor::empty(DType::F32, {T, hp_.d_ff});
+  Tensor x = Tensor::empty(DType::F32, {N, d});          // [N, d] residual stream
+  Tensor n = Tensor::empty(DType::F32, {N, d});          // [N, d] normed input
+  Tensor q = Tensor::empty(DType::F32, {N, Hq * hd});
+  Tensor k = Tensor::empty(DType::F32, {N, kv_w});
+  Tensor v = Tensor::empty(DType::F32, {N, kv_w});
+  Tensor a = Tensor::empty(DType::F32, {N, Hq * hd});    // attention output
+  Tensor o = Tensor::empty(DType::F32, {N, d});
+  Tensor gate = Tensor::empty(DType::F32, {N, hp_.d_ff});
+  Tensor up = Tensor::empty(DType::F32, {N, hp_.d_ff});
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
-  ops::embedding(ctx, tok_embd_, ids, x);
+  ops::embedding(ctx, tok_embd_, plan.ids, x);
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
     const LlamaLayer& L = layers_[l];
     ops::rms_norm(ctx, x, L.attn_norm, hp_.norm_eps, 0.0f, n);
-    // K and V are written straight into this token range of the cache.
-    Tensor k = seq.k[l].slice_rows(p0, p0 + T);  // [T, Hkv*hd]
-    Tensor v = seq.v[l].slice_rows(p0, p0 + T);
     ops::matmul(ctx, n, L.wq, q);
     ops::matmul(ctx, n, L.wk, k);
     ops::matmul(ctx, n, L.wv, v);
@@ -211,19 +201,26 @@ void LlamaModel::forward(ops::Context& ctx, std::span<const int32_t> tokens, Seq
       ops::add_bias(ctx, k, L.bk, k);
       ops::add_bias(ctx, v, L.bv, v);
     }
-    Tensor qh = q.reshape({T, Hq, hd});
-    Tensor kh = k.reshape({T, Hkv, hd});
     if (hp_.qk_norm) {
-      Tensor qr = q.reshape({T * Hq, hd}), kr = k.reshape({T * Hkv, hd});
+      Tensor qr = q.reshape({N * Hq, hd}), kr = k.reshape({N * Hkv, hd});
       ops::rms_norm(ctx, qr, L.q_norm, hp_.norm_eps, 0.0f, qr);
       ops::rms_norm(ctx, kr, L.k_norm, hp_.norm_eps, 0.0f, kr);
     }
-    ops::rope(ctx, qh, pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
-    ops::rope(ctx, kh, pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
-    Tensor kall = seq.k[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
-    Tensor vall = seq.v[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
-    Tensor ah = a.reshape({T, Hq, hd});
-    ops::attention(ctx, qh, kall, vall, p0, scale, ah);
+    Tensor qh = q.reshape({N, Hq, hd}), kh = k.reshape({N, Hkv, hd});
+    ops::rope(ctx, qh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+    ops::rope(ctx, kh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+    for (size_t i = 0; i < items.size(); ++i) {
+      auto& seq = static_cast<LlamaState&>(*items[i].seq);
+      const int64_t r0 = plan.row0[i], T = plan.rows_of(i), p0 = plan.pos0[i];
+      Tensor kc = seq.k[l].slice_rows(p0, p0 + T), vc = seq.v[l].slice_rows(p0, p0 + T);
+      ops::copy(ctx, k.slice_rows(r0, r0 + T), kc);
+      ops::copy(ctx, v.slice_rows(r0, r0 + T), vc);
+      Tensor kall = seq.k[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
+      Tensor vall = seq.v[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
+      Tensor qi = qh.slice_rows(r0, r0 + T);
+      Tensor ai = a.slice_rows(r0, r0 + T).reshape({T, Hq, hd});
+      ops::attention(ctx, qi, kall, vall, p0, scale, ai);
+    }
     ops::matmul(ctx, a, L.wo, o);
     ops::add(ctx, x, o, x);
 
@@ -234,12 +231,12 @@ void LlamaModel::forward(ops::Context& ctx, std::span<const int32_t> tokens, Seq
     ops::matmul(ctx, gate, L.w_down, o);
     ops::add(ctx, x, o, x);
   }
-  Tensor last = all_logits ? x : x.slice_rows(T - 1, T);
-  Tensor nl = all_logits ? n : n.slice_rows(0, 1);
+  Tensor last = gather_output_rows(ctx, plan, x);
+  Tensor nl = n.slice_rows(0, last.dim(0));
   ops::rms_norm(ctx, last, out_norm_, hp_.norm_eps, 0.0f, nl);
   logits = Tensor::empty(DType::F32, {last.dim(0), hp_.n_vocab});
   ops::matmul(ctx, nl, lm_head_, logits);
-  seq.advance(T);
+  for (const BatchItem& it : items) static_cast<LlamaState&>(*it.seq).advance(static_cast<int64_t>(it.tokens.size()));
 }
 
 }  // namespace

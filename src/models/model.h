@@ -42,6 +42,13 @@ class SequenceState {
   int64_t capacity_ = 0;
 };
 
+// One sequence's part of a batched forward pass.
+struct BatchItem {
+  SequenceState* seq = nullptr;
+  std::span<const int32_t> tokens;  // fed at positions seq->n_past() ...
+  bool all_logits = false;          // logits for every token, or only the last
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -51,8 +58,16 @@ class Model {
   // Runs `tokens` at positions seq.n_past() .. n_past+T-1 and appends them to seq.
   // logits: [T, n_vocab] f32 when all_logits, else [1, n_vocab] for the last token.
   // Throws vi::Error (nothing appended) if the tokens do not fit in the sequence's context.
-  virtual void forward(ops::Context& ctx, std::span<const int32_t> tokens, SequenceState& seq,
-                       Tensor& logits, bool all_logits) const = 0;
+  void forward(ops::Context& ctx, std::span<const int32_t> tokens, SequenceState& seq, Tensor& logits,
+               bool all_logits) const {
+    BatchItem item{&seq, tokens, all_logits};
+    forward_batch(ctx, {&item, 1}, logits);
+  }
+  // Several sequences in one pass (continuous batching: prefill chunks and decode steps
+  // side by side). The weight matmuls run once over all rows; attention and recurrent
+  // layers run per sequence. logits: f32 rows in item order — all of an item's tokens
+  // when all_logits, else its last one. Validates every item before touching any state.
+  virtual void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const = 0;
 };
 
 struct LoadOptions {

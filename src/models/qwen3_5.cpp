@@ -13,9 +13,11 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/batch.h"
 #include "models/hparams.h"
 #include "models/loader.h"
 #include "ops/attention.h"
+#include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/gdn.h"
@@ -111,8 +113,7 @@ class Qwen35Model final : public Model {
   std::unique_ptr<SequenceState> new_sequence(int64_t n_ctx) const override {
     return std::make_unique<Qwen35State>(hp_, n_ctx);
   }
-  void forward(ops::Context& ctx, std::span<const int32_t> tokens, SequenceState& seq, Tensor& logits,
-               bool all_logits) const override;
+  void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const override;
 
  private:
   void load_attention(WeightLoader& w, const std::string& g, const std::string& h, AttnWeights& a);
@@ -314,70 +315,64 @@ void Qwen35Model::load_mtp(WeightLoader& w) {
   w.set_hf_prefix(saved);
 }
 
-void Qwen35Model::forward(ops::Context& ctx, std::span<const int32_t> tokens, SequenceState& seq_base,
-                          Tensor& logits, bool all_logits) const {
-  auto& seq = dynamic_cast<Qwen35State&>(seq_base);
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  const int64_t p0 = seq.n_past();
-  VI_CHECK(T > 0, "forward needs at least one token");
-  VI_CHECK(p0 + T <= seq.capacity(),
-           "{} tokens after {} already in the sequence exceed its context of {} tokens (raise -c/--ctx-size)", T,
-           p0, seq.capacity());
-  for (int32_t id : tokens)
-    VI_CHECK(id >= 0 && id < hp_.n_vocab, "token id {} is outside the vocabulary of {}", id, hp_.n_vocab);
-  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, Hkv = hp_.n_kv_head;
+void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const {
+  for (const BatchItem& it : items)
+    VI_CHECK(dynamic_cast<Qwen35State*>(it.seq) != nullptr, "sequence state was not made by this model");
+  const BatchPlan plan = BatchPlan::make(items, hp_.n_vocab);
+  const int64_t N = plan.n_rows;
+  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, Hkv = hp_.n_kv_head, kv_w = Hkv * hd;
   const int64_t Hk = hp_.gdn_k_heads, Hv = hp_.gdn_v_heads, dk = hp_.gdn_dk, dv = hp_.gdn_dv;
   const int64_t key_dim = Hk * dk, value_dim = Hv * dv;
   const float off = norm_offset_, eps = hp_.norm_eps;
 
-  Tensor ids = Tensor::empty(DType::I32, {T});
-  Tensor pos = Tensor::empty(DType::I32, {T});
-  for (int64_t t = 0; t < T; ++t) {
-    ids.ptr<int32_t>()[t] = tokens[t];
-    pos.ptr<int32_t>()[t] = static_cast<int32_t>(p0 + t);
-  }
-  Tensor x = Tensor::empty(DType::F32, {T, d});  // residual stream
-  Tensor n = Tensor::empty(DType::F32, {T, d});
-  Tensor o = Tensor::empty(DType::F32, {T, d});
-  Tensor ff_g = Tensor::empty(DType::F32, {T, hp_.d_ff});
-  Tensor ff_u = Tensor::empty(DType::F32, {T, hp_.d_ff});
+  Tensor x = Tensor::empty(DType::F32, {N, d});  // [N, d] residual stream
+  Tensor n = Tensor::empty(DType::F32, {N, d});
+  Tensor o = Tensor::empty(DType::F32, {N, d});
+  Tensor ff_g = Tensor::empty(DType::F32, {N, hp_.d_ff});
+  Tensor ff_u = Tensor::empty(DType::F32, {N, hp_.d_ff});
   // Full-attention scratch.
-  Tensor q = Tensor::empty(DType::F32, {T, Hq * hd});
-  Tensor gate = Tensor::empty(DType::F32, {T, Hq * hd});
-  Tensor att = Tensor::empty(DType::F32, {T, Hq * hd});
+  Tensor q = Tensor::empty(DType::F32, {N, Hq * hd}), gate = Tensor::empty(DType::F32, {N, Hq * hd});
+  Tensor k = Tensor::empty(DType::F32, {N, kv_w}), v = Tensor::empty(DType::F32, {N, kv_w});
+  Tensor att = Tensor::empty(DType::F32, {N, Hq * hd});
   // GDN scratch.
-  Tensor lq = Tensor::empty(DType::F32, {T, key_dim}), lk = Tensor::empty(DType::F32, {T, key_dim});
-  Tensor lv = Tensor::empty(DType::F32, {T, value_dim}), lz = Tensor::empty(DType::F32, {T, value_dim});
-  Tensor cq = Tensor::empty(DType::F32, {T, key_dim}), ck = Tensor::empty(DType::F32, {T, key_dim});
-  Tensor cv = Tensor::empty(DType::F32, {T, value_dim});
-  Tensor la = Tensor::empty(DType::F32, {T, Hv}), lb = Tensor::empty(DType::F32, {T, Hv});
-  Tensor g = Tensor::empty(DType::F32, {T, Hv}), beta = Tensor::empty(DType::F32, {T, Hv});
-  Tensor core = Tensor::empty(DType::F32, {T, value_dim}), y = Tensor::empty(DType::F32, {T, value_dim});
+  Tensor lq = Tensor::empty(DType::F32, {N, key_dim}), lk = Tensor::empty(DType::F32, {N, key_dim});
+  Tensor lv = Tensor::empty(DType::F32, {N, value_dim}), lz = Tensor::empty(DType::F32, {N, value_dim});
+  Tensor cq = Tensor::empty(DType::F32, {N, key_dim}), ck = Tensor::empty(DType::F32, {N, key_dim});
+  Tensor cv = Tensor::empty(DType::F32, {N, value_dim});
+  Tensor la = Tensor::empty(DType::F32, {N, Hv}), lb = Tensor::empty(DType::F32, {N, Hv});
+  Tensor g = Tensor::empty(DType::F32, {N, Hv}), beta = Tensor::empty(DType::F32, {N, Hv});
+  Tensor core = Tensor::empty(DType::F32, {N, value_dim}), y = Tensor::empty(DType::F32, {N, value_dim});
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
-  const auto form = T > 1 ? ops::DeltaRuleForm::kChunked : ops::DeltaRuleForm::kRecurrent;
 
-  ops::embedding(ctx, tok_embd_, ids, x);
+  ops::embedding(ctx, tok_embd_, plan.ids, x);
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
     const Layer& L = layers_[l];
     ops::rms_norm(ctx, x, L.in_norm, eps, off, n);
     if (L.full) {
       const AttnWeights& A = L.attn;
-      Tensor k = seq.k[l].slice_rows(p0, p0 + T), v = seq.v[l].slice_rows(p0, p0 + T);  // cache rows
       ops::matmul(ctx, n, A.wq, q);
       ops::matmul(ctx, n, A.wgate, gate);
       ops::matmul(ctx, n, A.wk, k);
       ops::matmul(ctx, n, A.wv, v);
-      Tensor qr = q.reshape({T * Hq, hd}), kr = k.reshape({T * Hkv, hd});
+      Tensor qr = q.reshape({N * Hq, hd}), kr = k.reshape({N * Hkv, hd});
       ops::rms_norm(ctx, qr, A.q_norm, eps, off, qr);
       ops::rms_norm(ctx, kr, A.k_norm, eps, off, kr);
-      Tensor qh = q.reshape({T, Hq, hd}), kh = k.reshape({T, Hkv, hd});
-      ops::rope(ctx, qh, pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
-      ops::rope(ctx, kh, pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
-      Tensor kall = seq.k[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
-      Tensor vall = seq.v[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
-      Tensor ah = att.reshape({T, Hq, hd});
-      ops::attention(ctx, qh, kall, vall, p0, attn_scale, ah);
+      Tensor qh = q.reshape({N, Hq, hd}), kh = k.reshape({N, Hkv, hd});
+      ops::rope(ctx, qh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+      ops::rope(ctx, kh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+      for (size_t i = 0; i < items.size(); ++i) {
+        auto& seq = static_cast<Qwen35State&>(*items[i].seq);
+        const int64_t r0 = plan.row0[i], T = plan.rows_of(i), p0 = plan.pos0[i];
+        Tensor kc = seq.k[l].slice_rows(p0, p0 + T), vc = seq.v[l].slice_rows(p0, p0 + T);
+        ops::copy(ctx, k.slice_rows(r0, r0 + T), kc);
+        ops::copy(ctx, v.slice_rows(r0, r0 + T), vc);
+        Tensor kall = seq.k[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
+        Tensor vall = seq.v[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
+        Tensor qi = qh.slice_rows(r0, r0 + T);
+        Tensor ai = att.slice_rows(r0, r0 + T).reshape({T, Hq, hd});
+        ops::attention(ctx, qi, kall, vall, p0, attn_scale, ai);
+      }
       ops::sigmoid_mul(ctx, att, gate, att);
       ops::matmul(ctx, att, A.wo, o);
     } else {
@@ -388,18 +383,25 @@ void Qwen35Model::forward(ops::Context& ctx, std::span<const int32_t> tokens, Se
       ops::matmul(ctx, n, G.wz, lz);
       ops::matmul(ctx, n, G.wb, lb);
       ops::matmul(ctx, n, G.wa, la);
-      ops::conv1d_causal(ctx, lq, G.conv_q, seq.conv_q[l], /*silu=*/true, cq);
-      ops::conv1d_causal(ctx, lk, G.conv_k, seq.conv_k[l], true, ck);
-      ops::conv1d_causal(ctx, lv, G.conv_v, seq.conv_v[l], true, cv);
       ops::gdn_gates(ctx, la, lb, G.neg_exp_A, G.dt_bias, g, beta);
-      Tensor qn = cq.reshape({T * Hk, dk}), kn = ck.reshape({T * Hk, dk});
-      ops::l2_norm(ctx, qn, 1e-6f, q_scale, qn);
-      ops::l2_norm(ctx, kn, 1e-6f, 1.0f, kn);
-      Tensor core_h = core.reshape({T, Hv, dv});
-      ops::gated_delta_rule(ctx, cq.reshape({T, Hk, dk}), ck.reshape({T, Hk, dk}), cv.reshape({T, Hv, dv}), g, beta,
-                            seq.ssm[l], gva_, form, core_h);
-      Tensor yr = y.reshape({T * Hv, dv});
-      ops::gated_rms_norm(ctx, core.reshape({T * Hv, dv}), lz.reshape({T * Hv, dv}), G.norm, eps, yr);
+      for (size_t i = 0; i < items.size(); ++i) {
+        auto& seq = static_cast<Qwen35State&>(*items[i].seq);
+        const int64_t r0 = plan.row0[i], T = plan.rows_of(i), r1 = r0 + T;
+        Tensor cqi = cq.slice_rows(r0, r1), cki = ck.slice_rows(r0, r1), cvi = cv.slice_rows(r0, r1);
+        ops::conv1d_causal(ctx, lq.slice_rows(r0, r1), G.conv_q, seq.conv_q[l], /*silu=*/true, cqi);
+        ops::conv1d_causal(ctx, lk.slice_rows(r0, r1), G.conv_k, seq.conv_k[l], true, cki);
+        ops::conv1d_causal(ctx, lv.slice_rows(r0, r1), G.conv_v, seq.conv_v[l], true, cvi);
+        Tensor qn = cqi.reshape({T * Hk, dk}), kn = cki.reshape({T * Hk, dk});
+        ops::l2_norm(ctx, qn, 1e-6f, q_scale, qn);
+        ops::l2_norm(ctx, kn, 1e-6f, 1.0f, kn);
+        // HF's split: the chunked form for multi-token calls, the recurrent one per token.
+        const auto form = T > 1 ? ops::DeltaRuleForm::kChunked : ops::DeltaRuleForm::kRecurrent;
+        Tensor core_i = core.slice_rows(r0, r1).reshape({T, Hv, dv});
+        ops::gated_delta_rule(ctx, cqi.reshape({T, Hk, dk}), cki.reshape({T, Hk, dk}), cvi.reshape({T, Hv, dv}),
+                              g.slice_rows(r0, r1), beta.slice_rows(r0, r1), seq.ssm[l], gva_, form, core_i);
+      }
+      Tensor yr = y.reshape({N * Hv, dv});
+      ops::gated_rms_norm(ctx, core.reshape({N * Hv, dv}), lz.reshape({N * Hv, dv}), G.norm, eps, yr);
       ops::matmul(ctx, y, G.wout, o);
     }
     ops::add(ctx, x, o, x);
@@ -410,12 +412,13 @@ void Qwen35Model::forward(ops::Context& ctx, std::span<const int32_t> tokens, Se
     ops::matmul(ctx, ff_g, L.w_down, o);
     ops::add(ctx, x, o, x);
   }
-  Tensor last = all_logits ? x : x.slice_rows(T - 1, T);
-  Tensor nl = all_logits ? n : n.slice_rows(0, 1);
+  Tensor last = gather_output_rows(ctx, plan, x);
+  Tensor nl = n.slice_rows(0, last.dim(0));
   ops::rms_norm(ctx, last, out_norm_, eps, off, nl);
   logits = Tensor::empty(DType::F32, {last.dim(0), hp_.n_vocab});
   ops::matmul(ctx, nl, lm_head_, logits);
-  seq.advance(T);
+  for (const BatchItem& it : items)
+    static_cast<Qwen35State&>(*it.seq).advance(static_cast<int64_t>(it.tokens.size()));
 }
 
 }  // namespace

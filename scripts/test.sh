@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs every test that needs no GPU: the C++ unit tests (ctest), a short fuzz run of each
+# file reader, and the end-to-end tests that drive the real binary (pytest).
+# Usage: scripts/test.sh            (after scripts/setup.sh --test)
+#        FUZZ_SECONDS=0 scripts/test.sh   to skip fuzzing
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+ninja -C build -j"$jobs"
+
+echo "== unit tests (ctest)"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+fuzz_seconds=${FUZZ_SECONDS:-20}
+if [ "$fuzz_seconds" -gt 0 ] && [ -x scripts/fuzz.sh ]; then
+  echo "== fuzzing each reader for ${fuzz_seconds}s"
+  scripts/fuzz.sh "$fuzz_seconds"
+fi
+
+echo "== end-to-end tests (pytest, real binary)"
+python3 -m pytest -q tests/e2e
