@@ -89,7 +89,9 @@ SafetensorsFile parse_safetensors(const ByteSource& src) {
     uint64_t begin, end;
   };
   std::vector<Info> infos;
-  for (const auto& [name, v] : header.items()) {
+  for (const auto& item : header.items()) {
+    const std::string name = item.key();
+    const json& v = item.value();
     if (name == "__metadata__") {
       // Free-form string map; anything else there is ignored rather than rejected.
       if (v.is_object())
