@@ -44,7 +44,7 @@ struct DecQ8_0 {
   template <class Emit>
   static void decode(const uint8_t* p, Emit&& emit) {
     const auto* b = reinterpret_cast<const BlockQ8_0*>(p);
-    const VecF d = VecF::set1(fp16_to_fp32(b->d));
+    const VecF d = VecF::set1(simd::half_to_float(b->d));
     emit(0, VecF::from_int(VecI::load_i8(b->qs)) * d);
     emit(1, VecF::from_int(VecI::load_i8(b->qs + 16)) * d);
   }
@@ -55,7 +55,7 @@ struct DecQ4_0 {
   template <class Emit>
   static void decode(const uint8_t* p, Emit&& emit) {
     const auto* b = reinterpret_cast<const BlockQ4_0*>(p);
-    const VecF d = VecF::set1(fp16_to_fp32(b->d));
+    const VecF d = VecF::set1(simd::half_to_float(b->d));
     const VecI q = VecI::load_u8(b->qs);
     emit(0, VecF::from_int((q & 0xF) - 8) * d);
     emit(1, VecF::from_int((q >> 4) - 8) * d);
@@ -67,8 +67,8 @@ struct DecQ4_1 {
   template <class Emit>
   static void decode(const uint8_t* p, Emit&& emit) {
     const auto* b = reinterpret_cast<const BlockQ4_1*>(p);
-    const VecF d = VecF::set1(fp16_to_fp32(b->d));
-    const VecF m = VecF::set1(fp16_to_fp32(b->m));
+    const VecF d = VecF::set1(simd::half_to_float(b->d));
+    const VecF m = VecF::set1(simd::half_to_float(b->m));
     const VecI q = VecI::load_u8(b->qs);
     emit(0, simd::fma(VecF::from_int(q & 0xF), d, m));
     emit(1, simd::fma(VecF::from_int(q >> 4), d, m));
@@ -98,7 +98,7 @@ struct DecQ4_K {
   static void decode(const uint8_t* p, Emit&& emit) {
     const auto* b = reinterpret_cast<const BlockQ4_K*>(p);
     float dl[8], ml[8];
-    k_scales(b->scales, fp16_to_fp32(b->d), fp16_to_fp32(b->dmin), dl, ml);
+    k_scales(b->scales, simd::half_to_float(b->d), simd::half_to_float(b->dmin), dl, ml);
     for (int pr = 0; pr < 4; ++pr) {
       const VecF d0 = VecF::set1(dl[2 * pr]), m0 = VecF::set1(ml[2 * pr]);
       const VecF d1 = VecF::set1(dl[2 * pr + 1]), m1 = VecF::set1(ml[2 * pr + 1]);
@@ -118,7 +118,7 @@ struct DecQ5_K {
   static void decode(const uint8_t* p, Emit&& emit) {
     const auto* b = reinterpret_cast<const BlockQ5_K*>(p);
     float dl[8], ml[8];
-    k_scales(b->scales, fp16_to_fp32(b->d), fp16_to_fp32(b->dmin), dl, ml);
+    k_scales(b->scales, simd::half_to_float(b->d), simd::half_to_float(b->dmin), dl, ml);
     const VecI qh[2] = {VecI::load_u8(b->qh), VecI::load_u8(b->qh + 16)};
     for (int pr = 0; pr < 4; ++pr) {
       const VecF d0 = VecF::set1(dl[2 * pr]), m0 = VecF::set1(ml[2 * pr]);
@@ -142,7 +142,7 @@ struct DecQ6_K {
   template <class Emit>
   static void decode(const uint8_t* p, Emit&& emit) {
     const auto* b = reinterpret_cast<const BlockQ6_K*>(p);
-    const float d = fp16_to_fp32(b->d);
+    const float d = simd::half_to_float(b->d);
     for (int n = 0; n < 2; ++n) {
       for (int h = 0; h < 2; ++h) {
         const VecI qh = VecI::load_u8(b->qh + 32 * n + 16 * h);

@@ -70,13 +70,15 @@ void matmul_rows(const Tensor& x, const Tensor& w, Tensor& y, int64_t n0, int64_
   const int64_t T = x.rows(), K = x.cols(), N = w.dim(0);
   const float* xp = x.ptr<float>();
   float* yp = y.ptr<float>();
+  const uint8_t* wp = w.ptr<uint8_t>();
+  const size_t wrow_bytes = w.row_bytes();
   for (int64_t rb = n0; rb < n1; rb += kRowBlock) {
     const int64_t re = std::min(n1, rb + kRowBlock);
     for (int64_t t0 = 0; t0 < T;) {
       const int64_t left = T - t0;
       const int tile = left >= kMaxTile ? kMaxTile : left >= 4 ? 4 : left >= 2 ? 2 : 1;
       for (int64_t n = rb; n < re; ++n) {
-        const uint8_t* wr = w.row<uint8_t>(n);
+        const uint8_t* wr = wp + static_cast<size_t>(n) * wrow_bytes;
         const float* xt = xp + t0 * K;
         float* yt = yp + t0 * N + n;
         switch (tile) {

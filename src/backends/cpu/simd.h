@@ -22,6 +22,8 @@
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define VI_SIMD_AVX2 1
 #include <immintrin.h>
+#elif defined(__F16C__)
+#include <immintrin.h>  // scalar path, but the F16C scale conversion is still there
 #endif
 #pragma GCC diagnostic pop
 
@@ -240,6 +242,16 @@ inline float hmax(VecF a) {
 }
 
 #endif
+
+// One fp16 scale to fp32: the F16C instruction where there is one (block scales are read
+// once per 32 values in the matmul inner loop, so the portable bit-twiddling costs).
+inline float half_to_float(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  return fp16_to_fp32(h);
+#endif
+}
 
 // bf16 is the top half of an fp32: widen to 32 bits and shift into place.
 inline VecF load_bf16(const uint16_t* p) { return VecF::from_bits(VecI::load_u16(p) << 16); }
