@@ -20,13 +20,11 @@ constexpr int64_t kChunk = 64;  // the chunk length HF, FLA and llama.cpp use
 // 16 floats as one value: GCC/Clang vector extensions, lowered to one AVX-512 register or
 // to two AVX2 / four SSE registers as the target allows. Plain loops over runtime strides
 // reached only ~4 GMAC/s here; explicit register tiles reach ~40.
+// Loads and stores go through references: passing a 64-byte vector by value has a
+// target-dependent ABI (-Wpsabi) when AVX-512 is not enabled.
 typedef float Vec16 __attribute__((vector_size(64)));
-inline Vec16 load16(const float* p) {
-  Vec16 v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store16(float* p, Vec16 v) { __builtin_memcpy(p, &v, sizeof v); }
+inline void load16(Vec16& v, const float* p) { __builtin_memcpy(&v, p, sizeof v); }
+inline void store16(float* p, const Vec16& v) { __builtin_memcpy(p, &v, sizeof v); }
 
 // One MR x (16·NV) tile of C += alpha·A·B, accumulated in registers over the whole Kd loop.
 template <int MR, int NV>
@@ -37,7 +35,7 @@ inline void gemm_tile(int64_t Kd, float alpha, const float* A, int64_t lda, cons
     for (int v = 0; v < NV; ++v) acc[i][v] = Vec16{};
   for (int64_t k = 0; k < Kd; ++k) {
     Vec16 b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = load16(B + k * ldb + 16 * v);
+    for (int v = 0; v < NV; ++v) load16(b[v], B + k * ldb + 16 * v);
     for (int i = 0; i < MR; ++i) {
       const float a = A[i * lda + k];
       for (int v = 0; v < NV; ++v) acc[i][v] += a * b[v];
@@ -46,7 +44,10 @@ inline void gemm_tile(int64_t Kd, float alpha, const float* A, int64_t lda, cons
   for (int i = 0; i < MR; ++i) {
     for (int v = 0; v < NV; ++v) {
       float* c = C + i * ldc + 16 * v;
-      store16(c, load16(c) + alpha * acc[i][v]);
+      Vec16 cv;
+      load16(cv, c);
+      cv += alpha * acc[i][v];
+      store16(c, cv);
     }
   }
 }
@@ -109,13 +110,15 @@ inline void decay_write_read(int64_t dk, int64_t dv, int64_t e0, float alpha, co
                              const float* qf, const float* delta, float* S, float* o) {
   Vec16 dl[NV], acc[NV];
   for (int v = 0; v < NV; ++v) {
-    dl[v] = load16(delta + e0 + 16 * v);
+    load16(dl[v], delta + e0 + 16 * v);
     acc[v] = Vec16{};
   }
   for (int64_t r = 0; r < dk; ++r) {
     float* s = S + r * dv + e0;
     for (int v = 0; v < NV; ++v) {
-      const Vec16 sv = alpha * load16(s + 16 * v) + kf[r] * dl[v];
+      Vec16 sv;
+      load16(sv, s + 16 * v);
+      sv = alpha * sv + kf[r] * dl[v];
       store16(s + 16 * v, sv);
       acc[v] += qf[r] * sv;
     }
