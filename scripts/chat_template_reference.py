@@ -20,6 +20,7 @@ Run from anywhere: python3 scripts/chat_template_reference.py
 
 import json
 import pathlib
+import random
 
 import jinja2
 from transformers.utils.chat_template_utils import (
@@ -220,6 +221,56 @@ FEATURES = [
 ]
 
 
+WORDS = ["hello", "Zürich", "naïve", "👋", "日本語", "{{ not_a_tag }}", "{% raw %}", "<think>", "</think>",
+         "<tool_call>", "'quoted'", "\"dq\"", "back\\slash", "tab\there", "  ", "\n", "\n\n", "x" * 40, "0",
+         "None", "true", "<|im_end|>", "a-b", "100%", "ü", "\u00a0", "—"]
+
+
+def random_text(rng):
+    return "".join(rng.choice(WORDS) + rng.choice(["", " ", "\n"]) for _ in range(rng.randint(0, 8)))
+
+
+def random_args(rng):
+    args = {}
+    for key in rng.sample(["city", "days", "flag", "ratio", "tags", "nested", "empty"], rng.randint(0, 4)):
+        args[key] = {"city": random_text(rng), "days": rng.randint(-5, 500), "flag": rng.random() < 0.5,
+                     "ratio": rng.choice([0.5, 1e-7, 3.0, 123456.789, 1e22]),
+                     "tags": [random_text(rng) for _ in range(rng.randint(0, 3))],
+                     "nested": {"k": rng.randint(0, 9), "s": random_text(rng)}, "empty": {}}[key]
+    return args
+
+
+def random_conversation(rng):
+    """A seeded random but well-formed chat: optional system, user turns, assistant turns with
+    optional reasoning and tool calls, and the tool results answering them."""
+    msgs = []
+    if rng.random() < 0.5:
+        msgs.append({"role": "system", "content": random_text(rng)})
+    for _ in range(rng.randint(1, 4)):
+        msgs.append(U(random_text(rng)))
+        if rng.random() < 0.8:
+            a = A(random_text(rng))
+            if rng.random() < 0.4:
+                a["reasoning_content"] = random_text(rng)
+            if rng.random() < 0.3:
+                calls = [{"type": "function", "function": {"name": rng.choice(["get_weather", "search"]),
+                                                             "arguments": random_args(rng)}}
+                         for _ in range(rng.randint(1, 3))]
+                a["tool_calls"] = calls
+                msgs.append(a)
+                for _ in calls:
+                    msgs.append(T(random_text(rng)))
+                if rng.random() < 0.7:
+                    msgs.append(A(random_text(rng)))
+            else:
+                msgs.append(a)
+    tools = TOOLS[: rng.randint(1, 2)] if rng.random() < 0.5 else None
+    extra = {}
+    if rng.random() < 0.6:
+        extra["enable_thinking"] = rng.random() < 0.5
+    return msgs, tools, rng.random() < 0.5, extra
+
+
 def render(source, messages, tools, add_generation_prompt, extra):
     """Exactly apply_chat_template(tokenize=False)'s path after the special-token map."""
     chats = [_normalize_chat_messages(messages)]
@@ -250,6 +301,12 @@ def main():
         for name, messages, tools, agp, extra in CONVERSATIONS:
             extra = {**SPECIAL.get(path.stem, {}), **extra}
             rows.append(row({"name": f"{path.stem}/{name}", "template": path.stem}, source,
+                            messages, tools, agp, extra))
+        rng = random.Random(f"voltinfer-chat-{path.stem}")  # seeded: the file is reproducible
+        for k in range(16):
+            messages, tools, agp, extra = random_conversation(rng)
+            extra = {**SPECIAL.get(path.stem, {}), **extra}
+            rows.append(row({"name": f"{path.stem}/random_{k:02d}", "template": path.stem}, source,
                             messages, tools, agp, extra))
     for name, source, in FEATURES:
         rows.append(row({"name": f"feature/{name}", "source": source}, source,
