@@ -9,10 +9,14 @@ and each line of corpus.jsonl, one JSON object:
             (non-special added tokens still are), our parse_special=false
   ids_bos   encode(text, add_special_tokens=True)   written only where it differs from ids
   decoded   decode(ids, skip_special_tokens=False)
-The C++ tests (tests/unit/tokenizer/test_tokenizer_reference.cpp) compare against these.
+and tests/data/tokenizer/<name>.decode.jsonl: seeded random id sequences, biased towards tokens
+that are fragments of a UTF-8 character, with decode(ids, skip_special_tokens=False) and
+skip_special_tokens=True; the stream-decoder test checks its output against them.
+The C++ tests (tests/unit/tokenizer/test_tokenizer_*.cpp) compare against these.
 Usage: python3 scripts/tokenizer_reference.py [NAME ...]
 """
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -43,6 +47,54 @@ def main():
                     rec["ids_bos"] = bos
                 f.write(json.dumps(rec) + "\n")
         print(f"wrote {out} ({len(corpus)} lines, tokenizers {tokenizers.__version__})")
+        write_decode_cases(name, tok)
+
+
+def byte_table():
+    """GPT-2's byte -> character table."""
+    bs = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + len(cs) - 188)
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def write_decode_cases(name, tok):
+    rng = random.Random(f"decode-{name}")
+    n = tok.get_vocab_size(with_added_tokens=True)
+    vocab = tok.get_vocab(with_added_tokens=True)
+    # Tokens whose bytes are not whole characters (a lead byte, continuation bytes, ...).
+    u2b = {c: b for b, c in byte_table().items()}
+
+    def is_fragment(t):
+        if not all(c in u2b for c in t):
+            return False
+        try:
+            bytes(u2b[c] for c in t).decode("utf-8")
+            return False
+        except UnicodeDecodeError:
+            return True
+
+    fragments = [i for t, i in vocab.items() if is_fragment(t)]
+    specials = [t.id if hasattr(t, "id") else i for i, t in tok.get_added_tokens_decoder().items()]
+    out = DATA / f"{name}.decode.jsonl"
+    with out.open("w", encoding="utf-8") as f:
+        for case in range(300):
+            ids = []
+            for _ in range(rng.randint(1, 12)):
+                r = rng.random()
+                if r < 0.5:
+                    ids.append(rng.choice(fragments))
+                elif r < 0.6 and specials:
+                    ids.append(rng.choice(specials))
+                else:
+                    ids.append(rng.randrange(n))
+            ids = [i for i in ids if tok.id_to_token(i) is not None]
+            f.write(json.dumps({"ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False),
+                                "decoded_skip": tok.decode(ids, skip_special_tokens=True)}) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
