@@ -2,7 +2,9 @@
 // tensor info table, and streamed tensor data through DataStream.
 #include "formats/gguf_writer.h"
 
+#include <cfloat>
 #include <climits>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -31,7 +33,8 @@ int resolve_type(const MetaValue& v, const std::string& key) {
   }
   switch (v.kind) {
     case K::kInt: return v.i >= INT32_MIN && v.i <= INT32_MAX ? kGgufI32 : kGgufI64;
-    case K::kFloat: return kGgufF32;
+    case K::kFloat:  // f32 like llama.cpp's converters, unless the value needs f64's range
+      return std::isfinite(v.f) && std::fabs(v.f) > FLT_MAX ? kGgufF64 : kGgufF32;
     case K::kBool: return kGgufBool;
     case K::kString: return kGgufString;
     case K::kArray: return kGgufArray;
@@ -73,7 +76,29 @@ class Bytes {
   std::vector<uint8_t> buf_;
 };
 
+// Refuses a value the chosen type cannot hold instead of silently truncating it.
+void check_range(const MetaValue& v, int type, const std::string& key) {
+  auto fits = [&](int64_t lo, int64_t hi) {
+    VI_CHECK(v.i >= lo && v.i <= hi, "metadata key '{}': value {} does not fit GGUF type {}", key, v.i,
+             gguf_type_name(type));
+  };
+  switch (type) {
+    case kGgufU8: fits(0, UINT8_MAX); break;
+    case kGgufI8: fits(INT8_MIN, INT8_MAX); break;
+    case kGgufU16: fits(0, UINT16_MAX); break;
+    case kGgufI16: fits(INT16_MIN, INT16_MAX); break;
+    case kGgufU32: fits(0, UINT32_MAX); break;
+    case kGgufI32: fits(INT32_MIN, INT32_MAX); break;
+    case kGgufF32:
+      VI_CHECK(!std::isfinite(v.f) || std::fabs(v.f) <= FLT_MAX, "metadata key '{}': value {} does not fit f32",
+               key, v.f);
+      break;
+    default: break;  // u64 holds any int64 bit pattern; i64, f64 hold everything
+  }
+}
+
 void put_value(Bytes& b, const MetaValue& v, int type, const std::string& key) {
+  check_range(v, type, key);
   switch (type) {
     case kGgufU8: b.put<uint8_t>(static_cast<uint8_t>(v.i)); break;
     case kGgufI8: b.put<int8_t>(static_cast<int8_t>(v.i)); break;
@@ -117,7 +142,8 @@ void GgufWriter::set(const std::string& key, const MetaValue& v) {
     VI_CHECK(tensors_.empty(), "{}: general.alignment set after tensors were declared", path_);
     alignment_ = static_cast<uint32_t>(v.i);
   }
-  resolve_type(v, key);  // reject a type that does not fit now, not at write time
+  Bytes probe;  // encode once now so a bad type or range fails here, not at write time
+  put_value(probe, v, resolve_type(v, key), key);
   for (auto& [k, old] : kv_) {
     if (k == key) {
       old = v;

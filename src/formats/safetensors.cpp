@@ -201,7 +201,16 @@ SafetensorsFile read_safetensors_index(const std::string& index_path) {
   return out;
 }
 
-// ---- writer ----
+// ---- writers ----
+
+void write_safetensors_index(const std::string& path, const std::map<std::string, std::string>& weight_map,
+                             uint64_t total_size) {
+  json j = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
+  std::ofstream f(path);
+  f << j.dump(2) << "\n";
+  f.close();
+  VI_CHECK(f.good(), "{}: write failed", path);
+}
 
 SafetensorsWriter::SafetensorsWriter(const std::string& path) : path_(path) {}
 SafetensorsWriter::~SafetensorsWriter() = default;

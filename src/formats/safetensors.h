@@ -29,6 +29,11 @@ SafetensorsFile read_safetensors(const std::string& path);
 // Reads `<dir>/model.safetensors.index.json` and every shard its weight_map names.
 SafetensorsFile read_safetensors_index(const std::string& index_path);
 
+// Writes a model.safetensors.index.json (weight_map: tensor -> shard file name) for shards
+// written with SafetensorsWriter; total_size is the sum of tensor bytes, as HF records it.
+void write_safetensors_index(const std::string& path, const std::map<std::string, std::string>& weight_map,
+                             uint64_t total_size);
+
 // Streaming writer, same protocol as GgufWriter: declare, write_header, data in order, finish.
 class SafetensorsWriter {
  public:

@@ -3,6 +3,7 @@
 // chunked streaming writes, and writer misuse errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "format_test_util.h"
@@ -261,4 +262,24 @@ TEST(GgufRoundTrip, WriterMisuseThrows) {
   bad.gguf_type = kGgufU32;
   GgufWriter w(dir.file("badtype.gguf"));
   EXPECT_THROW(w.set("k", bad), vi::Error);
+  // Values outside their declared type are refused, never truncated.
+  EXPECT_THROW(w.set("u8", Metadata::make_int(256, kGgufU8)), vi::Error);
+  EXPECT_THROW(w.set("i16", Metadata::make_int(-40000, kGgufI16)), vi::Error);
+  EXPECT_THROW(w.set("u32", Metadata::make_int(-1, kGgufU32)), vi::Error);
+  EXPECT_THROW(w.set("f32", Metadata::make_float(1e300, kGgufF32)), vi::Error);
+  EXPECT_THROW(w.set("arr", arr({Metadata::make_int(1, kGgufU8), Metadata::make_int(999, kGgufU8)})), vi::Error);
+}
+
+TEST(GgufRoundTrip, UntypedHugeFloatBecomesF64) {
+  test::ScratchDir dir;
+  const std::string path = dir.file("f64.gguf");
+  GgufWriter w(path);
+  w.set("big", Metadata::make_float(1e300));
+  w.set("inf", Metadata::make_float(INFINITY));
+  w.finish();
+  GgufFile f = read_gguf(path);
+  EXPECT_EQ(f.meta.find("big")->gguf_type, kGgufF64);
+  EXPECT_EQ(f.meta.get_float("big"), 1e300);
+  EXPECT_EQ(f.meta.find("inf")->gguf_type, kGgufF32);
+  EXPECT_TRUE(std::isinf(f.meta.get_float("inf")));
 }

@@ -49,7 +49,9 @@ TEST(PythonFixtures, GgufMetadata) {
   auto typed = [&](const std::string& k, int type) {
     const MetaValue* v = m.find(k);
     EXPECT_NE(v, nullptr) << k;
-    if (v) EXPECT_EQ(v->gguf_type, type) << k;
+    if (v) {
+      EXPECT_EQ(v->gguf_type, type) << k;
+    }
   };
   typed("t.u8", kGgufU8);
   typed("t.i8", kGgufI8);

@@ -2,6 +2,7 @@
 // malformed headers built by hand (each must throw FormatError naming file and tensor).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "format_test_util.h"
@@ -63,7 +64,9 @@ TEST(Safetensors, RoundTripRandom) {
     EXPECT_EQ(t.dtype(), ts[k].dtype());
     EXPECT_EQ(t.shape(), ts[k].shape());
     ASSERT_EQ(t.nbytes(), ts[k].nbytes());
-    if (t.nbytes()) EXPECT_EQ(std::memcmp(t.data(), ts[k].data(), t.nbytes()), 0);
+    if (t.nbytes()) {
+      EXPECT_EQ(std::memcmp(t.data(), ts[k].data(), t.nbytes()), 0);
+    }
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % dtype_info(t.dtype()).block_bytes, 0u);
   }
   // The header is 8-byte padded like the official writer's.
@@ -177,6 +180,38 @@ TEST_F(SafetensorsMalformed, PrefixesAndMutationsFailCleanly) {
       }
     } catch (const vi::FormatError&) {
     }
+  }
+}
+
+TEST(SafetensorsSharded, WrittenIndexReadsBack) {
+  test::ScratchDir dir;
+  std::mt19937 rng(std::random_device{}());
+  std::map<std::string, std::string> weight_map;
+  std::vector<Tensor> all;
+  uint64_t total = 0;
+  for (int shard = 0; shard < 3; ++shard) {
+    std::vector<Tensor> ts;
+    for (int k = 0; k < 2; ++k) {
+      Tensor t = Tensor::empty(DType::BF16, {3 + shard, 5 + k});
+      for (size_t i = 0; i < t.nbytes(); ++i) t.ptr<uint8_t>()[i] = static_cast<uint8_t>(rng());
+      t.set_name("s" + std::to_string(shard) + ".t" + std::to_string(k));
+      ts.push_back(t);
+      all.push_back(t);
+      total += t.nbytes();
+    }
+    const std::string file = "model-0000" + std::to_string(shard + 1) + "-of-00003.safetensors";
+    SafetensorsWriter::write_file(dir.file(file), ts);
+    for (const Tensor& t : ts) weight_map[t.name()] = file;
+  }
+  write_safetensors_index(dir.file("model.safetensors.index.json"), weight_map, total);
+  SafetensorsFile f = read_safetensors_index(dir.file("model.safetensors.index.json"));
+  EXPECT_EQ(f.paths.size(), 3u);
+  ASSERT_EQ(f.tensors.size(), all.size());
+  for (const Tensor& want : all) {
+    auto it = std::find_if(f.tensors.begin(), f.tensors.end(), [&](const Tensor& t) { return t.name() == want.name(); });
+    ASSERT_NE(it, f.tensors.end()) << want.name();
+    EXPECT_EQ(it->shape(), want.shape());
+    EXPECT_EQ(std::memcmp(it->data(), want.data(), want.nbytes()), 0) << want.name();
   }
 }
 
