@@ -1,0 +1,284 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace vi {
+
+using Clock = std::chrono::steady_clock;
+
+void EventChannel::push(Event e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    q_.push_back(std::move(e));
+  }
+  cv_.notify_one();
+}
+
+std::optional<Event> EventChannel::pop(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !q_.empty(); })) return std::nullopt;
+  Event e = std::move(q_.front());
+  q_.pop_front();
+  return e;
+}
+
+// One sequence slot: its cache state lives as long as the engine; a request borrows it.
+struct Engine::Slot {
+  std::unique_ptr<SequenceState> seq;
+  std::shared_ptr<Request> req;  // null when free
+  std::optional<Sampler> sampler;
+  std::vector<int32_t> history;  // tokens held in seq
+  size_t prompt_fed = 0;
+  int64_t generated = 0;
+  int32_t pending = -1;  // sampled, not yet fed
+  Clock::time_point arrival, last_token;
+  bool first_token_seen = false;
+};
+
+namespace {
+void observe(std::vector<uint64_t>& counts, const double* bounds, size_t n_bounds, double v, double& sum,
+             uint64_t& n) {
+  size_t i = 0;
+  while (i < n_bounds && v > bounds[i]) ++i;
+  counts[i]++;
+  sum += v;
+  n++;
+}
+}  // namespace
+
+Engine::Engine(const Model& model, ops::Context ctx, EngineOptions opts)
+    : model_(model), ctx_(ctx), opts_(opts) {
+  VI_CHECK(opts_.max_seqs >= 1, "at least one parallel sequence is needed (got {})", opts_.max_seqs);
+  VI_CHECK(opts_.n_ctx >= 2, "context of {} tokens is too small", opts_.n_ctx);
+  opts_.step_tokens = std::max<int64_t>(opts_.step_tokens, opts_.max_seqs);
+  for (int i = 0; i < opts_.max_seqs; ++i) {
+    auto s = std::make_unique<Slot>();
+    s->seq = model_.new_sequence(opts_.n_ctx);
+    slots_.push_back(std::move(s));
+  }
+  stats_.ttft_counts.assign(std::size(EngineStats::kTtftBuckets) + 1, 0);
+  stats_.tpot_counts.assign(std::size(EngineStats::kTpotBuckets) + 1, 0);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  Event e;
+  e.kind = Event::Kind::kError;
+  e.error = "the server is shutting down";
+  for (auto& r : queue_) r->events->push(e);
+  for (auto& s : slots_)
+    if (s->req) s->req->events->push(e);
+}
+
+Engine::SubmitStatus Engine::submit(std::shared_ptr<Request> req) {
+  if (req->prompt.empty()) return SubmitStatus::kEmpty;
+  if (static_cast<int64_t>(req->prompt.size()) >= opts_.n_ctx) return SubmitStatus::kTooLong;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<int>(queue_.size()) >= opts_.max_queue) return SubmitStatus::kQueueFull;
+    queue_.push_back(std::move(req));
+    queue_.back()->params.max_tokens = queue_.back()->params.max_tokens;  // keep as given
+  }
+  cv_.notify_one();
+  return SubmitStatus::kOk;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        if (stop_ || !queue_.empty()) return true;
+        return std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->req != nullptr; });
+      });
+      if (stop_) return;
+    }
+    try {
+      step();
+    } catch (const std::exception& e) {
+      // A failed step cannot tell which sequence broke it: end every running request
+      // with the error rather than risk silently wrong output.
+      VI_LOG_ERROR("engine step failed: {}", e.what());
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& s : slots_) {
+        if (!s->req) continue;
+        Event ev;
+        ev.kind = Event::Kind::kError;
+        ev.error = e.what();
+        s->req->events->push(ev);
+        s->req.reset();
+        stats_.requests_failed++;
+      }
+      stats_.running = 0;
+    }
+  }
+}
+
+void Engine::finish(Slot& s, FinishReason why) {
+  Event ev;
+  ev.kind = Event::Kind::kDone;
+  ev.finish = why;
+  ev.prompt_tokens = static_cast<int64_t>(s.req->prompt.size());
+  ev.completion_tokens = s.generated;
+  s.req->events->push(ev);
+  if (why == FinishReason::kCancelled) stats_.requests_cancelled++;
+  else stats_.requests_finished++;
+  s.req.reset();
+  s.sampler.reset();
+}
+
+void Engine::step() {
+  // 1. Admit queued requests into free slots; drop cancelled ones (under the lock).
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if ((*it)->cancelled->load()) {
+        Event ev;
+        ev.kind = Event::Kind::kDone;
+        ev.finish = FinishReason::kCancelled;
+        (*it)->events->push(ev);
+        stats_.requests_cancelled++;
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto& s : slots_) {
+      if (s->req) {
+        if (s->req->cancelled->load()) finish(*s, FinishReason::kCancelled);
+        continue;
+      }
+      if (queue_.empty()) continue;
+      s->req = queue_.front();
+      queue_.pop_front();
+      s->seq->truncate(0);
+      s->history.clear();
+      s->prompt_fed = 0;
+      s->generated = 0;
+      s->pending = -1;
+      s->first_token_seen = false;
+      s->arrival = Clock::now();
+      s->sampler.emplace(s->req->params.sampling);
+    }
+    stats_.queue_depth = static_cast<int>(queue_.size());
+    stats_.running = static_cast<int>(
+        std::count_if(slots_.begin(), slots_.end(), [](const auto& s) { return s->req != nullptr; }));
+  }
+
+  // 2. Plan: one token for every decoding sequence, then prompt chunks in admission order.
+  std::vector<BatchItem> items;
+  std::vector<Slot*> owners;
+  std::vector<int32_t> decode_tok(slots_.size());
+  int64_t budget = opts_.step_tokens;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = *slots_[i];
+    if (!s.req || s.pending < 0) continue;
+    decode_tok[i] = s.pending;
+    items.push_back({s.seq.get(), {&decode_tok[i], 1}, false});
+    owners.push_back(&s);
+    --budget;
+  }
+  for (auto& sp : slots_) {
+    Slot& s = *sp;
+    if (!s.req || s.pending >= 0 || budget <= 0) continue;
+    const auto& prompt = s.req->prompt;
+    size_t n = std::min<size_t>(prompt.size() - s.prompt_fed, static_cast<size_t>(budget));
+    if (n == 0) continue;
+    items.push_back({s.seq.get(), {prompt.data() + s.prompt_fed, n}, false});
+    owners.push_back(&s);
+    budget -= static_cast<int64_t>(n);
+  }
+  if (items.empty()) return;
+
+  // 3. One forward pass for all of them.
+  Tensor logits;  // [items, vocab]
+  model_.forward_batch(ctx_, items, logits);
+  const int64_t V = model_.info().n_vocab;
+
+  // 4. Book-keeping and sampling.
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.steps++;
+  const auto now = Clock::now();
+  for (size_t k = 0; k < items.size(); ++k) {
+    Slot& s = *owners[k];
+    const auto& prompt = s.req->prompt;
+    if (s.pending >= 0) {
+      s.history.push_back(s.pending);
+      s.pending = -1;
+    } else {
+      s.history.insert(s.history.end(), items[k].tokens.begin(), items[k].tokens.end());
+      s.prompt_fed += items[k].tokens.size();
+      stats_.prompt_tokens += items[k].tokens.size();
+      if (s.prompt_fed < prompt.size()) continue;  // more prompt to feed next step
+    }
+    if (s.req->cancelled->load()) {
+      finish(s, FinishReason::kCancelled);
+      continue;
+    }
+    std::span<const float> row(logits.row<float>(static_cast<int64_t>(k)), static_cast<size_t>(V));
+    SampleResult r = s.sampler->sample(row, s.history);
+    Event ev;
+    ev.kind = Event::Kind::kToken;
+    ev.token = r.token;
+    if (s.req->params.top_logprobs >= 0) {
+      // Log-probabilities under the model's own distribution (raw logits).
+      double mx = *std::max_element(row.begin(), row.end()), sum = 0;
+      for (float l : row) sum += std::exp(static_cast<double>(l) - mx);
+      const double lse = mx + std::log(sum);
+      ev.logprob = static_cast<float>(row[r.token] - lse);
+      int n_top = std::min<int>(s.req->params.top_logprobs, static_cast<int>(V));
+      if (n_top > 0) {
+        std::vector<int32_t> idx(static_cast<size_t>(V));
+        for (int64_t v = 0; v < V; ++v) idx[v] = static_cast<int32_t>(v);
+        std::partial_sort(idx.begin(), idx.begin() + n_top, idx.end(),
+                          [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+        for (int j = 0; j < n_top; ++j) ev.top.push_back({idx[j], static_cast<float>(row[idx[j]] - lse)});
+      }
+    }
+    const double since = std::chrono::duration<double>(now - (s.first_token_seen ? s.last_token : s.arrival)).count();
+    if (!s.first_token_seen) {
+      observe(stats_.ttft_counts, EngineStats::kTtftBuckets, std::size(EngineStats::kTtftBuckets), since,
+              stats_.ttft_sum, stats_.ttft_n);
+      s.first_token_seen = true;
+    } else {
+      observe(stats_.tpot_counts, EngineStats::kTpotBuckets, std::size(EngineStats::kTpotBuckets), since,
+              stats_.tpot_sum, stats_.tpot_n);
+    }
+    s.last_token = now;
+    const auto& stops = s.req->params.stop_tokens;
+    const bool is_stop = !s.req->params.ignore_stop_tokens &&
+                         std::find(stops.begin(), stops.end(), r.token) != stops.end();
+    if (is_stop) {
+      finish(s, FinishReason::kStop);
+      continue;
+    }
+    s.req->events->push(std::move(ev));
+    s.generated++;
+    stats_.generated_tokens++;
+    const int64_t max_tokens = s.req->params.max_tokens;
+    if ((max_tokens >= 0 && s.generated >= max_tokens) || s.seq->n_past() >= s.seq->capacity()) {
+      finish(s, FinishReason::kLength);
+      continue;
+    }
+    s.pending = r.token;
+  }
+  stats_.running = static_cast<int>(
+      std::count_if(slots_.begin(), slots_.end(), [](const auto& s) { return s->req != nullptr; }));
+}
+
+}  // namespace vi
