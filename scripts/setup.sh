@@ -9,7 +9,7 @@ with_test=0
 [ "${1:-}" = "--test" ] && with_test=1
 
 pkgs=(build-essential cmake ninja-build pkg-config
-      libfmt-dev libspdlog-dev nlohmann-json3-dev libpcre2-dev libcli11-dev libcpp-httplib-dev
+      libfmt-dev libspdlog-dev nlohmann-json3-dev libpcre2-dev libicu-dev libcli11-dev libcpp-httplib-dev
       libgtest-dev libgmock-dev libbenchmark-dev)
 [ $with_test = 1 ] && pkgs+=(clang-14 libclang-rt-14-dev)
 missing=()
