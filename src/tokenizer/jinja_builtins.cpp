@@ -370,8 +370,11 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
   if (n == "selectattr") return select_like(in, v, a, true, true);
   if (n == "rejectattr") return select_like(in, v, a, true, false);
   if (n == "attr") {
+    // Python getattr only (never an item lookup): on plain data only methods exist.
     Params p("attr", a, {"name"});
-    return in.get_attr(v, to_str(p.get(0)));
+    const std::string attr = to_str(p.get(0));
+    if (v.is_namespace() || has_method(v, attr)) return in.get_attr(v, attr);
+    return Value::undefined(fmt::format("'{} object' has no attribute '{}'", type_name(v), attr));
   }
   if (n == "int") {
     Params p("int", a, {"default", "base"});

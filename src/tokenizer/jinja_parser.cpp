@@ -107,6 +107,7 @@ class Parser {
 
   StmtPtr parse_statement() {
     const Token tag = next();
+    DepthGuard guard(*this, tag.pos);
     const std::string& n = tag.text;
     if (n == "if") return parse_if(tag.pos);
     if (n == "for") return parse_for(tag.pos);
@@ -436,8 +437,20 @@ class Parser {
     return l;
   }
 
+  // Bounds recursion so a hostile template ("((((...") fails cleanly instead of
+  // overflowing the stack.
+  struct DepthGuard {
+    Parser& p;
+    DepthGuard(Parser& parser, size_t pos) : p(parser) {
+      if (++p.depth_ > kMaxDepth) p.fail(pos, "template nests too deeply");
+    }
+    ~DepthGuard() { --p.depth_; }
+  };
+  static constexpr int kMaxDepth = 256;
+
   ExprPtr parse_unary(bool with_filter) {
     const size_t pos = cur().pos;
+    DepthGuard guard(*this, pos);
     ExprPtr node;
     if (is_op("-") || is_op("+")) {
       const bool neg = next().text == "-";
@@ -657,6 +670,7 @@ class Parser {
   std::vector<Token> t_;
   size_t i_ = 0;
   int loop_depth_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -334,8 +334,10 @@ std::string to_json_text(const Value& v, const JsonOptions& opt) {
   return out;
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+static Value from_json_at(const nlohmann::ordered_json& j, int depth) {
   using J = nlohmann::ordered_json;
+  // Deeper input would only exhaust the stack in the recursive printers below.
+  if (depth > 256) throw Error("chat template: context JSON nests deeper than 256 levels");
   switch (j.type()) {
     case J::value_t::null: return Value::none();
     case J::value_t::boolean: return Value(j.get<bool>());
@@ -346,18 +348,20 @@ Value from_json(const nlohmann::ordered_json& j) {
     case J::value_t::array: {
       List xs;
       xs.reserve(j.size());
-      for (const auto& e : j) xs.push_back(from_json(e));
+      for (const auto& e : j) xs.push_back(from_json_at(e, depth + 1));
       return Value::list(std::move(xs));
     }
     case J::value_t::object: {
       auto d = std::make_shared<Dict>();
       d->entries.reserve(j.size());
-      for (const auto& [k, e] : j.items()) d->entries.emplace_back(k, from_json(e));
+      for (const auto& [k, e] : j.items()) d->entries.emplace_back(k, from_json_at(e, depth + 1));
       return Value::dict(std::move(d));
     }
     default: throw Error("chat template: context holds a JSON value of unsupported type (binary)");
   }
 }
+
+Value from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0); }
 
 List iterate(const Value& v) {
   switch (v.kind()) {

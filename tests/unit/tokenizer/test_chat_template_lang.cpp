@@ -76,6 +76,19 @@ TEST(ChatTemplateErrors, RuntimeErrorsNameTheLine) {
   EXPECT_NE(error_of("{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}").find("takes not more than 1 argument"), std::string::npos);
 }
 
+TEST(ChatTemplateErrors, HostileNestingFailsCleanly) {
+  const std::string deep = "{{ " + std::string(20000, '(') + "1" + std::string(20000, ')') + " }}";
+  EXPECT_THROW(vi::ChatTemplate{deep}, vi::Error);
+  std::string ifs;
+  for (int i = 0; i < 5000; ++i) ifs += "{% if true %}";
+  EXPECT_THROW(vi::ChatTemplate{ifs}, vi::Error);
+  ojson v = 1;
+  for (int i = 0; i < 5000; ++i) v = ojson::array({v});
+  EXPECT_THROW(vi::ChatTemplate("{{ v }}").render(ojson{{"v", v}}), vi::Error);
+  // Moderate nesting is fine.
+  EXPECT_EQ(render("{{ " + std::string(50, '(') + "1" + std::string(50, ')') + " }}"), "1");
+}
+
 TEST(ChatTemplateErrors, RaiseExceptionCarriesTheMessageVerbatim) {
   const vi::ChatTemplate t("{% if messages|length == 0 %}{{ raise_exception('No messages: ' ~ n) }}{% endif %}ok");
   try {
