@@ -3,9 +3,10 @@
 // embedding-as-lm_head matmul, and a whole decode step's matmuls (30 layers + lm_head)
 // with separate weights per layer so they stream from memory as in a real forward pass.
 // Counters: FLOP/s (2·T·N·K) and weight bytes/s (what decode is bound by).
-//   build/tests/bench_cpu_ops --benchmark_counters_tabular=true
+//   [VI_THREADS=2] build/tests/bench_cpu_ops --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -140,4 +141,12 @@ BENCHMARK(BM_smollm2_decode_matmuls)
 }  // namespace
 }  // namespace vi
 
-BENCHMARK_MAIN();
+// VI_THREADS=<n> sizes the global pool (default: one thread per hardware thread).
+int main(int argc, char** argv) {
+  if (const char* env = std::getenv("VI_THREADS")) vi::ThreadPool::set_default_threads(std::atoi(env));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -6,6 +6,8 @@
 // Layout facts: core/quant.cpp and ggml's block formats (core/dtype.h).
 #pragma once
 
+#include <cstring>
+
 #include "backends/cpu/simd.h"
 #include "core/dtype.h"
 #include "core/half.h"
@@ -75,20 +77,22 @@ struct DecQ4_1 {
   }
 };
 
-// The 8 (scale, min) pairs of a Q4_K/Q5_K super-block, as fp32 d*scale and dmin*min.
-inline void k_scales(const uint8_t* s, float d, float dmin, float* dl, float* ml) {
-  for (int j = 0; j < 8; ++j) {
-    int sc, m;
-    if (j < 4) {
-      sc = s[j] & 63;
-      m = s[j + 4] & 63;
-    } else {
-      sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-      m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-    dl[j] = d * static_cast<float>(sc);
-    ml[j] = -(dmin * static_cast<float>(m));
-  }
+// The 8 (scale, min) pairs of a Q4_K/Q5_K super-block as fp32: dl[j] = d * scale_j and
+// ml[j] = -(dmin * min_j), written to out[0..8) and out[8..16). The 6-bit fields are
+// regrouped with 32-bit word operations (bytes 0-7: scales, bytes 8-15: mins), then
+// widened and scaled as one 16-lane vector: per 256 weights this is a handful of
+// instructions instead of ~50 scalar ones, which showed in decode (T = 1) speed.
+inline void k_scales(const uint8_t* s, float d, float dmin, float* out) {
+  uint32_t w[4];
+  std::memcpy(w, s, 12);
+  constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+  w[3] = ((w[2] >> 4) & k4) | (((w[1] >> 6) & k2) << 4);  // mins 4-7
+  const uint32_t mins_lo = w[1] & k6;                       // mins 0-3
+  w[1] = (w[2] & k4) | (((w[0] >> 6) & k2) << 4);          // scales 4-7
+  w[2] = mins_lo;
+  w[0] &= k6;                                               // scales 0-3
+  const VecF v = VecF::from_int(VecI::load_u8(reinterpret_cast<const uint8_t*>(w)));
+  (v * VecF::set_halves(d, -dmin)).store(out);
 }
 
 // Q4_K: sub-blocks 2p (low nibbles) and 2p+1 (high nibbles) share qs[32p, 32p+32).
@@ -97,8 +101,10 @@ struct DecQ4_K {
   template <class Emit>
   static void decode(const uint8_t* p, Emit&& emit) {
     const auto* b = reinterpret_cast<const BlockQ4_K*>(p);
-    float dl[8], ml[8];
-    k_scales(b->scales, simd::half_to_float(b->d), simd::half_to_float(b->dmin), dl, ml);
+    alignas(64) float sm[16];
+    k_scales(b->scales, simd::half_to_float(b->d), simd::half_to_float(b->dmin), sm);
+    const float* dl = sm;
+    const float* ml = sm + 8;
     for (int pr = 0; pr < 4; ++pr) {
       const VecF d0 = VecF::set1(dl[2 * pr]), m0 = VecF::set1(ml[2 * pr]);
       const VecF d1 = VecF::set1(dl[2 * pr + 1]), m1 = VecF::set1(ml[2 * pr + 1]);
@@ -117,8 +123,10 @@ struct DecQ5_K {
   template <class Emit>
   static void decode(const uint8_t* p, Emit&& emit) {
     const auto* b = reinterpret_cast<const BlockQ5_K*>(p);
-    float dl[8], ml[8];
-    k_scales(b->scales, simd::half_to_float(b->d), simd::half_to_float(b->dmin), dl, ml);
+    alignas(64) float sm[16];
+    k_scales(b->scales, simd::half_to_float(b->d), simd::half_to_float(b->dmin), sm);
+    const float* dl = sm;
+    const float* ml = sm + 8;
     const VecI qh[2] = {VecI::load_u8(b->qh), VecI::load_u8(b->qh + 16)};
     for (int pr = 0; pr < 4; ++pr) {
       const VecF d0 = VecF::set1(dl[2 * pr]), m0 = VecF::set1(ml[2 * pr]);

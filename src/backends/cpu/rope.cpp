@@ -8,6 +8,9 @@
 
 #include "backends/cpu/cpu_util.h"
 
+// HF rounds q*cos and rotate_half(q)*sin separately before adding: no fused multiply-add.
+#pragma GCC optimize("fp-contract=off")
+
 namespace vi::cpu {
 namespace {
 

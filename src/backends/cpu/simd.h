@@ -51,6 +51,7 @@ struct VecF {
   __m512 v;
   static VecF zero() { return {_mm512_setzero_ps()}; }
   static VecF set1(float f) { return {_mm512_set1_ps(f)}; }
+  static VecF set_halves(float lo, float hi) { return {_mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(lo), _mm512_set1_ps(hi))}; }
   static VecF load(const float* p) { return {_mm512_loadu_ps(p)}; }
   static VecF load_f16(const uint16_t* p) { return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))}; }
   static VecF from_int(VecI i) { return {_mm512_cvtepi32_ps(i.v)}; }
@@ -106,6 +107,7 @@ struct VecF {
   __m256 a, b;
   static VecF zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static VecF set1(float f) { return {_mm256_set1_ps(f), _mm256_set1_ps(f)}; }
+  static VecF set_halves(float lo, float hi) { return {_mm256_set1_ps(lo), _mm256_set1_ps(hi)}; }
   static VecF load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
   static VecF load_f16(const uint16_t* p) {
     return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
@@ -181,6 +183,11 @@ struct VecF {
   static VecF set1(float f) {
     VecF r;
     for (int i = 0; i < kLanes; ++i) r.v[i] = f;
+    return r;
+  }
+  static VecF set_halves(float lo, float hi) {
+    VecF r;
+    for (int i = 0; i < kLanes; ++i) r.v[i] = i < kLanes / 2 ? lo : hi;
     return r;
   }
   static VecF load(const float* p) {
