@@ -77,8 +77,8 @@ def write_decode_cases(name, tok):
         except UnicodeDecodeError:
             return True
 
-    fragments = [i for t, i in vocab.items() if is_fragment(t)]
-    specials = [t.id if hasattr(t, "id") else i for i, t in tok.get_added_tokens_decoder().items()]
+    fragments = sorted(i for t, i in vocab.items() if is_fragment(t))  # get_vocab() order varies per run
+    specials = sorted(tok.get_added_tokens_decoder())
     out = DATA / f"{name}.decode.jsonl"
     with out.open("w", encoding="utf-8") as f:
         for case in range(300):
