@@ -64,6 +64,28 @@ void run(const char* name) {
 }
 
 TEST(TokenizerSpeed, SmolLM2Encode1MB) { run("smollm2"); }
+
+// Very long single pieces (one regex match, one BPE word) must neither overflow PCRE2's JIT
+// stack nor go quadratic in the merge loop.
+TEST(TokenizerSpeed, LongRuns) {
+  for (const char* name : {"smollm2", "qwen35"}) {
+    const auto path = test::tok_data() / name / "tokenizer.json";
+    if (!std::filesystem::exists(path)) continue;
+    const Tokenizer tok = Tokenizer::from_tokenizer_json(path.string());
+    std::string emoji;
+    for (int i = 0; i < 50000; ++i) emoji += "\xF0\x9F\x98\x80";
+    for (const std::string& text : {std::string(300000, ' '), std::string(300000, 'a'), std::string(100000, '7'),
+                                    std::string(100000, '\n') + "x", emoji, "x" + std::string(200000, '\t') + "y"}) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto ids = tok.encode(text, false, true);
+      const double s = seconds_since(t0);
+      EXPECT_EQ(tok.decode(ids), text) << name;
+#if !defined(__SANITIZE_ADDRESS__) && defined(NDEBUG)
+      EXPECT_LT(s, 1.0) << name << ": " << text.size() << "-byte run took " << s << " s";
+#endif
+    }
+  }
+}
 TEST(TokenizerSpeed, Qwen35Encode1MB) { run("qwen35"); }
 
 }  // namespace
