@@ -59,7 +59,8 @@ void run(const char* name) {
 #if defined(__SANITIZE_ADDRESS__) || !defined(NDEBUG)
   std::printf("(no time bound in sanitizer/debug builds)\n");
 #else
-  EXPECT_LT(enc_s, 0.5) << "encoding 1 MB took " << enc_s << " s";
+  // ~0.1 s on an idle core; the bound leaves room for a busy shared CI machine.
+  EXPECT_LT(enc_s, 1.0) << "encoding 1 MB took " << enc_s << " s";
 #endif
 }
 
