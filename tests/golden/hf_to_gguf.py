@@ -171,7 +171,9 @@ BREAKABLE = ("rope_permute", "v_reorder", "norm_plus_one", "neg_exp_a")
 
 def transform(name: str, w: np.ndarray, family: str, cfg: dict, breaks: frozenset[str] = frozenset()) -> np.ndarray:
     """Apply llama.cpp's converter transforms to one HF tensor (float32)."""
-    if family == "llama" and "rope_permute" not in breaks:
+    if family == "llama":
+        if "rope_permute" in breaks:
+            return w
         if name.endswith("self_attn.q_proj.weight"):
             return rope_pair_permute(w, cfg["num_attention_heads"])
         if name.endswith("self_attn.k_proj.weight"):
@@ -228,25 +230,29 @@ def encode(w: np.ndarray, qtype: gguf.GGMLQuantizationType) -> tuple[np.ndarray,
 
 
 def add_byte_vocab(writer: gguf.GGUFWriter, n_vocab: int) -> None:
-    """Minimal GPT-2 style byte-level vocabulary: the 256 byte symbols, then filler tokens."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    sym = dict(zip(bs, (chr(c) for c in cs)))
-    tokens = [sym[b] for b in range(min(256, n_vocab))]
-    tokens += [f"<|extra_{i}|>" for i in range(n_vocab - len(tokens))]
-    types = [gguf.TokenType.NORMAL] * min(256, n_vocab) + [gguf.TokenType.CONTROL] * (n_vocab - min(256, n_vocab))
+    """Minimal GPT-2 style byte-level BPE vocabulary: the 256 byte symbols, then two-letter merges
+    ("t h" -> "th", ...) up to the model's vocabulary size."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    sym, extra = {}, 0
+    for b in range(256):  # printable bytes stand for themselves, the others map to U+0100 onwards
+        if b in printable:
+            sym[b] = chr(b)
+        else:
+            sym[b] = chr(256 + extra)
+            extra += 1
+    tokens = [sym[b] for b in range(256)][:n_vocab]
+    letters = "etaoinshrdlucmfwypvbgkjqxz"
+    pairs = [a + b for a in letters for b in letters]
+    merges = [f"{p[0]} {p[1]}" for p in pairs[:max(0, n_vocab - 256)]]
+    tokens += pairs[:max(0, n_vocab - 256)]
+    assert len(tokens) == n_vocab, "vocabulary larger than 256 + 26*26 is not needed here"
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
+    writer.add_tokenizer_pre("gpt2")
     writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges([])
-    if n_vocab > 256:
-        writer.add_eos_token_id(256)
+    writer.add_token_types([gguf.TokenType.NORMAL] * n_vocab)
+    if merges:
+        writer.add_token_merges(merges)
+    writer.add_add_bos_token(False)
 
 
 def convert(folder: Path, out: Path, outtype: str = "f32", byte_vocab: bool = False,
