@@ -31,6 +31,8 @@ minimal byte-level "gpt2" vocabulary so that tools which want one can open the f
 
 Usage:
   python3 tests/golden/hf_to_gguf.py tests/golden/qwen35_c /tmp/qwen35_c.gguf [--outtype f32|f16|q8_0]
+      [--byte-vocab] [--break rope_permute|v_reorder|norm_plus_one|neg_exp_a (WRONG file, for tests)]
+Exit status 0 written, 3 not expressible in GGUF.
 """
 
 from __future__ import annotations
