@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 #include "tokenizer/jinja_ast.h"
 #include "tokenizer/jinja_interp.h"
 
@@ -72,6 +74,29 @@ std::string ChatTemplate::render_chat(const ojson& messages, const ojson& tools,
   ctx["documents"] = nullptr;
   ctx["add_generation_prompt"] = add_generation_prompt;
   return render(ctx);
+}
+
+std::string pick_chat_template(const nlohmann::json& field, bool with_tools) {
+  if (field.is_string()) return field.get<std::string>();
+  std::map<std::string, std::string> named;
+  if (field.is_array()) {
+    for (const auto& e : field) {
+      if (!e.is_object() || !e.contains("name") || !e.contains("template") || !e["name"].is_string() ||
+          !e["template"].is_string())
+        throw Error("chat_template list entries must be {\"name\": str, \"template\": str}");
+      named[e["name"].get<std::string>()] = e["template"].get<std::string>();
+    }
+  } else if (field.is_object()) {
+    for (const auto& [k, v] : field.items()) {
+      if (!v.is_string()) throw Error(fmt::format("chat_template '{}' is not a string", k));
+      named[k] = v.get<std::string>();
+    }
+  } else {
+    throw Error("chat_template must be a string, a list of named templates, or an object");
+  }
+  if (with_tools && named.count("tool_use")) return named["tool_use"];
+  if (named.count("default")) return named["default"];
+  throw Error("chat_template has several named templates but none called 'default'");
 }
 
 }  // namespace vi

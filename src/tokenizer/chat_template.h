@@ -52,4 +52,10 @@ class ChatTemplate {
   std::shared_ptr<const jinja::Template> tpl_;
 };
 
+// Chooses the template text from tokenizer_config.json's `chat_template` value, which is a
+// string or a list of {"name", "template"} (or a name -> template object): like
+// transformers, "tool_use" when tools are given and it exists, else "default".
+// Throws vi::Error if no template applies.
+std::string pick_chat_template(const nlohmann::json& chat_template_field, bool with_tools);
+
 }  // namespace vi

@@ -389,8 +389,13 @@ void Interpreter::assign(const Target& t, const Value& v, const ScopePtr& s) {
   for (size_t i = 0; i < xs.size(); ++i) s->vars[t.names[i]] = xs[i];
 }
 
+Interpreter::~Interpreter() {
+  for (const ScopePtr& s : closure_scopes_) s->vars.clear();
+}
+
 Value Interpreter::make_macro(const std::string& name, const std::vector<MacroParam>& params, const Body& body,
                               const ScopePtr& def_scope) {
+  closure_scopes_.push_back(def_scope);
   auto c = std::make_shared<Callable>();
   c->name = name;
   const std::vector<MacroParam>* ps = &params;

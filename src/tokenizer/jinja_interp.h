@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "tokenizer/jinja_ast.h"
 #include "tokenizer/jinja_value.h"
@@ -31,6 +32,10 @@ enum class Flow { Normal, Break, Continue };
 class Interpreter {
  public:
   explicit Interpreter(const Template& tpl) : tpl_(tpl) {}
+  // Macros hold their defining scope and scopes hold macros: that cycle is broken here.
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   // `context` must be a dict; its keys become template variables.
   std::string render(const Value& context);
@@ -58,6 +63,7 @@ class Interpreter {
 
   const Template& tpl_;
   int depth_ = 0;  // macro recursion guard
+  std::vector<ScopePtr> closure_scopes_;  // scopes captured by macros, cleared at the end
 };
 
 // ---- built-ins (jinja_builtins.cpp); they throw vi::Error with a plain message ----

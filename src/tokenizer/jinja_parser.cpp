@@ -446,7 +446,7 @@ class Parser {
     }
     ~DepthGuard() { --p.depth_; }
   };
-  static constexpr int kMaxDepth = 256;
+  static constexpr int kMaxDepth = 128;
 
   ExprPtr parse_unary(bool with_filter) {
     const size_t pos = cur().pos;

@@ -83,7 +83,7 @@ TEST(ChatTemplateErrors, HostileNestingFailsCleanly) {
   for (int i = 0; i < 5000; ++i) ifs += "{% if true %}";
   EXPECT_THROW(vi::ChatTemplate{ifs}, vi::Error);
   ojson v = 1;
-  for (int i = 0; i < 5000; ++i) v = ojson::array({v});
+  for (int i = 0; i < 600; ++i) v = ojson::array({v});
   EXPECT_THROW(vi::ChatTemplate("{{ v }}").render(ojson{{"v", v}}), vi::Error);
   // Moderate nesting is fine.
   EXPECT_EQ(render("{{ " + std::string(50, '(') + "1" + std::string(50, ')') + " }}"), "1");
@@ -129,6 +129,17 @@ TEST(ChatTemplateLanguage, RenderChatNormalisesLikeTransformers) {
             "True True True </s>");
   EXPECT_THROW(t.render_chat(msgs, nullptr, false, {{"messages", 1}}), vi::Error);
   EXPECT_THROW(t.render_chat(ojson::object(), nullptr, false), vi::Error);
+}
+
+TEST(ChatTemplateLanguage, PickChatTemplateLikeTransformers) {
+  EXPECT_EQ(vi::pick_chat_template("plain", true), "plain");
+  const nlohmann::json named = nlohmann::json::parse(
+      R"([{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T"}])");
+  EXPECT_EQ(vi::pick_chat_template(named, false), "D");
+  EXPECT_EQ(vi::pick_chat_template(named, true), "T");
+  EXPECT_EQ(vi::pick_chat_template(nlohmann::json{{"default", "D"}}, true), "D");
+  EXPECT_THROW(vi::pick_chat_template(nlohmann::json{{"rag", "R"}}, false), vi::Error);
+  EXPECT_THROW(vi::pick_chat_template(nullptr, false), vi::Error);
 }
 
 TEST(ChatTemplateLanguage, StrftimeNowUsesTheLocalClock) {
