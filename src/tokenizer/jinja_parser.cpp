@@ -635,7 +635,8 @@ class Parser {
     std::string n = expect_name();
     while (is_op(".") && peek().type == Tok::Name) {
       ++i_;
-      n += "." + next().text;
+      n.push_back('.');
+      n += next().text;
     }
     return n;
   }
