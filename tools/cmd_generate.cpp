@@ -73,7 +73,7 @@ void run_chat(const ChatArgs& a) {
   ChatTemplate tmpl(L.chat_template);
   auto seq = L.model->new_sequence(L.n_ctx);
   std::vector<int32_t> history;  // tokens held in seq
-  nlohmann::json messages = nlohmann::json::array();
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (!a.system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", a.system_prompt}});
   const bool interactive = isatty(STDIN_FILENO);
   if (interactive)
@@ -97,16 +97,16 @@ void run_chat(const ChatArgs& a) {
       if (user.empty()) continue;
     }
     messages.push_back({{"role", "user"}, {"content", user}});
-    nlohmann::json context = {{"messages", messages},
-                              {"add_generation_prompt", true},
-                              {"bos_token", L.tokenizer->token_to_piece(L.tokenizer->bos())},
-                              {"eos_token", L.tokenizer->token_to_piece(L.tokenizer->eos())}};
-    std::string text = tmpl.render(context);
+    nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+    if (L.tokenizer->bos() >= 0) extra["bos_token"] = L.tokenizer->token_to_piece(L.tokenizer->bos());
+    if (L.tokenizer->eos() >= 0) extra["eos_token"] = L.tokenizer->token_to_piece(L.tokenizer->eos());
+    std::string text = tmpl.render_chat(messages, nullptr, /*add_generation_prompt=*/true, extra);
     std::vector<int32_t> tokens = L.tokenizer->encode(text, /*add_special=*/false, /*parse_special=*/true);
     // Reuse the longest cached prefix of the conversation; feed only what is new.
     size_t common = 0;
     while (common < history.size() && common < tokens.size() && history[common] == tokens[common]) ++common;
     if (common == tokens.size()) --common;  // at least one token must be fed to get logits
+    if (!seq->can_truncate_to(static_cast<int64_t>(common))) common = 0;  // recurrent state: start over
     seq->truncate(static_cast<int64_t>(common));
     history.resize(common);
     std::span<const int32_t> fresh(tokens.data() + common, tokens.size() - common);

@@ -1,15 +1,9 @@
 #include "formats/weight_source.h"
 
-#include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "core/error.h"
-#include "formats/gguf.h"
-#include "formats/safetensors.h"
-
-namespace fs = std::filesystem;
+#include "formats/model_file.h"
 
 namespace vi::formats {
 
@@ -76,16 +70,6 @@ void flatten_into(Metadata& m, const std::string& prefix, const nlohmann::json& 
   }
 }
 
-nlohmann::json read_config(const fs::path& p) {
-  std::ifstream f(p);
-  if (!f.good()) throw FormatError(fmt::format("{}: cannot read", p.string()));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) throw FormatError(fmt::format("{}: not a JSON object", p.string()));
-  return j;
-}
-
 }  // namespace
 
 Metadata flatten_config(const nlohmann::json& config) {
@@ -95,30 +79,17 @@ Metadata flatten_config(const nlohmann::json& config) {
 }
 
 std::unique_ptr<WeightSource> open_weight_source(const std::string& path) {
-  fs::path p(path);
-  if (!fs::exists(p)) throw Error(fmt::format("model '{}' does not exist", path));
-  if (fs::is_regular_file(p) && p.extension() == ".gguf") {
-    GgufFile g = read_gguf(path);
-    return std::make_unique<MapWeightSource>(path, WeightFormat::kGguf, std::move(g.meta), std::move(g.tensors));
-  }
-  fs::path dir = fs::is_directory(p) ? p : p.parent_path();
-  SafetensorsFile st;
-  if (fs::is_regular_file(p)) {
-    VI_CHECK(p.extension() == ".safetensors", "'{}' is neither a .gguf nor a .safetensors file nor a folder",
-             path);
-    st = read_safetensors(path);
-  } else if (fs::exists(dir / "model.safetensors.index.json")) {
-    st = read_safetensors_index((dir / "model.safetensors.index.json").string());
-  } else if (fs::exists(dir / "model.safetensors")) {
-    st = read_safetensors((dir / "model.safetensors").string());
-  } else {
-    throw Error(fmt::format("{}: no model.safetensors or model.safetensors.index.json in this folder", path));
-  }
-  if (!fs::exists(dir / "config.json"))
-    throw FormatError(fmt::format("{}: config.json is missing next to the safetensors weights", dir.string()));
-  Metadata meta = flatten_config(read_config(dir / "config.json"));
-  return std::make_unique<MapWeightSource>(path, WeightFormat::kSafetensors, std::move(meta),
-                                           std::move(st.tensors));
+  // Pages are touched later by the model loader, tensor by tensor, with its progress bar.
+  ModelFile mf = open_model_file(path, nullptr, /*prefault=*/false);
+  std::vector<Tensor> tensors;
+  tensors.reserve(mf.tensors.size());
+  for (auto& [name, t] : mf.tensors) tensors.push_back(t);
+  if (mf.format == FileFormat::kGguf)
+    return std::make_unique<MapWeightSource>(path, WeightFormat::kGguf, std::move(mf.meta), std::move(tensors));
+  if (mf.config.is_null())
+    throw FormatError(fmt::format("{}: config.json is missing next to the safetensors weights", path));
+  return std::make_unique<MapWeightSource>(path, WeightFormat::kSafetensors, flatten_config(mf.config),
+                                           std::move(tensors));
 }
 
 }  // namespace vi::formats

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "ops/copy.h"
+#include "ops/memory.h"
 
 namespace vi {
 
@@ -44,7 +45,7 @@ BatchPlan BatchPlan::make(std::span<const BatchItem> items, int64_t n_vocab) {
 Tensor gather_output_rows(ops::Context& ctx, const BatchPlan& plan, const Tensor& x) {
   const int64_t M = static_cast<int64_t>(plan.out_rows.size());
   if (M == plan.n_rows) return x;
-  Tensor out = Tensor::empty(x.dtype(), {M, x.cols()});
+  Tensor out = ops::empty(ctx, x.dtype(), {M, x.cols()});
   // Copy runs of consecutive rows in one op each.
   for (int64_t m = 0; m < M;) {
     int64_t r = plan.out_rows[m], n = 1;

@@ -16,8 +16,9 @@ std::string HParamReader::key(const std::string& gguf_key, const std::string& hf
     return m.has(prefix_ + gguf_key) ? prefix_ + gguf_key : "";
   }
   if (hf_key.empty()) return "";
-  if (m.has(hf_key)) return hf_key;
+  // Multimodal checkpoints (Qwen3.5) keep the text model's fields under text_config.
   if (m.has("text_config." + hf_key)) return "text_config." + hf_key;
+  if (m.has(hf_key)) return hf_key;
   return "";
 }
 

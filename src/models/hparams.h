@@ -1,5 +1,5 @@
 // Reading hyper-parameters from either a GGUF file ("<arch>.<key>") or a Hugging Face
-// config.json flattened to dotted keys (top level first, then "text_config.").
+// config.json flattened to dotted keys ("text_config." first, then the top level).
 #pragma once
 
 #include <optional>

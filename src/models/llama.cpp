@@ -18,6 +18,7 @@
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/matmul.h"
+#include "ops/memory.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
 
@@ -42,12 +43,12 @@ struct LlamaLayer {
 
 class LlamaState final : public SequenceState {
  public:
-  LlamaState(const LlamaHParams& hp, int64_t n_ctx) {
+  LlamaState(ops::Context& ctx, const LlamaHParams& hp, int64_t n_ctx) {
     capacity_ = n_ctx;
     int64_t kv_width = hp.n_kv_head * hp.head_dim;
     for (int64_t l = 0; l < hp.n_layer; ++l) {
-      k.push_back(Tensor::empty(DType::F32, {n_ctx, kv_width}));  // [n_ctx, Hkv*hd]
-      v.push_back(Tensor::empty(DType::F32, {n_ctx, kv_width}));
+      k.push_back(ops::empty(ctx, DType::F32, {n_ctx, kv_width}));  // [n_ctx, Hkv*hd]
+      v.push_back(ops::empty(ctx, DType::F32, {n_ctx, kv_width}));
     }
   }
   void truncate(int64_t n) override {
@@ -64,13 +65,15 @@ class LlamaModel final : public Model {
   LlamaModel(const WeightSource& src, const LoadOptions& opts);
   const ModelInfo& info() const override { return info_; }
   std::unique_ptr<SequenceState> new_sequence(int64_t n_ctx) const override {
-    return std::make_unique<LlamaState>(hp_, n_ctx);
+    ops::Context ctx = ctx_;
+    return std::make_unique<LlamaState>(ctx, hp_, n_ctx);
   }
   void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const override;
 
  private:
   LlamaHParams hp_;
   ModelInfo info_;
+  ops::Context ctx_;  // device of the weights; sequences are allocated there too
   Tensor tok_embd_;  // [vocab, d]
   Tensor out_norm_;  // [d] f32
   Tensor lm_head_;   // [vocab, d] (the embedding when tied)
@@ -112,7 +115,7 @@ std::vector<int64_t> unpermute_heads(int64_t n_head, int64_t head_dim) {
   return perm;
 }
 
-LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts) {
+LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts) : ctx_(opts.ctx) {
   info_.arch = model_arch(src);
   hp_ = read_hparams(src, info_.arch);
   WeightLoader w(src, opts.progress);
@@ -178,15 +181,15 @@ void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> ite
   const int64_t N = plan.n_rows;
   const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, Hkv = hp_.n_kv_head, kv_w = Hkv * hd;
 
-  Tensor x = Tensor::empty(DType::F32, {N, d});          // [N, d] residual stream
-  Tensor n = Tensor::empty(DType::F32, {N, d});          // [N, d] normed input
-  Tensor q = Tensor::empty(DType::F32, {N, Hq * hd});
-  Tensor k = Tensor::empty(DType::F32, {N, kv_w});
-  Tensor v = Tensor::empty(DType::F32, {N, kv_w});
-  Tensor a = Tensor::empty(DType::F32, {N, Hq * hd});    // attention output
-  Tensor o = Tensor::empty(DType::F32, {N, d});
-  Tensor gate = Tensor::empty(DType::F32, {N, hp_.d_ff});
-  Tensor up = Tensor::empty(DType::F32, {N, hp_.d_ff});
+  Tensor x = ops::empty(ctx, DType::F32, {N, d});          // [N, d] residual stream
+  Tensor n = ops::empty(ctx, DType::F32, {N, d});          // [N, d] normed input
+  Tensor q = ops::empty(ctx, DType::F32, {N, Hq * hd});
+  Tensor k = ops::empty(ctx, DType::F32, {N, kv_w});
+  Tensor v = ops::empty(ctx, DType::F32, {N, kv_w});
+  Tensor a = ops::empty(ctx, DType::F32, {N, Hq * hd});    // attention output
+  Tensor o = ops::empty(ctx, DType::F32, {N, d});
+  Tensor gate = ops::empty(ctx, DType::F32, {N, hp_.d_ff});
+  Tensor up = ops::empty(ctx, DType::F32, {N, hp_.d_ff});
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
   ops::embedding(ctx, tok_embd_, plan.ids, x);
@@ -234,7 +237,7 @@ void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> ite
   Tensor last = gather_output_rows(ctx, plan, x);
   Tensor nl = n.slice_rows(0, last.dim(0));
   ops::rms_norm(ctx, last, out_norm_, hp_.norm_eps, 0.0f, nl);
-  logits = Tensor::empty(DType::F32, {last.dim(0), hp_.n_vocab});
+  logits = ops::empty(ctx, DType::F32, {last.dim(0), hp_.n_vocab});
   ops::matmul(ctx, nl, lm_head_, logits);
   for (const BatchItem& it : items) static_cast<LlamaState&>(*it.seq).advance(static_cast<int64_t>(it.tokens.size()));
 }

@@ -71,6 +71,8 @@ class Model {
 };
 
 struct LoadOptions {
+  // Where weights, caches and activations live (the device the model runs on).
+  ops::Context ctx;
   // Called as tensors are prepared: (bytes done, bytes total), for a progress bar.
   std::function<void(size_t, size_t)> progress;
 };

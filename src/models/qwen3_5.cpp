@@ -22,6 +22,7 @@
 #include "ops/embedding.h"
 #include "ops/gdn.h"
 #include "ops/matmul.h"
+#include "ops/memory.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
 
@@ -66,21 +67,21 @@ struct Layer {
 
 class Qwen35State final : public SequenceState {
  public:
-  Qwen35State(const Qwen35HParams& hp, int64_t n_ctx) {
+  Qwen35State(ops::Context& ctx, const Qwen35HParams& hp, int64_t n_ctx) {
     capacity_ = n_ctx;
     const int64_t kv_w = hp.n_kv_head * hp.head_dim, key_dim = hp.gdn_k_heads * hp.gdn_dk,
                   value_dim = hp.gdn_v_heads * hp.gdn_dv, km1 = hp.conv_kernel - 1;
     for (int64_t l = 0; l < hp.n_layer; ++l) {
       if (hp.is_full[l]) {
-        k.push_back(Tensor::empty(DType::F32, {n_ctx, kv_w}));  // [n_ctx, Hkv*hd]
-        v.push_back(Tensor::empty(DType::F32, {n_ctx, kv_w}));
+        k.push_back(ops::empty(ctx, DType::F32, {n_ctx, kv_w}));  // [n_ctx, Hkv*hd]
+        v.push_back(ops::empty(ctx, DType::F32, {n_ctx, kv_w}));
         conv_q.emplace_back(), conv_k.emplace_back(), conv_v.emplace_back(), ssm.emplace_back();
       } else {
         k.emplace_back(), v.emplace_back();
-        conv_q.push_back(Tensor::empty(DType::F32, {km1, key_dim}));    // previous K-1 inputs
-        conv_k.push_back(Tensor::empty(DType::F32, {km1, key_dim}));
-        conv_v.push_back(Tensor::empty(DType::F32, {km1, value_dim}));
-        ssm.push_back(Tensor::empty(DType::F32, {hp.gdn_v_heads, hp.gdn_dk, hp.gdn_dv}));  // fp32 state
+        conv_q.push_back(ops::empty(ctx, DType::F32, {km1, key_dim}));    // previous K-1 inputs
+        conv_k.push_back(ops::empty(ctx, DType::F32, {km1, key_dim}));
+        conv_v.push_back(ops::empty(ctx, DType::F32, {km1, value_dim}));
+        ssm.push_back(ops::empty(ctx, DType::F32, {hp.gdn_v_heads, hp.gdn_dk, hp.gdn_dv}));  // fp32 state
       }
     }
     reset();
@@ -111,7 +112,8 @@ class Qwen35Model final : public Model {
   Qwen35Model(const WeightSource& src, const LoadOptions& opts);
   const ModelInfo& info() const override { return info_; }
   std::unique_ptr<SequenceState> new_sequence(int64_t n_ctx) const override {
-    return std::make_unique<Qwen35State>(hp_, n_ctx);
+    ops::Context ctx = ctx_;
+    return std::make_unique<Qwen35State>(ctx, hp_, n_ctx);
   }
   void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const override;
 
@@ -122,6 +124,7 @@ class Qwen35Model final : public Model {
 
   Qwen35HParams hp_;
   ModelInfo info_;
+  ops::Context ctx_;  // device of the weights; sequences are allocated there too
   float norm_offset_ = 0;        // 1 for HF (1+w stored as w), 0 for GGUF (1 folded in)
   ops::GvaLayout gva_ = ops::GvaLayout::kGrouped;
   Tensor tok_embd_, out_norm_, lm_head_;
@@ -191,7 +194,7 @@ std::vector<int64_t> iota_rows(int64_t begin, int64_t end) {
   return v;
 }
 
-Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts) {
+Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts) : ctx_(opts.ctx) {
   hp_ = read_hparams(src);
   WeightLoader w(src, opts.progress);
   const bool gguf = w.gguf();
@@ -325,23 +328,23 @@ void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> it
   const int64_t key_dim = Hk * dk, value_dim = Hv * dv;
   const float off = norm_offset_, eps = hp_.norm_eps;
 
-  Tensor x = Tensor::empty(DType::F32, {N, d});  // [N, d] residual stream
-  Tensor n = Tensor::empty(DType::F32, {N, d});
-  Tensor o = Tensor::empty(DType::F32, {N, d});
-  Tensor ff_g = Tensor::empty(DType::F32, {N, hp_.d_ff});
-  Tensor ff_u = Tensor::empty(DType::F32, {N, hp_.d_ff});
+  Tensor x = ops::empty(ctx, DType::F32, {N, d});  // [N, d] residual stream
+  Tensor n = ops::empty(ctx, DType::F32, {N, d});
+  Tensor o = ops::empty(ctx, DType::F32, {N, d});
+  Tensor ff_g = ops::empty(ctx, DType::F32, {N, hp_.d_ff});
+  Tensor ff_u = ops::empty(ctx, DType::F32, {N, hp_.d_ff});
   // Full-attention scratch.
-  Tensor q = Tensor::empty(DType::F32, {N, Hq * hd}), gate = Tensor::empty(DType::F32, {N, Hq * hd});
-  Tensor k = Tensor::empty(DType::F32, {N, kv_w}), v = Tensor::empty(DType::F32, {N, kv_w});
-  Tensor att = Tensor::empty(DType::F32, {N, Hq * hd});
+  Tensor q = ops::empty(ctx, DType::F32, {N, Hq * hd}), gate = ops::empty(ctx, DType::F32, {N, Hq * hd});
+  Tensor k = ops::empty(ctx, DType::F32, {N, kv_w}), v = ops::empty(ctx, DType::F32, {N, kv_w});
+  Tensor att = ops::empty(ctx, DType::F32, {N, Hq * hd});
   // GDN scratch.
-  Tensor lq = Tensor::empty(DType::F32, {N, key_dim}), lk = Tensor::empty(DType::F32, {N, key_dim});
-  Tensor lv = Tensor::empty(DType::F32, {N, value_dim}), lz = Tensor::empty(DType::F32, {N, value_dim});
-  Tensor cq = Tensor::empty(DType::F32, {N, key_dim}), ck = Tensor::empty(DType::F32, {N, key_dim});
-  Tensor cv = Tensor::empty(DType::F32, {N, value_dim});
-  Tensor la = Tensor::empty(DType::F32, {N, Hv}), lb = Tensor::empty(DType::F32, {N, Hv});
-  Tensor g = Tensor::empty(DType::F32, {N, Hv}), beta = Tensor::empty(DType::F32, {N, Hv});
-  Tensor core = Tensor::empty(DType::F32, {N, value_dim}), y = Tensor::empty(DType::F32, {N, value_dim});
+  Tensor lq = ops::empty(ctx, DType::F32, {N, key_dim}), lk = ops::empty(ctx, DType::F32, {N, key_dim});
+  Tensor lv = ops::empty(ctx, DType::F32, {N, value_dim}), lz = ops::empty(ctx, DType::F32, {N, value_dim});
+  Tensor cq = ops::empty(ctx, DType::F32, {N, key_dim}), ck = ops::empty(ctx, DType::F32, {N, key_dim});
+  Tensor cv = ops::empty(ctx, DType::F32, {N, value_dim});
+  Tensor la = ops::empty(ctx, DType::F32, {N, Hv}), lb = ops::empty(ctx, DType::F32, {N, Hv});
+  Tensor g = ops::empty(ctx, DType::F32, {N, Hv}), beta = ops::empty(ctx, DType::F32, {N, Hv});
+  Tensor core = ops::empty(ctx, DType::F32, {N, value_dim}), y = ops::empty(ctx, DType::F32, {N, value_dim});
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
 
@@ -415,7 +418,7 @@ void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> it
   Tensor last = gather_output_rows(ctx, plan, x);
   Tensor nl = n.slice_rows(0, last.dim(0));
   ops::rms_norm(ctx, last, out_norm_, eps, off, nl);
-  logits = Tensor::empty(DType::F32, {last.dim(0), hp_.n_vocab});
+  logits = ops::empty(ctx, DType::F32, {last.dim(0), hp_.n_vocab});
   ops::matmul(ctx, nl, lm_head_, logits);
   for (const BatchItem& it : items)
     static_cast<Qwen35State&>(*it.seq).advance(static_cast<int64_t>(it.tokens.size()));

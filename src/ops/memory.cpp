@@ -1,0 +1,43 @@
+#include "ops/memory.h"
+
+#include <array>
+
+namespace vi::ops {
+
+MemoryFns& memory_fns(Device d) {
+  static std::array<MemoryFns, kNumDevices> fns;
+  return fns[static_cast<size_t>(d)];
+}
+
+namespace {
+const MemoryFns& need(Device d, bool ok, const char* what) {
+  const MemoryFns& f = memory_fns(d);
+  VI_CHECK(ok, "no {} backend is built into this binary (needed for {})", device_name(d), what);
+  return f;
+}
+}  // namespace
+
+Tensor empty(Context& ctx, DType dtype, const std::vector<int64_t>& shape) {
+  const MemoryFns& f = need(ctx.device, memory_fns(ctx.device).empty != nullptr, "allocation");
+  return f.empty(ctx, dtype, shape);
+}
+
+Tensor upload(Context& ctx, const Tensor& host) {
+  VI_CHECK(host.device() == Device::CPU, "upload needs a host tensor");
+  if (ctx.device == Device::CPU) return host;
+  const MemoryFns& f = need(ctx.device, memory_fns(ctx.device).upload != nullptr, "upload");
+  return f.upload(ctx, host);
+}
+
+Tensor download(Context& ctx, const Tensor& t) {
+  if (t.device() == Device::CPU) return t;
+  const MemoryFns& f = need(t.device(), memory_fns(t.device()).download != nullptr, "download");
+  return f.download(ctx, t);
+}
+
+void synchronize(Context& ctx) {
+  const MemoryFns& f = memory_fns(ctx.device);
+  if (f.synchronize) f.synchronize(ctx);
+}
+
+}  // namespace vi::ops

@@ -1,0 +1,29 @@
+// Device memory through the op registry: models allocate activations and move weights
+// with these, so the same model code runs on any backend.
+#pragma once
+
+#include <vector>
+
+#include "ops/registry.h"
+
+namespace vi::ops {
+
+// Uninitialised tensor on ctx.device.
+Tensor empty(Context& ctx, DType dtype, const std::vector<int64_t>& shape);
+// A copy of a host tensor on ctx.device (the tensor itself when ctx.device is the CPU).
+Tensor upload(Context& ctx, const Tensor& host);
+// A host copy of a tensor on any device (the tensor itself when already on the host).
+Tensor download(Context& ctx, const Tensor& t);
+// Waits for all work queued on ctx (no-op on the CPU).
+void synchronize(Context& ctx);
+
+struct MemoryFns {
+  Tensor (*empty)(Context&, DType, const std::vector<int64_t>&) = nullptr;
+  Tensor (*upload)(Context&, const Tensor&) = nullptr;
+  Tensor (*download)(Context&, const Tensor&) = nullptr;
+  void (*synchronize)(Context&) = nullptr;
+};
+// One entry per device; backends fill theirs from a static initialiser.
+MemoryFns& memory_fns(Device d);
+
+}  // namespace vi::ops
