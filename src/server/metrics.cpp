@@ -1,0 +1,66 @@
+// Prometheus text rendering (see metrics.h). Names follow Prometheus conventions:
+// counters end in _total, durations are in seconds, histogram buckets are cumulative.
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+#include <iterator>
+
+namespace vi::server {
+
+namespace {
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void histogram(std::string& out, const char* name, const char* help, const double* bounds, size_t n_bounds,
+               const std::vector<uint64_t>& counts, double sum, uint64_t n) {
+  header(out, name, "histogram", help);
+  uint64_t cum = 0;
+  for (size_t i = 0; i < n_bounds; ++i) {
+    cum += i < counts.size() ? counts[i] : 0;
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds[i], cum);
+  }
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, n);
+  out += fmt::format("{}_sum {}\n{}_count {}\n", name, sum, name, n);
+}
+}  // namespace
+
+std::string render_metrics(ServerContext& ctx) {
+  EngineStats s = ctx.engine.stats();
+  std::string out;
+  header(out, "voltinfer_requests_total", "counter", "Generation requests the engine ended, by outcome");
+  out += fmt::format("voltinfer_requests_total{{outcome=\"finished\"}} {}\n", s.requests_finished);
+  out += fmt::format("voltinfer_requests_total{{outcome=\"cancelled\"}} {}\n", s.requests_cancelled);
+  out += fmt::format("voltinfer_requests_total{{outcome=\"failed\"}} {}\n", s.requests_failed);
+  header(out, "voltinfer_client_disconnects_total", "counter",
+         "Requests whose client hung up before the answer was complete (their sequence was cancelled)");
+  out += fmt::format("voltinfer_client_disconnects_total {}\n", ctx.counters.client_disconnects.load());
+  header(out, "voltinfer_stop_string_matches_total", "counter", "Generations ended by a stop string");
+  out += fmt::format("voltinfer_stop_string_matches_total {}\n", ctx.counters.stop_string_matches.load());
+  header(out, "voltinfer_prompt_tokens_total", "counter", "Prompt tokens processed");
+  out += fmt::format("voltinfer_prompt_tokens_total {}\n", s.prompt_tokens);
+  header(out, "voltinfer_generated_tokens_total", "counter", "Tokens generated");
+  out += fmt::format("voltinfer_generated_tokens_total {}\n", s.generated_tokens);
+  header(out, "voltinfer_engine_steps_total", "counter", "Batched forward passes run");
+  out += fmt::format("voltinfer_engine_steps_total {}\n", s.steps);
+  header(out, "voltinfer_queue_depth", "gauge", "Requests waiting for a sequence slot");
+  out += fmt::format("voltinfer_queue_depth {}\n", s.queue_depth);
+  header(out, "voltinfer_running_sequences", "gauge", "Sequences being prefilled or decoded");
+  out += fmt::format("voltinfer_running_sequences {}\n", s.running);
+  header(out, "voltinfer_max_sequences", "gauge", "Sequence slots (-np/--parallel)");
+  out += fmt::format("voltinfer_max_sequences {}\n", ctx.engine.options().max_seqs);
+  histogram(out, "voltinfer_time_to_first_token_seconds", "Time from admission to the first generated token",
+            EngineStats::kTtftBuckets, std::size(EngineStats::kTtftBuckets), s.ttft_counts, s.ttft_sum, s.ttft_n);
+  histogram(out, "voltinfer_time_per_output_token_seconds", "Time between consecutive generated tokens",
+            EngineStats::kTpotBuckets, std::size(EngineStats::kTpotBuckets), s.tpot_counts, s.tpot_sum, s.tpot_n);
+  header(out, "voltinfer_http_responses_total", "counter", "HTTP responses by route and status");
+  {
+    std::lock_guard<std::mutex> lock(ctx.counters.mu);
+    for (const auto& [key, n] : ctx.counters.http)
+      out += fmt::format("voltinfer_http_responses_total{{route=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, n);
+  }
+  return out;
+}
+
+}  // namespace vi::server
