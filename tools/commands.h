@@ -11,5 +11,6 @@ void register_generate(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_perplexity(CLI::App& app);
+void register_serve(CLI::App& app);
 
 }  // namespace vi::cli
