@@ -12,5 +12,6 @@ void register_chat(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_serve(CLI::App& app);
+void register_make_model(CLI::App& app);
 
 }  // namespace vi::cli
