@@ -7,6 +7,7 @@ void register_commands(CLI::App& app) {
   register_generate(app);
   register_perplexity(app);
   register_logits(app);
+  register_bench(app);
   register_serve(app);
   register_make_model(app);
 }
