@@ -1,0 +1,79 @@
+// paged_attention / paged_kv_write entry points: shape and table checks, then the kernel.
+#include "ops/paged_attention.h"
+
+#include <algorithm>
+
+#include "ops/copy.h"
+#include "ops/op_checks.h"
+
+namespace vi::ops {
+
+OpTable<PagedAttentionFn>& paged_attention_table() {
+  static OpTable<PagedAttentionFn> table("paged_attention");
+  return table;
+}
+
+namespace {
+// The table is read on the host by the CPU kernel; entries are checked here once so a
+// corrupt table is an error, not an out-of-bounds read.
+void check_table(const char* op, const Tensor& table, int64_t block_size, int64_t n_blocks, int64_t n_pos) {
+  VI_CHECK(table.dtype() == DType::I32 && table.ndim() == 1, "op '{}': block table {} must be 1-D i32", op,
+           describe(table));
+  VI_CHECK(block_size > 0, "op '{}': block size {} must be positive", op, block_size);
+  const int64_t need = (n_pos + block_size - 1) / block_size;
+  VI_CHECK(table.dim(0) >= need, "op '{}': {} positions need {} blocks of {} but the table has {}", op, n_pos,
+           need, block_size, table.dim(0));
+  if (table.device() == Device::CPU) {
+    const int32_t* t = table.ptr<int32_t>();
+    for (int64_t i = 0; i < need; ++i)
+      VI_CHECK(t[i] >= 0 && t[i] < n_blocks, "op '{}': block table entry {} is {}, outside the pool of {} blocks",
+               op, i, t[i], n_blocks);
+  }
+}
+}  // namespace
+
+void paged_attention(Context& ctx, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                     const Tensor& block_table, int64_t block_size, int64_t q_pos0, float scale, Tensor& out) {
+  check_same_device("paged_attention", ctx, {&q, &k_pool, &v_pool, &out});
+  VI_CHECK(q.ndim() == 3 && k_pool.ndim() == 3, "op 'paged_attention': q {} and k_pool {} must be 3-D",
+           describe(q), describe(k_pool));
+  VI_CHECK(same_shape(k_pool, v_pool) && k_pool.dtype() == v_pool.dtype(),
+           "op 'paged_attention': k_pool {} and v_pool {} must match", describe(k_pool), describe(v_pool));
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hkv = k_pool.dim(1);
+  VI_CHECK(k_pool.dim(2) == D, "op 'paged_attention': head_dim of q {} and k_pool {} differ", describe(q),
+           describe(k_pool));
+  VI_CHECK(Hkv > 0 && Hq % Hkv == 0, "op 'paged_attention': {} query heads are not a multiple of {} kv heads",
+           Hq, Hkv);
+  VI_CHECK(block_size > 0 && k_pool.dim(0) % block_size == 0,
+           "op 'paged_attention': pool {} is not a whole number of blocks of {}", describe(k_pool), block_size);
+  VI_CHECK(q_pos0 >= 0, "op 'paged_attention': negative query position {}", q_pos0);
+  check_table("paged_attention", block_table, block_size, k_pool.dim(0) / block_size, q_pos0 + T);
+  VI_CHECK(same_shape(q, out) && q.dtype() == out.dtype(), "op 'paged_attention': out {} must match q {}",
+           describe(out), describe(q));
+  paged_attention_table().get(ctx.device, k_pool.dtype())(ctx, q, k_pool, v_pool, block_table, block_size,
+                                                          q_pos0, scale, out);
+}
+
+void paged_kv_write(Context& ctx, const Tensor& x, Tensor& pool, const Tensor& block_table, int64_t block_size,
+                    int64_t pos0) {
+  check_same_device("paged_kv_write", ctx, {&x, &pool});
+  VI_CHECK(x.ndim() == 2 && pool.ndim() == 2 && x.cols() == pool.cols() && x.dtype() == pool.dtype(),
+           "op 'paged_kv_write': rows {} do not fit pool {}", describe(x), describe(pool));
+  VI_CHECK(block_size > 0 && pool.dim(0) % block_size == 0,
+           "op 'paged_kv_write': pool {} is not a whole number of blocks of {}", describe(pool), block_size);
+  VI_CHECK(block_table.device() == Device::CPU,
+           "op 'paged_kv_write': the block table must be readable on the host");
+  const int64_t T = x.dim(0);
+  check_table("paged_kv_write", block_table, block_size, pool.dim(0) / block_size, pos0 + T);
+  const int32_t* tbl = block_table.ptr<int32_t>();
+  // One copy per run of positions inside one block.
+  for (int64_t t = 0; t < T;) {
+    const int64_t p = pos0 + t, off = p % block_size, n = std::min(T - t, block_size - off);
+    const int64_t r = static_cast<int64_t>(tbl[p / block_size]) * block_size + off;
+    Tensor dst = pool.slice_rows(r, r + n);
+    copy(ctx, x.slice_rows(t, t + n), dst);
+    t += n;
+  }
+}
+
+}  // namespace vi::ops
