@@ -157,7 +157,13 @@ bool OutputParser::step_content(std::vector<OutputDelta>& out, bool final) {
     call_started_ = false;
     return true;
   }
-  size_t keep = final ? 0 : partial_tail(buf_, kToolOpen);
+  size_t keep = 0;
+  if (!final) {
+    // Hold a possible start of <tool_call>, and the whitespace before it, which is
+    // dropped if a call follows.
+    keep = partial_tail(buf_, kToolOpen);
+    while (keep < buf_.size() && is_ws(buf_[buf_.size() - keep - 1])) ++keep;
+  }
   emit_content(out, std::string_view(buf_).substr(0, buf_.size() - keep));
   buf_.erase(0, buf_.size() - keep);
   return false;

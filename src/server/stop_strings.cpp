@@ -13,13 +13,17 @@ StopStringFilter::StopStringFilter(std::vector<std::string> stops) {
 std::string StopStringFilter::push(std::string_view text) {
   if (matched_) return {};
   held_.append(text);
-  // Earliest full match wins; among matches at the same place, the longest.
-  size_t best = std::string::npos;
+  // The stop string completed first wins (generation would have stopped there); of two
+  // completed by the same byte, the longer.
+  size_t best = std::string::npos, best_end = std::string::npos;
   const std::string* best_stop = nullptr;
   for (const auto& s : stops_) {
     size_t at = held_.find(s);
-    if (at != std::string::npos && (at < best || (at == best && s.size() > best_stop->size()))) {
+    if (at == std::string::npos) continue;
+    size_t end = at + s.size();
+    if (end < best_end || (end == best_end && at < best)) {
       best = at;
+      best_end = end;
       best_stop = &s;
     }
   }
