@@ -17,11 +17,20 @@ class ThreadPool;
 
 namespace vi::ops {
 
+// Which family of GPU kernels runs: `volta` keeps to what sm_70 has (mma.m8n8k4 / WMMA,
+// no cp.async, ldmatrix or bf16, 96 KB shared memory), so Volta code can be tested on any
+// newer GPU; `native` may use sm_80+ features and cuBLAS. kAuto: chosen from the device.
+enum class KernelProfile : uint8_t { kAuto, kVolta, kNative };
+
 // Per-call execution context: which device runs the op and its resources.
 struct Context {
   Device device = Device::CPU;
   ThreadPool* pool = nullptr;  // CPU backend: the worker pool (null: ThreadPool::global())
   void* stream = nullptr;      // CUDA backend: cudaStream_t
+  // dtype of the activations models allocate on this device: f32 on the CPU (the fp32
+  // reference), f16 on GPUs (Volta has fp16 tensor cores only; fp32 accumulation inside).
+  DType act = DType::F32;
+  KernelProfile profile = KernelProfile::kAuto;  // CUDA backend only
 };
 
 constexpr size_t kNumDevices = 2;

@@ -1,0 +1,97 @@
+// CUDA kernel of attention. Per block: the query row (pre-scaled, fp32) in shared memory;
+// each tile of 64 keys is scored by the four warps (lanes stride over head_dim, so K rows
+// are read coalesced), then exponentiated against the running max and folded into the
+// per-thread output dims with the usual rescaling of the running sum and accumulators.
+#include "backends/cuda/attention.cuh"
+#include "ops/attention.h"
+
+namespace vi::cuda {
+namespace {
+
+template <class TQ, class TKV>
+__global__ void __launch_bounds__(kAttnThreads)
+    attention_kernel(const TQ* __restrict__ q, const TKV* __restrict__ k, const TKV* __restrict__ v, TQ* out, int Hq,
+                     int Hkv, int D, int64_t q_pos0, float scale) {
+  extern __shared__ float smem[];
+  float* qs = smem;       // [D]
+  float* p = smem + D;    // [kAttnTile]
+  const int64_t row = blockIdx.x;  // t * Hq + h
+  const int64_t t = row / Hq;
+  const int h = static_cast<int>(row % Hq), hk = h / (Hq / Hkv);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t n_keys = q_pos0 + t + 1;  // causal: keys 0 .. own position
+  const int64_t kv_stride = int64_t(Hkv) * D;
+  const TKV* kh = k + int64_t(hk) * D;
+  const TKV* vh = v + int64_t(hk) * D;
+
+  for (int d = tid; d < D; d += kAttnThreads) qs[d] = to_f32(q[row * D + d]);
+  float acc[kAttnMaxDim / kAttnThreads] = {};
+  float m = -INFINITY, l = 0.0f;
+  __syncthreads();
+
+  for (int64_t s0 = 0; s0 < n_keys; s0 += kAttnTile) {
+    const int nt = static_cast<int>(min(int64_t(kAttnTile), n_keys - s0));
+    for (int j = warp; j < nt; j += kAttnThreads / 32) {
+      const TKV* kr = kh + (s0 + j) * kv_stride;
+      float dot = 0.0f;
+      for (int d = lane; d < D; d += 32) dot += qs[d] * to_f32(kr[d]);
+      dot = warp_sum(dot);
+      if (lane == 0) p[j] = dot * scale;
+    }
+    __syncthreads();
+    float mt = -INFINITY;
+    for (int j = 0; j < nt; ++j) mt = fmaxf(mt, p[j]);
+    const float m_new = fmaxf(m, mt);
+    const float corr = expf(m - m_new);  // 0 on the first tile (m = -inf)
+    __syncthreads();                     // every thread has read the raw scores
+    if (tid < nt) p[tid] = expf(p[tid] - m_new);
+    __syncthreads();
+    float lt = 0.0f;
+    for (int j = 0; j < nt; ++j) lt += p[j];
+    l = l * corr + lt;
+#pragma unroll
+    for (int r = 0; r < kAttnMaxDim / kAttnThreads; ++r) {
+      const int d = tid + r * kAttnThreads;
+      if (d < D) {
+        float a = acc[r] * corr;
+        const TKV* vc = vh + s0 * kv_stride + d;
+        for (int j = 0; j < nt; ++j) a += p[j] * to_f32(vc[j * kv_stride]);
+        acc[r] = a;
+      }
+    }
+    m = m_new;
+    __syncthreads();  // p is rewritten by the next tile
+  }
+  const float inv = 1.0f / l;
+#pragma unroll
+  for (int r = 0; r < kAttnMaxDim / kAttnThreads; ++r) {
+    const int d = tid + r * kAttnThreads;
+    if (d < D) out[row * D + d] = from_f32<TQ>(acc[r] * inv);
+  }
+}
+
+template <class TKV>
+void attention_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0, float scale,
+                    Tensor& out) {
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hkv = k.dim(1);
+  VI_CHECK(D <= kAttnMaxDim, "op 'attention' on cuda: head_dim {} exceeds {}", D, kAttnMaxDim);
+  if (T == 0) return;
+  VI_CHECK(T * Hq < INT32_MAX, "op 'attention' on cuda: {} query rows is too many", T * Hq);
+  dispatch_act("attention", q.dtype(), [&](auto tag) {
+    using TQ = decltype(tag);
+    const size_t smem = (D + kAttnTile) * sizeof(float);
+    attention_kernel<TQ, TKV><<<static_cast<unsigned>(T * Hq), kAttnThreads, smem, stream_of(ctx)>>>(
+        q.ptr<TQ>(), k.ptr<TKV>(), v.ptr<TKV>(), out.ptr<TQ>(), static_cast<int>(Hq), static_cast<int>(Hkv),
+        static_cast<int>(D), q_pos0, scale);
+    VI_CUDA_LAUNCH_CHECK();
+  });
+}
+
+const bool registered = [] {
+  ops::attention_table().add(Device::CUDA, DType::F16, attention_cuda<__half>);
+  ops::attention_table().add(Device::CUDA, DType::F32, attention_cuda<float>);
+  return true;
+}();
+
+}  // namespace
+}  // namespace vi::cuda

@@ -1,0 +1,22 @@
+// The CUDA backend's host-side interface for tools and tests (plain C++, no CUDA headers):
+// is a GPU there, what is it, which kernel profile does a context resolve to.
+// Kernels register themselves into the op tables; nothing here is needed to call them.
+#pragma once
+
+#include <string>
+
+#include "ops/registry.h"
+
+namespace vi::cuda {
+
+// Number of usable CUDA devices (0 when there is no driver or no GPU; never throws).
+int device_count();
+// "NVIDIA H200 (sm_90, 139.8 GiB, driver 13.0, runtime 13.0)" for the current device.
+std::string device_summary();
+// kVolta or kNative: ctx.profile when forced, else chosen from the current device.
+ops::KernelProfile resolve_profile(const ops::Context& ctx);
+const char* profile_name(ops::KernelProfile p);
+// Parses "auto", "volta" or "native"; throws vi::Error on anything else.
+ops::KernelProfile parse_profile(const std::string& name);
+
+}  // namespace vi::cuda

@@ -1,0 +1,104 @@
+// Device discovery, kernel-profile choice, the cuBLAS handles and the error/scratch
+// helpers of cuda_util.cuh.
+#include <mutex>
+#include <string>
+
+#include "backends/cuda/device.cuh"
+
+namespace vi::cuda {
+
+void fail_cuda(cudaError_t err, const char* what, const char* file, int line) {
+  fail_at(file, line, fmt::format("CUDA error in {}: {} ({})", what, cudaGetErrorString(err), cudaGetErrorName(err)));
+}
+
+Scratch::Scratch(const ops::Context& ctx, size_t bytes) : s_(stream_of(ctx)) {
+  if (bytes == 0) return;
+  cudaError_t err = cudaMallocAsync(&p_, bytes, s_);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error state of a failed allocation
+    VI_FAIL("out of GPU memory: {} MiB of scratch space could not be allocated ({})", bytes >> 20,
+            cudaGetErrorString(err));
+  }
+}
+
+Scratch::~Scratch() {
+  if (p_) cudaFreeAsync(p_, s_);
+}
+
+void upload_small(const ops::Context& ctx, const void* host, size_t bytes, Scratch& dst) {
+  VI_CUDA_CHECK(cudaMemcpyAsync(dst.get(), host, bytes, cudaMemcpyHostToDevice, stream_of(ctx)));
+}
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+const DeviceInfo& current_device() {
+  constexpr int kMaxDevices = 64;
+  static DeviceInfo infos[kMaxDevices];
+  static std::once_flag once[kMaxDevices];
+  int dev = 0;
+  VI_CUDA_CHECK(cudaGetDevice(&dev));
+  VI_CHECK(dev >= 0 && dev < kMaxDevices, "CUDA device index {} out of range", dev);
+  std::call_once(once[dev], [dev] {
+    cudaDeviceProp p{};
+    VI_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+    DeviceInfo& d = infos[dev];
+    d.index = dev;
+    d.cc = 10 * p.major + p.minor;
+    d.sm_count = p.multiProcessorCount;
+    d.total_mem = p.totalGlobalMem;
+    snprintf(d.name, sizeof d.name, "%s", p.name);
+  });
+  return infos[dev];
+}
+
+std::string device_summary() {
+  if (device_count() == 0) return "no CUDA device";
+  const DeviceInfo& d = current_device();
+  int drv = 0, rt = 0;
+  cudaDriverGetVersion(&drv);
+  cudaRuntimeGetVersion(&rt);
+  return fmt::format("{} (sm_{}, {} SMs, {:.1f} GiB, driver {}.{}, runtime {}.{})", d.name, d.cc, d.sm_count,
+                     d.total_mem / double(1 << 30), drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+}
+
+ops::KernelProfile resolve_profile(const ops::Context& ctx) {
+  if (ctx.profile != ops::KernelProfile::kAuto) return ctx.profile;
+  // Turing (sm_75) has cuBLAS tensor-core kernels in every toolkit we build with.
+  return current_device().cc >= 75 ? ops::KernelProfile::kNative : ops::KernelProfile::kVolta;
+}
+
+const char* profile_name(ops::KernelProfile p) {
+  switch (p) {
+    case ops::KernelProfile::kAuto: return "auto";
+    case ops::KernelProfile::kVolta: return "volta";
+    case ops::KernelProfile::kNative: return "native";
+  }
+  return "?";
+}
+
+ops::KernelProfile parse_profile(const std::string& name) {
+  if (name == "auto") return ops::KernelProfile::kAuto;
+  if (name == "volta") return ops::KernelProfile::kVolta;
+  if (name == "native") return ops::KernelProfile::kNative;
+  VI_FAIL("unknown kernel profile '{}' (auto, volta or native)", name);
+}
+
+cublasHandle_t cublas_for(const ops::Context& ctx) {
+  constexpr int kMaxDevices = 64;
+  static cublasHandle_t handles[kMaxDevices] = {};
+  static std::mutex mu;
+  const int dev = current_device().index;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!handles[dev]) VI_CUBLAS_CHECK(cublasCreate(&handles[dev]));
+  VI_CUBLAS_CHECK(cublasSetStream(handles[dev], stream_of(ctx)));
+  return handles[dev];
+}
+
+}  // namespace vi::cuda

@@ -1,0 +1,79 @@
+// CUDA kernels of add, swiglu, sigmoid_mul (grid-stride, one element per thread step) and
+// softmax (one block per row, fp32 max/sum reductions, exact two-pass like the CPU).
+#include "backends/cuda/elementwise.cuh"
+#include "ops/elementwise.h"
+
+namespace vi::cuda {
+namespace {
+
+enum class Bin { kAdd, kSwiglu, kSigmoidMul };
+
+template <Bin op, class T>
+__global__ void binary_kernel(const T* __restrict__ a, const T* __restrict__ b, T* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = to_f32(a[i]), y = to_f32(b[i]);
+    float r;
+    if constexpr (op == Bin::kAdd) r = x + y;
+    else if constexpr (op == Bin::kSwiglu) r = silu_f(x) * y;
+    else r = x * sigmoid_f(y);
+    out[i] = from_f32<T>(r);
+  }
+}
+
+template <Bin op>
+void binary(const char* name, ops::Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
+  dispatch_act(name, a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t n = a.numel();
+    if (n == 0) return;
+    binary_kernel<op, T><<<blocks_for(n, 256), 256, 0, stream_of(ctx)>>>(a.ptr<T>(), b.ptr<T>(), out.ptr<T>(), n);
+    VI_CUDA_LAUNCH_CHECK();
+  });
+}
+
+void add_cuda(ops::Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) { binary<Bin::kAdd>("add", ctx, a, b, out); }
+void swiglu_cuda(ops::Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
+  binary<Bin::kSwiglu>("swiglu", ctx, a, b, out);
+}
+void sigmoid_mul_cuda(ops::Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
+  binary<Bin::kSigmoidMul>("sigmoid_mul", ctx, a, b, out);
+}
+
+// One block per row; out may alias x (each element is read before it is written).
+template <class T>
+__global__ void softmax_kernel(const T* x, T* out, int64_t n) {
+  __shared__ float red[32];
+  const T* xr = x + blockIdx.x * n;
+  T* yr = out + blockIdx.x * n;
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, to_f32(xr[i]));
+  mx = block_max(mx, red);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += expf(to_f32(xr[i]) - mx);
+  sum = block_sum(sum, red);
+  const float inv = 1.0f / sum;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = from_f32<T>(expf(to_f32(xr[i]) - mx) * inv);
+}
+
+void softmax_cuda(ops::Context& ctx, const Tensor& x, Tensor& out) {
+  dispatch_act("softmax", x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (x.numel() == 0) return;
+    VI_CHECK(x.rows() <= INT32_MAX, "op 'softmax' on cuda: {} rows is too many", x.rows());
+    softmax_kernel<T><<<static_cast<unsigned>(x.rows()), 256, 0, stream_of(ctx)>>>(x.ptr<T>(), out.ptr<T>(), x.cols());
+    VI_CUDA_LAUNCH_CHECK();
+  });
+}
+
+const bool registered = [] {
+  for (DType t : {DType::F32, DType::F16}) {
+    ops::add_table().add(Device::CUDA, t, add_cuda);
+    ops::swiglu_table().add(Device::CUDA, t, swiglu_cuda);
+    ops::sigmoid_mul_table().add(Device::CUDA, t, sigmoid_mul_cuda);
+    ops::softmax_table().add(Device::CUDA, t, softmax_cuda);
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace vi::cuda

@@ -1,0 +1,13 @@
+// CUDA element-wise ops (add, swiglu, sigmoid_mul) and row softmax, f32/f16 storage with
+// fp32 math. Registered into the ops/elementwise.h tables for Device::CUDA.
+#pragma once
+
+#include "backends/cuda/cuda_util.cuh"
+
+namespace vi::cuda {
+
+// PyTorch's formulas, in fp32: silu(g) = g / (1 + exp(-g)), sigmoid(g) = 1 / (1 + exp(-g)).
+__device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
+__device__ __forceinline__ float sigmoid_f(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+}  // namespace vi::cuda

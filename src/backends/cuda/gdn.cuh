@@ -1,0 +1,14 @@
+// CUDA Gated DeltaNet ops (ops/gdn.h): conv1d_causal, gdn_gates and gated_delta_rule with
+// fp32 state. Math: MODEL_QWEN35 §5, the CPU kernels in backends/cpu/gdn_*.cpp.
+#pragma once
+
+#include "backends/cuda/cuda_util.cuh"
+
+namespace vi::cuda {
+
+constexpr int kConvMaxTaps = 8;    // conv kernel width bound (Qwen3.5 uses 4)
+constexpr int kDeltaMaxDk = 256;   // key head dim bound of the delta-rule kernel
+constexpr int kDeltaCols = 32;     // value columns per block
+constexpr int kDeltaRowGroups = 4;  // warps per block; warp w owns state rows w, w+4, ...
+
+}  // namespace vi::cuda

@@ -1,0 +1,17 @@
+// CUDA matmul y[T, N] = x[T, K] · w[N, K]ᵀ (ops/matmul.h) for every weight dtype.
+//   T <= kGemvMaxTokens, or f32 activations: GEMV — one warp per weight row streams the
+//     row once for up to 8 tokens, decoding 8 values per lane step (decode is memory-bound).
+//   larger T with f16 activations: dequantize a tile of weight rows to f16 (F16 weights are
+//     used in place), then a tensor-core GEMM: cuBLAS (native profile) or our WMMA kernel
+//     (volta profile). fp32 accumulation everywhere.
+#pragma once
+
+#include "backends/cuda/quant.cuh"
+
+namespace vi::cuda {
+
+constexpr int64_t kGemvMaxTokens = 8;
+// Bytes of f16 weights dequantized per GEMM tile: bounds the scratch of a large matrix.
+constexpr size_t kDequantTileBytes = size_t(64) << 20;
+
+}  // namespace vi::cuda

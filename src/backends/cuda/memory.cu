@@ -1,0 +1,79 @@
+// CUDA memory functions registered as ops::memory_fns(Device::CUDA). Allocations are
+// stream-ordered (cudaMallocAsync from the device's pool, which keeps freed memory for
+// reuse), so the per-forward activation tensors of the models cost no driver round trip.
+#include <memory>
+
+#include "backends/cuda/device.cuh"
+#include "backends/cuda/memory.cuh"
+#include "ops/memory.h"
+
+namespace vi::cuda {
+
+namespace {
+
+void keep_pool_memory() {
+  // The default pool would hand freed memory back to the driver at every synchronisation.
+  int dev = current_device().index;
+  cudaMemPool_t pool;
+  VI_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+  uint64_t threshold = UINT64_MAX;
+  VI_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+}
+
+}  // namespace
+
+Tensor device_empty(ops::Context& ctx, DType dtype, const std::vector<int64_t>& shape) {
+  static bool pool_ready = (keep_pool_memory(), true);
+  (void)pool_ready;
+  Tensor meta = Tensor::view(dtype, shape, nullptr, nullptr, Device::CUDA);  // size only
+  const size_t bytes = meta.nbytes();
+  cudaStream_t s = stream_of(ctx);
+  void* p = nullptr;
+  cudaError_t err = cudaMallocAsync(&p, bytes ? bytes : 16, s);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    VI_FAIL(
+        "out of GPU memory: a {} {} tensor needs {:.1f} MiB but {} has {:.1f} MiB free of {:.1f} MiB. "
+        "The model's weights and KV cache do not fit: use a smaller --ctx-size or a more quantized model",
+        meta.shape_str(), dtype_name(dtype), bytes / 1048576.0, current_device().name, free_b / 1048576.0,
+        total_b / 1048576.0);
+  }
+  std::shared_ptr<void> owner(p, [s](void* q) { cudaFreeAsync(q, s); });
+  return Tensor::view(dtype, shape, p, std::move(owner), Device::CUDA);
+}
+
+namespace {
+
+Tensor cuda_upload(ops::Context& ctx, const Tensor& host) {
+  Tensor t = device_empty(ctx, host.dtype(), host.shape());
+  t.set_name(host.name());
+  if (host.nbytes())
+    VI_CUDA_CHECK(cudaMemcpyAsync(t.data(), host.data(), host.nbytes(), cudaMemcpyHostToDevice, stream_of(ctx)));
+  return t;
+}
+
+Tensor cuda_download(ops::Context& ctx, const Tensor& t) {
+  Tensor host = Tensor::empty(t.dtype(), t.shape());
+  host.set_name(t.name());
+  if (t.nbytes()) {
+    VI_CUDA_CHECK(cudaMemcpyAsync(host.data(), t.data(), t.nbytes(), cudaMemcpyDeviceToHost, stream_of(ctx)));
+    VI_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+  }
+  return host;
+}
+
+void cuda_synchronize(ops::Context& ctx) { VI_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx))); }
+
+const bool registered = [] {
+  ops::MemoryFns& f = ops::memory_fns(Device::CUDA);
+  f.empty = device_empty;
+  f.upload = cuda_upload;
+  f.download = cuda_download;
+  f.synchronize = cuda_synchronize;
+  return true;
+}();
+
+}  // namespace
+}  // namespace vi::cuda

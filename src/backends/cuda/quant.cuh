@@ -1,0 +1,145 @@
+// Device-side decoding of one weight value from a row of any weight dtype (F32, F16, BF16
+// and the ggml blocks Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; layouts in core/dtype.h and the
+// reference dequantizers in core/quant.cpp). Shared by embedding and matmul.
+#pragma once
+
+#include <type_traits>
+
+#include "backends/cuda/cuda_util.cuh"
+#include "core/dtype.h"
+
+namespace vi::cuda {
+
+__device__ __forceinline__ void k4_scale_min(int j, const uint8_t* q, int& sc, int& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Value i of a row of type W starting at `row` (i counts values, not bytes).
+template <DType W>
+__device__ __forceinline__ float dq(const uint8_t* row, int64_t i) {
+  if constexpr (W == DType::F32) {
+    return reinterpret_cast<const float*>(row)[i];
+  } else if constexpr (W == DType::F16) {
+    return half_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
+  } else if constexpr (W == DType::BF16) {
+    return __uint_as_float(static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(row)[i]) << 16);
+  } else if constexpr (W == DType::Q8_0) {
+    const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + i / kQK;
+    return half_bits_to_f32(b->d) * static_cast<float>(b->qs[i % kQK]);
+  } else if constexpr (W == DType::Q4_0) {
+    const BlockQ4_0* b = reinterpret_cast<const BlockQ4_0*>(row) + i / kQK;
+    const int l = static_cast<int>(i % kQK);
+    const int q = l < 16 ? (b->qs[l] & 0xF) : (b->qs[l - 16] >> 4);
+    return half_bits_to_f32(b->d) * static_cast<float>(q - 8);
+  } else if constexpr (W == DType::Q4_1) {
+    const BlockQ4_1* b = reinterpret_cast<const BlockQ4_1*>(row) + i / kQK;
+    const int l = static_cast<int>(i % kQK);
+    const int q = l < 16 ? (b->qs[l] & 0xF) : (b->qs[l - 16] >> 4);
+    return static_cast<float>(q) * half_bits_to_f32(b->d) + half_bits_to_f32(b->m);
+  } else if constexpr (W == DType::Q4_K || W == DType::Q5_K) {
+    using B = std::conditional_t<W == DType::Q4_K, BlockQ4_K, BlockQ5_K>;
+    const B* b = reinterpret_cast<const B*>(row) + i / kQKK;
+    const int v = static_cast<int>(i % kQKK), j = v / 32, l = v % 32;
+    int sc, m;
+    k4_scale_min(j, b->scales, sc, m);
+    int q = (b->qs[32 * (j / 2) + l] >> ((j % 2) * 4)) & 0xF;
+    if constexpr (W == DType::Q5_K) q |= ((b->qh[l] >> j) & 1) << 4;
+    return half_bits_to_f32(b->d) * static_cast<float>(sc) * static_cast<float>(q) -
+           half_bits_to_f32(b->dmin) * static_cast<float>(m);
+  } else {
+    static_assert(W == DType::Q6_K, "no device decoder for this dtype");
+    const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(row) + i / kQKK;
+    const int v = static_cast<int>(i % kQKK), n = v / 128, k = (v % 128) / 32, l = v % 32;
+    const int lo = (b->ql[64 * n + l + 32 * (k & 1)] >> (4 * (k >> 1))) & 0xF;
+    const int hi = (b->qh[32 * n + l] >> (2 * k)) & 3;
+    return half_bits_to_f32(b->d) * static_cast<float>(b->scales[v / 16]) * static_cast<float>((lo | (hi << 4)) - 32);
+  }
+}
+
+
+// Values i0 .. i0+7 of a row (i0 a multiple of 8, so all eight share one block and one
+// scale group): the block header and scales are decoded once for the eight.
+template <DType W>
+__device__ __forceinline__ void dq8(const uint8_t* row, int64_t i0, float* out) {
+  if constexpr (W == DType::F32 || W == DType::F16 || W == DType::BF16) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) out[k] = dq<W>(row, i0 + k);
+  } else if constexpr (W == DType::Q8_0) {
+    const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + i0 / kQK;
+    const int l0 = static_cast<int>(i0 % kQK);
+    const float d = half_bits_to_f32(b->d);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) out[k] = d * static_cast<float>(b->qs[l0 + k]);
+  } else if constexpr (W == DType::Q4_0 || W == DType::Q4_1) {
+    using B = std::conditional_t<W == DType::Q4_0, BlockQ4_0, BlockQ4_1>;
+    const B* b = reinterpret_cast<const B*>(row) + i0 / kQK;
+    const int l0 = static_cast<int>(i0 % kQK);
+    const float d = half_bits_to_f32(b->d);
+    const uint8_t* q = b->qs + (l0 < 16 ? l0 : l0 - 16);
+    const int shift = l0 < 16 ? 0 : 4;
+    float m = -8.0f * d;
+    if constexpr (W == DType::Q4_1) m = half_bits_to_f32(b->m);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float qv = static_cast<float>((q[k] >> shift) & 0xF);
+      if constexpr (W == DType::Q4_1) out[k] = qv * d + m;
+      else out[k] = d * (qv - 8.0f);
+    }
+  } else if constexpr (W == DType::Q4_K || W == DType::Q5_K) {
+    using B = std::conditional_t<W == DType::Q4_K, BlockQ4_K, BlockQ5_K>;
+    const B* b = reinterpret_cast<const B*>(row) + i0 / kQKK;
+    const int v0 = static_cast<int>(i0 % kQKK), j = v0 / 32, l0 = v0 % 32;
+    int sc, m;
+    k4_scale_min(j, b->scales, sc, m);
+    const float dl = half_bits_to_f32(b->d) * static_cast<float>(sc);
+    const float ml = half_bits_to_f32(b->dmin) * static_cast<float>(m);
+    const uint8_t* q = b->qs + 32 * (j / 2) + l0;
+    const int shift = (j % 2) * 4;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      int qv = (q[k] >> shift) & 0xF;
+      if constexpr (W == DType::Q5_K) qv |= ((b->qh[l0 + k] >> j) & 1) << 4;
+      out[k] = dl * static_cast<float>(qv) - ml;
+    }
+  } else {
+    const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(row) + i0 / kQKK;
+    const int v0 = static_cast<int>(i0 % kQKK), n = v0 / 128, kk = (v0 % 128) / 32, l0 = v0 % 32;
+    const float dl = half_bits_to_f32(b->d) * static_cast<float>(b->scales[v0 / 16]);
+    const uint8_t* ql = b->ql + 64 * n + l0 + 32 * (kk & 1);
+    const uint8_t* qh = b->qh + 32 * n + l0;
+    const int lshift = 4 * (kk >> 1), hshift = 2 * kk;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int qv = ((ql[k] >> lshift) & 0xF) | (((qh[k] >> hshift) & 3) << 4);
+      out[k] = dl * static_cast<float>(qv - 32);
+    }
+  }
+}
+
+// Calls f(std::integral_constant<DType, W>{}) for a weight dtype with a device decoder.
+template <class F>
+void dispatch_weight(const char* op, DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(std::integral_constant<DType, DType::F32>{}); break;
+    case DType::F16: f(std::integral_constant<DType, DType::F16>{}); break;
+    case DType::BF16: f(std::integral_constant<DType, DType::BF16>{}); break;
+    case DType::Q8_0: f(std::integral_constant<DType, DType::Q8_0>{}); break;
+    case DType::Q4_0: f(std::integral_constant<DType, DType::Q4_0>{}); break;
+    case DType::Q4_1: f(std::integral_constant<DType, DType::Q4_1>{}); break;
+    case DType::Q4_K: f(std::integral_constant<DType, DType::Q4_K>{}); break;
+    case DType::Q5_K: f(std::integral_constant<DType, DType::Q5_K>{}); break;
+    case DType::Q6_K: f(std::integral_constant<DType, DType::Q6_K>{}); break;
+    default: VI_FAIL("op '{}' on cuda: no kernel for weight dtype {}", op, dtype_name(t));
+  }
+}
+
+constexpr DType kWeightDTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                                   DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+}  // namespace vi::cuda

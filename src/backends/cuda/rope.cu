@@ -1,0 +1,49 @@
+// CUDA kernel of rope. Angles as HF computes them in fp32 (inv_freq = 1 / theta^(2j/rot_dim),
+// angle = float(pos) * inv_freq); products and sums are rounded separately (__fmul_rn /
+// __fadd_rn), never fused, like PyTorch's q*cos + rotate_half(q)*sin and the CPU kernel.
+// The positions arrive in host memory and are copied to scratch first.
+#include "backends/cuda/rope.cuh"
+#include "ops/rope.h"
+
+namespace vi::cuda {
+namespace {
+
+template <class T>
+__global__ void rope_kernel(T* x, const int32_t* __restrict__ pos, int64_t rows, int H, int D, int half, float theta,
+                            int rot_dim) {
+  const int64_t n = rows * half;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / half;
+    const int j = static_cast<int>(i % half);
+    const float inv_freq = 1.0f / powf(theta, static_cast<float>(2 * j) / static_cast<float>(rot_dim));
+    const float a = __fmul_rn(static_cast<float>(pos[r / H]), inv_freq);
+    const float c = cosf(a), s = sinf(a);
+    T* h = x + r * D;
+    const float x1 = to_f32(h[j]), x2 = to_f32(h[j + half]);
+    h[j] = from_f32<T>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+    h[j + half] = from_f32<T>(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+  }
+}
+
+void rope_cuda(ops::Context& ctx, Tensor& x, const Tensor& pos, int rot_dim, float theta) {
+  dispatch_act("rope", x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t T_ = x.dim(0), H = x.dim(1), D = x.dim(2);
+    if (x.numel() == 0) return;
+    Scratch dpos(ctx, static_cast<size_t>(T_) * sizeof(int32_t));
+    upload_small(ctx, pos.data(), static_cast<size_t>(T_) * sizeof(int32_t), dpos);
+    const int half = rot_dim / 2;
+    rope_kernel<T><<<blocks_for(T_ * H * half, 256), 256, 0, stream_of(ctx)>>>(
+        x.ptr<T>(), dpos.as<int32_t>(), T_ * H, static_cast<int>(H), static_cast<int>(D), half, theta, rot_dim);
+    VI_CUDA_LAUNCH_CHECK();
+  });
+}
+
+const bool registered = [] {
+  ops::rope_table().add(Device::CUDA, DType::F32, rope_cuda);
+  ops::rope_table().add(Device::CUDA, DType::F16, rope_cuda);
+  return true;
+}();
+
+}  // namespace
+}  // namespace vi::cuda
