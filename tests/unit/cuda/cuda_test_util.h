@@ -1,0 +1,115 @@
+// Helpers for the CUDA op tests: random host inputs, moving them to the GPU in the
+// activation dtype under test, and comparing a GPU result with the CPU reference op.
+// The CPU backend (fp32) is the reference; f16 inputs are rounded to f16 on the host
+// first, so both sides see the same values and only the op's own rounding differs.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "core/half.h"
+#include "core/tensor.h"
+#include "ops/memory.h"
+
+namespace vi::cudatest {
+
+inline std::mt19937& rng() {
+  static std::mt19937 g(std::random_device{}());
+  return g;
+}
+
+// Host f32 tensor of uniform values in [lo, hi); rounded to f16 values when `act` is f16.
+inline Tensor rand_f32(const std::vector<int64_t>& shape, DType act, float lo = -1.0f, float hi = 1.0f) {
+  Tensor t = Tensor::empty(DType::F32, shape);
+  std::uniform_real_distribution<float> u(lo, hi);
+  float* p = t.ptr<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = act == DType::F16 ? round_fp16(u(rng())) : u(rng());
+  return t;
+}
+
+// Host copy of an f32 tensor in dtype `act` (f32 or f16).
+inline Tensor host_as(const Tensor& f32, DType act) {
+  if (act == DType::F32) return f32;
+  Tensor t = Tensor::empty(DType::F16, f32.shape());
+  for (int64_t i = 0; i < f32.numel(); ++i) t.ptr<uint16_t>()[i] = fp32_to_fp16(f32.ptr<float>()[i]);
+  return t;
+}
+
+inline Tensor to_gpu(ops::Context& g, const Tensor& f32, DType act) { return ops::upload(g, host_as(f32, act)); }
+
+// GPU tensor (f32 or f16) back to a host f32 tensor.
+inline Tensor to_host_f32(ops::Context& g, const Tensor& dev) {
+  Tensor h = ops::download(g, dev);
+  if (h.dtype() == DType::F32) return h;
+  Tensor out = Tensor::empty(DType::F32, h.shape());
+  for (int64_t i = 0; i < h.numel(); ++i) out.ptr<float>()[i] = fp16_to_fp32(h.ptr<uint16_t>()[i]);
+  return out;
+}
+
+// ‖got − ref‖₂ / ‖ref‖₂ (NaN/inf anywhere, or a shape mismatch, gives +inf).
+inline double rel_l2(const Tensor& got, const Tensor& ref) {
+  if (got.numel() != ref.numel()) return INFINITY;
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double a = got.ptr<float>()[i], b = ref.ptr<float>()[i];
+    if (!std::isfinite(a) || !std::isfinite(b)) return INFINITY;
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+#define EXPECT_CLOSE(got, ref, tol, what)                                                 \
+  do {                                                                                    \
+    const double vi_rel_ = ::vi::cudatest::rel_l2(got, ref);                              \
+    EXPECT_LE(vi_rel_, tol) << (what) << ": relative L2 error " << vi_rel_ << " > " << (tol); \
+  } while (0)
+
+// One test setting: kernel profile x activation dtype. Every op test runs in all four.
+struct Setting {
+  ops::KernelProfile profile;
+  DType act;
+};
+
+inline std::string setting_name(const ::testing::TestParamInfo<Setting>& info) {
+  return std::string(cuda::profile_name(info.param.profile)) + "_" + dtype_name(info.param.act);
+}
+
+class CudaOpTest : public ::testing::TestWithParam<Setting> {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    g.device = Device::CUDA;
+    g.profile = GetParam().profile;
+    g.act = GetParam().act;
+  }
+  DType act() const { return GetParam().act; }
+  // Tolerance by activation dtype: fp32 storage differs from the CPU only in summation
+  // order; f16 storage adds one rounding (2^-11 relative) per stored intermediate.
+  double tol(double f32_tol, double f16_tol) const { return act() == DType::F32 ? f32_tol : f16_tol; }
+  Tensor up(const Tensor& f32) { return to_gpu(g, f32, act()); }
+  Tensor down(const Tensor& dev) {
+    ops::synchronize(g);
+    return to_host_f32(g, dev);
+  }
+  Tensor gpu_empty(const std::vector<int64_t>& shape) { return ops::empty(g, act(), shape); }
+
+  ops::Context g;    // the GPU
+  ops::Context cpu;  // the reference
+};
+
+#define VI_CUDA_INSTANTIATE(Fixture)                                                             \
+  INSTANTIATE_TEST_SUITE_P(                                                                      \
+      Settings, Fixture,                                                                         \
+      ::testing::Values(::vi::cudatest::Setting{::vi::ops::KernelProfile::kVolta, ::vi::DType::F32},  \
+                        ::vi::cudatest::Setting{::vi::ops::KernelProfile::kVolta, ::vi::DType::F16},  \
+                        ::vi::cudatest::Setting{::vi::ops::KernelProfile::kNative, ::vi::DType::F32}, \
+                        ::vi::cudatest::Setting{::vi::ops::KernelProfile::kNative, ::vi::DType::F16}),\
+      ::vi::cudatest::setting_name)
+
+}  // namespace vi::cudatest

@@ -1,0 +1,102 @@
+// CUDA vs CPU: add, swiglu, sigmoid_mul, softmax, add_bias, copy, rms_norm, l2_norm,
+// gated_rms_norm and rope on fresh random inputs of odd sizes, in both kernel profiles and
+// both activation dtypes. Tolerances (relative L2): f32 1e-5 (summation order only), f16
+// 2e-3 (one f16 rounding of the output, plus the f16 inputs of in-place ops).
+#include <gtest/gtest.h>
+
+#include "cuda_test_util.h"
+#include "ops/bias.h"
+#include "ops/copy.h"
+#include "ops/elementwise.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+
+namespace vi::cudatest {
+namespace {
+
+class Elementwise : public CudaOpTest {};
+
+TEST_P(Elementwise, BinaryOpsAndSoftmax) {
+  const std::vector<int64_t> shape{37, 301};
+  Tensor a = rand_f32(shape, act(), -4, 4), b = rand_f32(shape, act(), -4, 4);
+  Tensor da = up(a), db = up(b);
+  using Bin = void (*)(ops::Context&, const Tensor&, const Tensor&, Tensor&);
+  const std::pair<const char*, Bin> cases[] = {{"add", ops::add}, {"swiglu", ops::swiglu}, {"sigmoid_mul", ops::sigmoid_mul}};
+  for (auto [name, fn] : cases) {
+    Tensor ref = Tensor::empty(DType::F32, shape), dout = gpu_empty(shape);
+    fn(cpu, a, b, ref);
+    fn(g, da, db, dout);
+    EXPECT_CLOSE(down(dout), ref, tol(1e-6, 1e-3), name);
+  }
+  Tensor ref = Tensor::empty(DType::F32, shape);
+  ops::softmax(cpu, a, ref);
+  Tensor ds = up(a);
+  ops::softmax(g, ds, ds);  // in place, as models may call it
+  EXPECT_CLOSE(down(ds), ref, tol(1e-5, 1e-3), "softmax");
+}
+
+TEST_P(Elementwise, AddBiasAndCopy) {
+  Tensor x = rand_f32({13, 77}, act()), bias = rand_f32({77}, DType::F32);
+  Tensor ref = Tensor::empty(DType::F32, {13, 77});
+  ops::add_bias(cpu, x, bias, ref);
+  Tensor dx = up(x), dbias = ops::upload(g, bias);
+  ops::add_bias(g, dx, dbias, dx);
+  EXPECT_CLOSE(down(dx), ref, tol(1e-6, 1e-3), "add_bias");
+
+  // copy is a byte copy: exact, into a tensor of another shape with the same numel.
+  Tensor src = rand_f32({9, 55}, act());
+  Tensor dsrc = up(src), ddst = gpu_empty({55, 9});
+  ops::copy(g, dsrc, ddst);
+  Tensor back = down(ddst);
+  EXPECT_EQ(rel_l2(back, src), 0.0);
+}
+
+class Norm : public CudaOpTest {};
+
+TEST_P(Norm, RmsL2Gated) {
+  for (int64_t n : {515, 64, 129}) {
+    Tensor x = rand_f32({29, n}, act(), -3, 3), w = rand_f32({n}, DType::F32);
+    Tensor ref = Tensor::empty(DType::F32, {29, n});
+    ops::rms_norm(cpu, x, w, 1e-6f, 1.0f, ref);
+    Tensor dx = up(x), dw = ops::upload(g, w), dy = gpu_empty({29, n});
+    ops::rms_norm(g, dx, dw, 1e-6f, 1.0f, dy);
+    EXPECT_CLOSE(down(dy), ref, tol(1e-5, 2e-3), "rms_norm n=" + std::to_string(n));
+
+    ops::l2_norm(cpu, x, 1e-6f, 0.37f, ref);
+    ops::l2_norm(g, dx, 1e-6f, 0.37f, dx);  // in place
+    EXPECT_CLOSE(down(dx), ref, tol(1e-5, 2e-3), "l2_norm n=" + std::to_string(n));
+
+    Tensor z = rand_f32({29, n}, act(), -3, 3);
+    dx = up(x);
+    Tensor dz = up(z);
+    ops::gated_rms_norm(cpu, x, z, w, 1e-6f, ref);
+    ops::gated_rms_norm(g, dx, dz, dw, 1e-6f, dy);
+    EXPECT_CLOSE(down(dy), ref, tol(1e-5, 2e-3), "gated_rms_norm n=" + std::to_string(n));
+  }
+}
+
+class Rope : public CudaOpTest {};
+
+TEST_P(Rope, PartialRotaryAtLargePositions) {
+  const int64_t T = 7, H = 5, D = 96;
+  Tensor x = rand_f32({T, H, D}, act(), -2, 2);
+  Tensor pos = Tensor::empty(DType::I32, {T});
+  std::uniform_int_distribution<int32_t> p(0, 20000);
+  for (int64_t t = 0; t < T; ++t) pos.ptr<int32_t>()[t] = p(rng());
+  for (int rot : {64, 96}) {
+    Tensor ref = Tensor::empty(DType::F32, {T, H, D});
+    std::copy_n(x.ptr<float>(), x.numel(), ref.ptr<float>());
+    ops::rope(cpu, ref, pos, rot, 1e6f);
+    Tensor dx = up(x);
+    ops::rope(g, dx, pos, rot, 1e6f);
+    // f32: sin/cos of angles up to 2e4 rad differ by a few ulp of the angle between libm and CUDA.
+    EXPECT_CLOSE(down(dx), ref, tol(2e-5, 2e-3), "rope rot_dim=" + std::to_string(rot));
+  }
+}
+
+VI_CUDA_INSTANTIATE(Elementwise);
+VI_CUDA_INSTANTIATE(Norm);
+VI_CUDA_INSTANTIATE(Rope);
+
+}  // namespace
+}  // namespace vi::cudatest
