@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "formats/weight_source.h"
+#include "ops/memory.h"
 
 namespace fs = std::filesystem;
 
@@ -78,7 +79,11 @@ void ModelFlags::add(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("-t,--threads", threads, "CPU threads; 0 = one per hardware thread")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--device", device, "Where to run: cpu")->check(CLI::IsMember({"cpu"}));
+  app.add_option("--device", device, "Where to run: cpu, or cuda (the current GPU; f16 activations)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--kernel-profile", kernel_profile,
+                 "GPU kernels: auto (from the device), volta (sm_70 features only), native (sm_80+, cuBLAS)")
+      ->check(CLI::IsMember({"auto", "volta", "native"}));
   app.add_option("--log-level", log_level, "Log verbosity: trace, debug, info, warn, error, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 }
@@ -125,7 +130,19 @@ Loaded load(const ModelFlags& flags, bool need_tokenizer) {
   Timer timer;
   L.weights = formats::open_weight_source(path);
   ProgressBar bar("loading " + fs::path(path).filename().string());
+  L.ctx.device = Device::CPU;
+  L.ctx.pool = &ThreadPool::global();
+  if (flags.device == "cuda") {
+    VI_CHECK(ops::memory_fns(Device::CUDA).empty != nullptr,
+             "--device cuda: this voltinfer was built without the CUDA backend (configure with -DVI_CUDA=ON)");
+    L.ctx.device = Device::CUDA;
+    L.ctx.act = DType::F16;  // Volta has fp16 tensor cores only; fp32 accumulation inside the kernels
+    L.ctx.profile = flags.kernel_profile == "volta"    ? ops::KernelProfile::kVolta
+                    : flags.kernel_profile == "native" ? ops::KernelProfile::kNative
+                                                       : ops::KernelProfile::kAuto;
+  }
   LoadOptions opts;
+  opts.ctx = L.ctx;  // weights, caches and activations live on the chosen device
   opts.progress = [&](size_t done, size_t total) { bar.update(done, total); };
   L.model = load_model(*L.weights, opts);
   const ModelInfo& info = L.model->info();
@@ -143,8 +160,6 @@ Loaded load(const ModelFlags& flags, bool need_tokenizer) {
       L.chat_template = hf_chat_template(dir);
     }
   }
-  L.ctx.device = Device::CPU;
-  L.ctx.pool = &ThreadPool::global();
   int64_t trained = info.n_ctx_train > 0 ? info.n_ctx_train : 4096;
   L.n_ctx = flags.ctx_size > 0 ? flags.ctx_size : std::min<int64_t>(trained, 4096);
   if (flags.ctx_size > trained)

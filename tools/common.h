@@ -23,6 +23,7 @@ struct ModelFlags {
   int64_t ctx_size = 0;   // -c/--ctx-size; 0: min(model's trained context, 4096)
   int threads = 0;        // -t/--threads; 0: all hardware threads
   std::string device = "cpu";
+  std::string kernel_profile = "auto";  // --kernel-profile: auto, volta, native (cuda only)
   std::string log_level = "warn";
   void add(CLI::App& app);
 };

@@ -47,8 +47,8 @@ class LlamaState final : public SequenceState {
     capacity_ = n_ctx;
     int64_t kv_width = hp.n_kv_head * hp.head_dim;
     for (int64_t l = 0; l < hp.n_layer; ++l) {
-      k.push_back(ops::empty(ctx, DType::F32, {n_ctx, kv_width}));  // [n_ctx, Hkv*hd]
-      v.push_back(ops::empty(ctx, DType::F32, {n_ctx, kv_width}));
+      k.push_back(ops::empty(ctx, ctx.act, {n_ctx, kv_width}));  // [n_ctx, Hkv*hd] activation dtype
+      v.push_back(ops::empty(ctx, ctx.act, {n_ctx, kv_width}));
     }
   }
   void truncate(int64_t n) override {
@@ -164,6 +164,14 @@ LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts) : ctx_(
     layers_.push_back(std::move(L));
   }
   w.finish();
+  // Weights go to the model's device (nothing happens on the CPU).
+  const bool tied = lm_head_.data() == tok_embd_.data();
+  to_device(ctx_, {&tok_embd_, &out_norm_});
+  lm_head_ = tied ? tok_embd_ : lm_head_;
+  if (!tied) to_device(ctx_, {&lm_head_});
+  for (LlamaLayer& L : layers_)
+    to_device(ctx_, {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm,
+                     &L.w_gate, &L.w_up, &L.w_down});
 
   info_.name = model_display_name(src);
   info_.n_vocab = hp_.n_vocab;
@@ -181,15 +189,15 @@ void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> ite
   const int64_t N = plan.n_rows;
   const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, Hkv = hp_.n_kv_head, kv_w = Hkv * hd;
 
-  Tensor x = ops::empty(ctx, DType::F32, {N, d});          // [N, d] residual stream
-  Tensor n = ops::empty(ctx, DType::F32, {N, d});          // [N, d] normed input
-  Tensor q = ops::empty(ctx, DType::F32, {N, Hq * hd});
-  Tensor k = ops::empty(ctx, DType::F32, {N, kv_w});
-  Tensor v = ops::empty(ctx, DType::F32, {N, kv_w});
-  Tensor a = ops::empty(ctx, DType::F32, {N, Hq * hd});    // attention output
-  Tensor o = ops::empty(ctx, DType::F32, {N, d});
-  Tensor gate = ops::empty(ctx, DType::F32, {N, hp_.d_ff});
-  Tensor up = ops::empty(ctx, DType::F32, {N, hp_.d_ff});
+  Tensor x = ops::empty(ctx, ctx.act, {N, d});          // [N, d] residual stream
+  Tensor n = ops::empty(ctx, ctx.act, {N, d});          // [N, d] normed input
+  Tensor q = ops::empty(ctx, ctx.act, {N, Hq * hd});
+  Tensor k = ops::empty(ctx, ctx.act, {N, kv_w});
+  Tensor v = ops::empty(ctx, ctx.act, {N, kv_w});
+  Tensor a = ops::empty(ctx, ctx.act, {N, Hq * hd});    // attention output
+  Tensor o = ops::empty(ctx, ctx.act, {N, d});
+  Tensor gate = ops::empty(ctx, ctx.act, {N, hp_.d_ff});
+  Tensor up = ops::empty(ctx, ctx.act, {N, hp_.d_ff});
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
   ops::embedding(ctx, tok_embd_, plan.ids, x);
@@ -237,8 +245,9 @@ void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> ite
   Tensor last = gather_output_rows(ctx, plan, x);
   Tensor nl = n.slice_rows(0, last.dim(0));
   ops::rms_norm(ctx, last, out_norm_, hp_.norm_eps, 0.0f, nl);
-  logits = ops::empty(ctx, DType::F32, {last.dim(0), hp_.n_vocab});
+  logits = ops::empty(ctx, ctx.act, {last.dim(0), hp_.n_vocab});
   ops::matmul(ctx, nl, lm_head_, logits);
+  logits = logits_to_host_f32(ctx, logits);  // the sampler reads host f32
   for (const BatchItem& it : items) static_cast<LlamaState&>(*it.seq).advance(static_cast<int64_t>(it.tokens.size()));
 }
 

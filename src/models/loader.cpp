@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/quant.h"
+#include "ops/memory.h"
 
 namespace vi {
 
@@ -61,6 +62,18 @@ Tensor WeightLoader::load_f32(const std::string& gguf_name, const std::string& h
 
 void WeightLoader::finish() {
   if (progress_) progress_(total_bytes_, total_bytes_);
+}
+
+void to_device(ops::Context& ctx, std::initializer_list<Tensor*> ts) {
+  if (ctx.device == Device::CPU) return;
+  for (Tensor* t : ts)
+    if (t->data() != nullptr) *t = ops::upload(ctx, *t);
+}
+
+Tensor logits_to_host_f32(ops::Context& ctx, const Tensor& logits) {
+  if (logits.device() == Device::CPU && logits.dtype() == DType::F32) return logits;
+  Tensor host = ops::download(ctx, logits);
+  return host.dtype() == DType::F32 ? host : to_f32(host);
 }
 
 Tensor to_f32(const Tensor& t) {

@@ -10,6 +10,7 @@
 
 #include "core/tensor.h"
 #include "core/weights.h"
+#include "ops/registry.h"
 
 namespace vi {
 
@@ -55,6 +56,14 @@ class WeightLoader {
   int64_t n_params_ = 0;
   size_t bytes_ = 0;
 };
+
+// Moves weights to ctx's device in place (a no-op on the CPU); tensors never loaded
+// (optional weights a model lacks) are skipped.
+void to_device(ops::Context& ctx, std::initializer_list<Tensor*> ts);
+
+// A model's logits as the runtime reads them: a host f32 tensor. Device logits (in the
+// context's activation dtype) are downloaded and widened; host f32 logits pass through.
+Tensor logits_to_host_f32(ops::Context& ctx, const Tensor& logits);
 
 // Converts any tensor (f32/f16/bf16/quantized) on the host to an owned f32 tensor.
 Tensor to_f32(const Tensor& t);

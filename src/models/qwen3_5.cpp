@@ -73,8 +73,8 @@ class Qwen35State final : public SequenceState {
                   value_dim = hp.gdn_v_heads * hp.gdn_dv, km1 = hp.conv_kernel - 1;
     for (int64_t l = 0; l < hp.n_layer; ++l) {
       if (hp.is_full[l]) {
-        k.push_back(ops::empty(ctx, DType::F32, {n_ctx, kv_w}));  // [n_ctx, Hkv*hd]
-        v.push_back(ops::empty(ctx, DType::F32, {n_ctx, kv_w}));
+        k.push_back(ops::empty(ctx, ctx.act, {n_ctx, kv_w}));  // [n_ctx, Hkv*hd] activation dtype
+        v.push_back(ops::empty(ctx, ctx.act, {n_ctx, kv_w}));
         conv_q.emplace_back(), conv_k.emplace_back(), conv_v.emplace_back(), ssm.emplace_back();
       } else {
         k.emplace_back(), v.emplace_back();
@@ -229,6 +229,18 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts) : ctx
   }
   load_mtp(w);
   w.finish();
+  // Weights the forward pass reads go to the model's device (nothing happens on the CPU).
+  const bool tied = lm_head_.data() == tok_embd_.data();
+  to_device(ctx_, {&tok_embd_, &out_norm_});
+  lm_head_ = tied ? tok_embd_ : lm_head_;
+  if (!tied) to_device(ctx_, {&lm_head_});
+  for (Layer& L : layers_) {
+    AttnWeights& A = L.attn;
+    GdnWeights& G = L.gdn;
+    to_device(ctx_, {&L.in_norm, &L.post_norm, &L.w_gate, &L.w_up, &L.w_down, &A.wq, &A.wgate, &A.wk, &A.wv, &A.wo,
+                     &A.q_norm, &A.k_norm, &G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa, &G.conv_q, &G.conv_k, &G.conv_v,
+                     &G.neg_exp_A, &G.dt_bias, &G.norm, &G.wout});
+  }
 
   info_.arch = "qwen3_5";
   info_.name = model_display_name(src);
@@ -328,23 +340,23 @@ void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> it
   const int64_t key_dim = Hk * dk, value_dim = Hv * dv;
   const float off = norm_offset_, eps = hp_.norm_eps;
 
-  Tensor x = ops::empty(ctx, DType::F32, {N, d});  // [N, d] residual stream
-  Tensor n = ops::empty(ctx, DType::F32, {N, d});
-  Tensor o = ops::empty(ctx, DType::F32, {N, d});
-  Tensor ff_g = ops::empty(ctx, DType::F32, {N, hp_.d_ff});
-  Tensor ff_u = ops::empty(ctx, DType::F32, {N, hp_.d_ff});
+  Tensor x = ops::empty(ctx, ctx.act, {N, d});  // [N, d] residual stream
+  Tensor n = ops::empty(ctx, ctx.act, {N, d});
+  Tensor o = ops::empty(ctx, ctx.act, {N, d});
+  Tensor ff_g = ops::empty(ctx, ctx.act, {N, hp_.d_ff});
+  Tensor ff_u = ops::empty(ctx, ctx.act, {N, hp_.d_ff});
   // Full-attention scratch.
-  Tensor q = ops::empty(ctx, DType::F32, {N, Hq * hd}), gate = ops::empty(ctx, DType::F32, {N, Hq * hd});
-  Tensor k = ops::empty(ctx, DType::F32, {N, kv_w}), v = ops::empty(ctx, DType::F32, {N, kv_w});
-  Tensor att = ops::empty(ctx, DType::F32, {N, Hq * hd});
+  Tensor q = ops::empty(ctx, ctx.act, {N, Hq * hd}), gate = ops::empty(ctx, ctx.act, {N, Hq * hd});
+  Tensor k = ops::empty(ctx, ctx.act, {N, kv_w}), v = ops::empty(ctx, ctx.act, {N, kv_w});
+  Tensor att = ops::empty(ctx, ctx.act, {N, Hq * hd});
   // GDN scratch.
-  Tensor lq = ops::empty(ctx, DType::F32, {N, key_dim}), lk = ops::empty(ctx, DType::F32, {N, key_dim});
-  Tensor lv = ops::empty(ctx, DType::F32, {N, value_dim}), lz = ops::empty(ctx, DType::F32, {N, value_dim});
-  Tensor cq = ops::empty(ctx, DType::F32, {N, key_dim}), ck = ops::empty(ctx, DType::F32, {N, key_dim});
-  Tensor cv = ops::empty(ctx, DType::F32, {N, value_dim});
-  Tensor la = ops::empty(ctx, DType::F32, {N, Hv}), lb = ops::empty(ctx, DType::F32, {N, Hv});
+  Tensor lq = ops::empty(ctx, ctx.act, {N, key_dim}), lk = ops::empty(ctx, ctx.act, {N, key_dim});
+  Tensor lv = ops::empty(ctx, ctx.act, {N, value_dim}), lz = ops::empty(ctx, ctx.act, {N, value_dim});
+  Tensor cq = ops::empty(ctx, ctx.act, {N, key_dim}), ck = ops::empty(ctx, ctx.act, {N, key_dim});
+  Tensor cv = ops::empty(ctx, ctx.act, {N, value_dim});
+  Tensor la = ops::empty(ctx, ctx.act, {N, Hv}), lb = ops::empty(ctx, ctx.act, {N, Hv});
   Tensor g = ops::empty(ctx, DType::F32, {N, Hv}), beta = ops::empty(ctx, DType::F32, {N, Hv});
-  Tensor core = ops::empty(ctx, DType::F32, {N, value_dim}), y = ops::empty(ctx, DType::F32, {N, value_dim});
+  Tensor core = ops::empty(ctx, ctx.act, {N, value_dim}), y = ops::empty(ctx, ctx.act, {N, value_dim});
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
 
@@ -418,8 +430,9 @@ void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> it
   Tensor last = gather_output_rows(ctx, plan, x);
   Tensor nl = n.slice_rows(0, last.dim(0));
   ops::rms_norm(ctx, last, out_norm_, eps, off, nl);
-  logits = ops::empty(ctx, DType::F32, {last.dim(0), hp_.n_vocab});
+  logits = ops::empty(ctx, ctx.act, {last.dim(0), hp_.n_vocab});
   ops::matmul(ctx, nl, lm_head_, logits);
+  logits = logits_to_host_f32(ctx, logits);  // the sampler reads host f32
   for (const BatchItem& it : items)
     static_cast<Qwen35State&>(*it.seq).advance(static_cast<int64_t>(it.tokens.size()));
 }

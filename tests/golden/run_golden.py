@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -77,10 +78,14 @@ def show_tokens(ref: Path, name: str) -> str:
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
+# Flags added to every voltinfer call (--extra-args), e.g. "--device cuda".
+EXTRA_ARGS: list[str] = []
+
+
 def run_case(voltinfer: Path, model: Path, case: Case, out: Path, tol: float, threads: int,
              label: str) -> Result:
     cmd = [str(voltinfer), "logits", "-m", str(model), "--tokens", case.tokens, "--out", str(out),
-           "-t", str(threads), *case.extra]
+           "-t", str(threads), *case.extra, *EXTRA_ARGS]
     p = subprocess.run(cmd, capture_output=True, text=True)
     label = f"{label}:{case.ref_tensor}{' ' + ' '.join(case.extra) if case.extra else ''}{case.note}"
     if p.returncode != 0:
@@ -177,7 +182,10 @@ def main() -> int:
                     help=f"comma-separated forms to run (default: all of {','.join(FORMATS)})")
     ap.add_argument("--tol", type=float, help="override the tolerance for every comparison")
     ap.add_argument("-t", "--threads", type=int, default=1)
+    ap.add_argument("--extra-args", default="",
+                    help='flags passed to every voltinfer call, e.g. "--device cuda --kernel-profile volta"')
     args = ap.parse_args()
+    EXTRA_ARGS[:] = shlex.split(args.extra_args)
     if not args.voltinfer.is_file():
         print(f"error: {args.voltinfer} not found (build it, or pass --voltinfer / set $VOLTINFER)", file=sys.stderr)
         return 2
