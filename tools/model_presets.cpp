@@ -72,15 +72,16 @@ const std::vector<ModelShape>& presets() {
     v.push_back(qwen35("4b", 2560, 32, 16, 4, 9216, 16, 32, true));
     v.push_back(qwen35("9b", 4096, 32, 16, 4, 12288, 16, 32, false));
     v.push_back(qwen35("27b", 5120, 64, 24, 4, 17408, 16, 48, false));
-    // tiny: every kind of layer and transform (GQA, H_v/H_k = 2 so the GGUF v-head reorder
-    // is not the identity, untied head, MTP), every row width a multiple of 256 so that
-    // all weight dtypes apply without fallback.
-    ModelShape t = qwen35("tiny", 256, 4, 4, 2, 512, 2, 4, false);
+    // tiny: every kind of layer and transform (GQA; H_v/H_k = 4 with H_k = 2, so the GGUF
+    // v-head re-tiling is neither the identity nor its own inverse; d_k != d_v; untied head;
+    // MTP), every row width a multiple of 256 so that all weight dtypes apply without fallback.
+    ModelShape t = qwen35("tiny", 256, 4, 4, 2, 512, 2, 8, false);
     t.vocab = 1024;
     t.head_dim = 64;
     t.rot_dim = 16;
     t.mrope_sections = {3, 3, 2};
-    t.gdn_dk = t.gdn_dv = 64;
+    t.gdn_dk = 64;
+    t.gdn_dv = 32;
     t.n_ctx = 4096;
     v.push_back(t);
     //                name    vocab   hidden layers Hq  Hkv hd   d_ff   tied   theta   ctx
@@ -154,10 +155,12 @@ class PlanBuilder {
   TensorSpec& in_proj(const std::string& g, const std::string& h, int64_t out, int64_t in) {
     return add(g, h, {out, in}, true, Init::kNormal, 1.0f / std::sqrt(static_cast<float>(in)));
   }
-  // Projection back into the residual stream: each of the 2L branches adds ~embd/sqrt(L),
-  // so the stream keeps the embedding's scale and every layer moves it a little.
+  // Projection back into the residual stream. Its inputs have rms ~0.5 (gated), so each of
+  // the 2L branches adds rms ~1/sqrt(L) and together they reach rms ~1.4, like a trained
+  // model's stream outgrowing its embeddings: every layer matters, and a tied head does not
+  // just echo the input token (its embedding is small next to the stream).
   TensorSpec& out_proj(const std::string& g, const std::string& h, int64_t out, int64_t in) {
-    float s = embd_ / std::sqrt(static_cast<float>(in) * static_cast<float>(std::max<int64_t>(m_.n_layer, 1)));
+    float s = 2.0f / std::sqrt(static_cast<float>(in) * static_cast<float>(std::max<int64_t>(m_.n_layer, 1)));
     return add(g, h, {out, in}, true, Init::kNormal, s);
   }
   // RMSNorm weight: Qwen3.5 stores w of (1 + w), and GGUF folds the 1 in; llama stores it as is.
