@@ -20,6 +20,14 @@ BatchPlan BatchPlan::make(std::span<const BatchItem> items, int64_t n_vocab) {
     VI_CHECK(past + T <= it.seq->capacity(),
              "{} tokens after the {} already in the sequence exceed its context of {} tokens (raise -c/--ctx-size)",
              T, past, it.seq->capacity());
+    // kvcache: the block table must already hold blocks for every new position.
+    const int64_t bs = it.seq->kv_pool().block_size;
+    const auto& tbl = it.seq->block_table();
+    VI_CHECK(static_cast<int64_t>(tbl.size()) * bs >= past + T,
+             "sequence {} has KV blocks for {} tokens but needs {}", i, static_cast<int64_t>(tbl.size()) * bs,
+             past + T);
+    p.block_tables.push_back(Tensor::view(DType::I32, {static_cast<int64_t>(tbl.size())},
+                                          const_cast<int32_t*>(tbl.data()), nullptr));
     for (int32_t id : it.tokens)
       VI_CHECK(id >= 0 && id < n_vocab, "token id {} is outside the vocabulary of {}", id, n_vocab);
     p.pos0.push_back(past);

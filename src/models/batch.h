@@ -19,11 +19,13 @@ struct BatchPlan {
   Tensor ids;                      // [n_rows] i32
   Tensor pos;                      // [n_rows] i32, absolute positions
   std::vector<int64_t> out_rows;   // rows whose logits are returned, in order
+  std::vector<Tensor> block_tables;  // item i's block table: [n_tbl] i32 view (kvcache)
 
   int64_t rows_of(size_t i) const { return row0[i + 1] - row0[i]; }
 
   // Throws vi::Error (nothing changed) for an empty item, a sequence listed twice, a
-  // context overflow, or a token id outside [0, n_vocab).
+  // context overflow, a block table too short for the new tokens, or a token id outside
+  // [0, n_vocab).
   static BatchPlan make(std::span<const BatchItem> items, int64_t n_vocab);
 };
 

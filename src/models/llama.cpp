@@ -20,6 +20,7 @@
 #include "ops/matmul.h"
 #include "ops/memory.h"
 #include "ops/norm.h"
+#include "ops/paged_attention.h"
 #include "ops/rope.h"
 
 namespace vi {
@@ -41,33 +42,42 @@ struct LlamaLayer {
   Tensor w_gate, w_up, w_down;  // [ff, d], [ff, d], [d, ff]
 };
 
+// --- paged KV cache (kvcache) ---
+// K/V live in a (possibly shared) pool reached through the block table.
 class LlamaState final : public SequenceState {
  public:
-  LlamaState(ops::Context& ctx, const LlamaHParams& hp, int64_t n_ctx) {
+  LlamaState(std::shared_ptr<KvPool> pool, int64_t n_ctx) {
     capacity_ = n_ctx;
-    int64_t kv_width = hp.n_kv_head * hp.head_dim;
-    for (int64_t l = 0; l < hp.n_layer; ++l) {
-      k.push_back(ops::empty(ctx, ctx.act, {n_ctx, kv_width}));  // [n_ctx, Hkv*hd] activation dtype
-      v.push_back(ops::empty(ctx, ctx.act, {n_ctx, kv_width}));
-    }
+    pool_ = std::move(pool);
   }
   void truncate(int64_t n) override {
     VI_CHECK(n >= 0 && n <= n_past_, "cannot truncate a sequence of {} tokens to {}", n_past_, n);
     n_past_ = n;
   }
   void advance(int64_t t) { n_past_ += t; }
-
-  std::vector<Tensor> k, v;  // per layer
 };
+// --- end paged KV cache ---
 
 class LlamaModel final : public Model {
  public:
   LlamaModel(const WeightSource& src, const LoadOptions& opts);
   const ModelInfo& info() const override { return info_; }
-  std::unique_ptr<SequenceState> new_sequence(int64_t n_ctx) const override {
+  // --- paged KV cache (kvcache) ---
+  std::shared_ptr<KvPool> new_kv_pool(int64_t n_blocks, int64_t block_size) const override {
     ops::Context ctx = ctx_;
-    return std::make_unique<LlamaState>(ctx, hp_, n_ctx);
+    auto pool = std::make_shared<KvPool>();
+    pool->block_size = block_size;
+    pool->n_blocks = n_blocks;
+    for (int64_t l = 0; l < 2 * hp_.n_layer; ++l)  // K, V per layer: [n_blocks * bs, Hkv*hd]
+      pool->tensors.push_back(ops::empty(ctx, ctx.act, {n_blocks * block_size, hp_.n_kv_head * hp_.head_dim}));
+    return pool;
   }
+  std::unique_ptr<SequenceState> new_paged_sequence(int64_t n_ctx, std::shared_ptr<KvPool> pool) const override {
+    VI_CHECK(pool && pool->tensors.size() == static_cast<size_t>(2 * hp_.n_layer),
+             "KV pool was not made by this model");
+    return std::make_unique<LlamaState>(std::move(pool), n_ctx);
+  }
+  // --- end paged KV cache ---
   void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const override;
 
  private:
@@ -220,18 +230,20 @@ void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> ite
     Tensor qh = q.reshape({N, Hq, hd}), kh = k.reshape({N, Hkv, hd});
     ops::rope(ctx, qh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
     ops::rope(ctx, kh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+    // --- paged KV cache (kvcache) ---
     for (size_t i = 0; i < items.size(); ++i) {
-      auto& seq = static_cast<LlamaState&>(*items[i].seq);
-      const int64_t r0 = plan.row0[i], T = plan.rows_of(i), p0 = plan.pos0[i];
-      Tensor kc = seq.k[l].slice_rows(p0, p0 + T), vc = seq.v[l].slice_rows(p0, p0 + T);
-      ops::copy(ctx, k.slice_rows(r0, r0 + T), kc);
-      ops::copy(ctx, v.slice_rows(r0, r0 + T), vc);
-      Tensor kall = seq.k[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
-      Tensor vall = seq.v[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
+      KvPool& pool = items[i].seq->kv_pool();
+      const int64_t r0 = plan.row0[i], T = plan.rows_of(i), p0 = plan.pos0[i], bs = pool.block_size;
+      Tensor& kp = pool.tensors[2 * l];
+      Tensor& vp = pool.tensors[2 * l + 1];
+      ops::paged_kv_write(ctx, k.slice_rows(r0, r0 + T), kp, plan.block_tables[i], bs, p0);
+      ops::paged_kv_write(ctx, v.slice_rows(r0, r0 + T), vp, plan.block_tables[i], bs, p0);
       Tensor qi = qh.slice_rows(r0, r0 + T);
       Tensor ai = a.slice_rows(r0, r0 + T).reshape({T, Hq, hd});
-      ops::attention(ctx, qi, kall, vall, p0, scale, ai);
+      ops::paged_attention(ctx, qi, kp.reshape({kp.dim(0), Hkv, hd}), vp.reshape({vp.dim(0), Hkv, hd}),
+                           plan.block_tables[i], bs, p0, scale, ai);
     }
+    // --- end paged KV cache ---
     ops::matmul(ctx, a, L.wo, o);
     ops::add(ctx, x, o, x);
 

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/quant.h"
+#include "ops/copy.h"
 #include "ops/memory.h"
 
 namespace vi {
@@ -68,6 +69,20 @@ void to_device(ops::Context& ctx, std::initializer_list<Tensor*> ts) {
   if (ctx.device == Device::CPU) return;
   for (Tensor* t : ts)
     if (t->data() != nullptr) *t = ops::upload(ctx, *t);
+}
+
+void zero_fill(ops::Context& ctx, Tensor& t) {
+  if (t.data() == nullptr || t.nbytes() == 0) return;
+  if (t.device() == Device::CPU) {
+    std::memset(t.data(), 0, t.nbytes());
+    return;
+  }
+  // No fill op yet: copy zeros from the host (states are small and reset rarely).
+  Tensor z = Tensor::empty(t.dtype(), t.shape());
+  std::memset(z.data(), 0, z.nbytes());
+  Tensor dz = ops::upload(ctx, z);
+  ops::copy(ctx, dz, t);
+  ops::synchronize(ctx);  // z (host) and dz must outlive the copy
 }
 
 Tensor logits_to_host_f32(ops::Context& ctx, const Tensor& logits) {

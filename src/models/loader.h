@@ -61,6 +61,9 @@ class WeightLoader {
 // (optional weights a model lacks) are skipped.
 void to_device(ops::Context& ctx, std::initializer_list<Tensor*> ts);
 
+// Sets every byte of t to zero on whatever device it lives (recurrent states at a reset).
+void zero_fill(ops::Context& ctx, Tensor& t);
+
 // A model's logits as the runtime reads them: a host f32 tensor. Device logits (in the
 // context's activation dtype) are downloaded and widened; host f32 logits pass through.
 Tensor logits_to_host_f32(ops::Context& ctx, const Tensor& logits);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "core/weights.h"
@@ -26,7 +27,21 @@ struct ModelInfo {
   size_t weight_bytes = 0;  // bytes of weights a forward pass reads
 };
 
-// Per-sequence state: KV caches, recurrent states, scratch buffers.
+// --- paged KV cache (kvcache) ---
+// KV storage shared by sequences: for every attention layer a K and a V pool of
+// n_blocks fixed-size blocks. A sequence reaches its rows through its block table
+// (position p sits in pool row block_table[p / block_size] * block_size + p % block_size),
+// so sequences with a common prefix can share blocks (runtime/kv_cache.h manages them).
+struct KvPool {
+  int64_t block_size = 0;  // tokens per block
+  int64_t n_blocks = 0;
+  // Two per attention layer, in layer order (K then V): [n_blocks * block_size, Hkv*hd] f32.
+  std::vector<Tensor> tensors;
+};
+
+constexpr int64_t kDefaultKvBlockSize = 16;
+
+// Per-sequence state: block table into a KV pool, recurrent states, scratch buffers.
 class SequenceState {
  public:
   virtual ~SequenceState() = default;
@@ -37,10 +52,27 @@ class SequenceState {
   virtual void truncate(int64_t n) = 0;
   virtual bool can_truncate_to(int64_t n) const { return n >= 0 && n <= n_past_; }
 
+  KvPool& kv_pool() const { return *pool_; }
+  // Pool block of each run of block_size positions; must cover n_past + new tokens before
+  // a forward pass. Sequences made by Model::new_sequence(n_ctx) own a private pool and a
+  // full identity table; engine sequences get theirs from the cache manager.
+  std::vector<int32_t>& block_table() { return block_table_; }
+  const std::vector<int32_t>& block_table() const { return block_table_; }
+  // Views of the tensors that carry the recurrent state after the last token (GDN conv
+  // and delta-rule states), in a fixed order; empty for pure attention models. The cache
+  // manager snapshots and restores them.
+  virtual std::vector<Tensor> recurrent_state() const { return {}; }
+  // The caller has put valid KV (through the block table) for tokens [0, n) and the
+  // recurrent state after token n-1 in place (a prefix-cache hit): continue from there.
+  void resume_at(int64_t n);
+
  protected:
   int64_t n_past_ = 0;
   int64_t capacity_ = 0;
+  std::shared_ptr<KvPool> pool_;
+  std::vector<int32_t> block_table_;
 };
+// --- end paged KV cache ---
 
 // One sequence's part of a batched forward pass.
 struct BatchItem {
@@ -53,8 +85,15 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelInfo& info() const = 0;
-  // A fresh sequence able to hold n_ctx tokens.
-  virtual std::unique_ptr<SequenceState> new_sequence(int64_t n_ctx) const = 0;
+  // A fresh sequence able to hold n_ctx tokens, with a private KV pool.
+  std::unique_ptr<SequenceState> new_sequence(int64_t n_ctx) const;
+  // --- paged KV cache (kvcache) ---
+  // A KV pool of n_blocks blocks of block_size tokens on the model's device.
+  virtual std::shared_ptr<KvPool> new_kv_pool(int64_t n_blocks, int64_t block_size) const = 0;
+  // A sequence of up to n_ctx tokens whose KV lives in `pool` (empty block table: the
+  // caller fills it before each forward pass).
+  virtual std::unique_ptr<SequenceState> new_paged_sequence(int64_t n_ctx, std::shared_ptr<KvPool> pool) const = 0;
+  // --- end paged KV cache ---
   // Runs `tokens` at positions seq.n_past() .. n_past+T-1 and appends them to seq.
   // logits: [T, n_vocab] f32 when all_logits, else [1, n_vocab] for the last token.
   // Throws vi::Error (nothing appended) if the tokens do not fit in the sequence's context.

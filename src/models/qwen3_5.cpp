@@ -10,6 +10,7 @@
 // the delta-rule op (HF groups value heads, llama.cpp's converter tiles them).
 #include "models/qwen3_5.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -24,6 +25,7 @@
 #include "ops/matmul.h"
 #include "ops/memory.h"
 #include "ops/norm.h"
+#include "ops/paged_attention.h"
 #include "ops/rope.h"
 
 namespace vi {
@@ -65,19 +67,20 @@ struct Layer {
   Tensor w_gate, w_up, w_down;
 };
 
+// --- paged KV cache (kvcache) ---
+// Full-attention K/V live in the (possibly shared) pool, GDN states in the sequence.
 class Qwen35State final : public SequenceState {
  public:
-  Qwen35State(ops::Context& ctx, const Qwen35HParams& hp, int64_t n_ctx) {
+  Qwen35State(ops::Context& ctx, const Qwen35HParams& hp, std::shared_ptr<KvPool> pool, int64_t n_ctx)
+      : ctx_(ctx) {
     capacity_ = n_ctx;
-    const int64_t kv_w = hp.n_kv_head * hp.head_dim, key_dim = hp.gdn_k_heads * hp.gdn_dk,
-                  value_dim = hp.gdn_v_heads * hp.gdn_dv, km1 = hp.conv_kernel - 1;
+    pool_ = std::move(pool);
+    const int64_t key_dim = hp.gdn_k_heads * hp.gdn_dk, value_dim = hp.gdn_v_heads * hp.gdn_dv,
+                  km1 = hp.conv_kernel - 1;
     for (int64_t l = 0; l < hp.n_layer; ++l) {
       if (hp.is_full[l]) {
-        k.push_back(ops::empty(ctx, ctx.act, {n_ctx, kv_w}));  // [n_ctx, Hkv*hd] activation dtype
-        v.push_back(ops::empty(ctx, ctx.act, {n_ctx, kv_w}));
         conv_q.emplace_back(), conv_k.emplace_back(), conv_v.emplace_back(), ssm.emplace_back();
       } else {
-        k.emplace_back(), v.emplace_back();
         conv_q.push_back(ops::empty(ctx, DType::F32, {km1, key_dim}));    // previous K-1 inputs
         conv_k.push_back(ops::empty(ctx, DType::F32, {km1, key_dim}));
         conv_v.push_back(ops::empty(ctx, DType::F32, {km1, value_dim}));
@@ -93,28 +96,51 @@ class Qwen35State final : public SequenceState {
     if (n == 0) reset();
   }
   bool can_truncate_to(int64_t n) const override { return n == 0 || n == n_past_; }
+  std::vector<Tensor> recurrent_state() const override {
+    std::vector<Tensor> out;
+    for (size_t l = 0; l < ssm.size(); ++l)
+      if (ssm[l].data()) out.insert(out.end(), {conv_q[l], conv_k[l], conv_v[l], ssm[l]});
+    return out;
+  }
   void advance(int64_t t) { n_past_ += t; }
 
-  std::vector<Tensor> k, v;                       // full-attention layers
   std::vector<Tensor> conv_q, conv_k, conv_v, ssm;  // GDN layers
 
  private:
+  ops::Context ctx_;  // the device the states live on
   void reset() {
     n_past_ = 0;
     for (auto* group : {&conv_q, &conv_k, &conv_v, &ssm})
       for (Tensor& t : *group)
-        if (t.data()) std::fill(t.ptr<float>(), t.ptr<float>() + t.numel(), 0.0f);
+        zero_fill(ctx_, t);  // host or device memory
   }
 };
+// --- end paged KV cache ---
 
 class Qwen35Model final : public Model {
  public:
   Qwen35Model(const WeightSource& src, const LoadOptions& opts);
   const ModelInfo& info() const override { return info_; }
-  std::unique_ptr<SequenceState> new_sequence(int64_t n_ctx) const override {
+  // --- paged KV cache (kvcache) ---
+  std::shared_ptr<KvPool> new_kv_pool(int64_t n_blocks, int64_t block_size) const override {
     ops::Context ctx = ctx_;
-    return std::make_unique<Qwen35State>(ctx, hp_, n_ctx);
+    auto pool = std::make_shared<KvPool>();
+    pool->block_size = block_size;
+    pool->n_blocks = n_blocks;
+    for (int64_t l = 0; l < hp_.n_layer; ++l)
+      if (hp_.is_full[l])
+        for (int kv = 0; kv < 2; ++kv)  // K, V: [n_blocks * bs, Hkv*hd]
+          pool->tensors.push_back(
+              ops::empty(ctx, ctx.act, {n_blocks * block_size, hp_.n_kv_head * hp_.head_dim}));
+    return pool;
   }
+  std::unique_ptr<SequenceState> new_paged_sequence(int64_t n_ctx, std::shared_ptr<KvPool> pool) const override {
+    const auto n_full = std::count(hp_.is_full.begin(), hp_.is_full.end(), true);
+    VI_CHECK(pool && pool->tensors.size() == static_cast<size_t>(2 * n_full), "KV pool was not made by this model");
+    ops::Context ctx = ctx_;
+    return std::make_unique<Qwen35State>(ctx, hp_, std::move(pool), n_ctx);
+  }
+  // --- end paged KV cache ---
   void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const override;
 
  private:
@@ -361,6 +387,7 @@ void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> it
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
 
   ops::embedding(ctx, tok_embd_, plan.ids, x);
+  size_t attn_idx = 0;  // index of the full-attention layer in the KV pool (kvcache)
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
     const Layer& L = layers_[l];
     ops::rms_norm(ctx, x, L.in_norm, eps, off, n);
@@ -376,18 +403,21 @@ void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> it
       Tensor qh = q.reshape({N, Hq, hd}), kh = k.reshape({N, Hkv, hd});
       ops::rope(ctx, qh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
       ops::rope(ctx, kh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+      // --- paged KV cache (kvcache) ---
       for (size_t i = 0; i < items.size(); ++i) {
-        auto& seq = static_cast<Qwen35State&>(*items[i].seq);
-        const int64_t r0 = plan.row0[i], T = plan.rows_of(i), p0 = plan.pos0[i];
-        Tensor kc = seq.k[l].slice_rows(p0, p0 + T), vc = seq.v[l].slice_rows(p0, p0 + T);
-        ops::copy(ctx, k.slice_rows(r0, r0 + T), kc);
-        ops::copy(ctx, v.slice_rows(r0, r0 + T), vc);
-        Tensor kall = seq.k[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
-        Tensor vall = seq.v[l].slice_rows(0, p0 + T).reshape({p0 + T, Hkv, hd});
+        KvPool& pool = items[i].seq->kv_pool();
+        const int64_t r0 = plan.row0[i], T = plan.rows_of(i), p0 = plan.pos0[i], bs = pool.block_size;
+        Tensor& kp = pool.tensors[2 * attn_idx];
+        Tensor& vp = pool.tensors[2 * attn_idx + 1];
+        ops::paged_kv_write(ctx, k.slice_rows(r0, r0 + T), kp, plan.block_tables[i], bs, p0);
+        ops::paged_kv_write(ctx, v.slice_rows(r0, r0 + T), vp, plan.block_tables[i], bs, p0);
         Tensor qi = qh.slice_rows(r0, r0 + T);
         Tensor ai = att.slice_rows(r0, r0 + T).reshape({T, Hq, hd});
-        ops::attention(ctx, qi, kall, vall, p0, attn_scale, ai);
+        ops::paged_attention(ctx, qi, kp.reshape({kp.dim(0), Hkv, hd}), vp.reshape({vp.dim(0), Hkv, hd}),
+                             plan.block_tables[i], bs, p0, attn_scale, ai);
       }
+      ++attn_idx;
+      // --- end paged KV cache ---
       ops::sigmoid_mul(ctx, att, gate, att);
       ops::matmul(ctx, att, A.wo, o);
     } else {

@@ -37,6 +37,8 @@ struct Engine::Slot {
   int32_t pending = -1;  // sampled, not yet fed
   Clock::time_point arrival, last_token;
   bool first_token_seen = false;
+  bool begun = false;    // the KV cache has installed the request's cached prefix
+  int64_t reused = 0;    // prompt tokens served from the prefix cache
 };
 
 namespace {
@@ -55,11 +57,31 @@ Engine::Engine(const Model& model, ops::Context ctx, EngineOptions opts)
   VI_CHECK(opts_.max_seqs >= 1, "at least one parallel sequence is needed (got {})", opts_.max_seqs);
   VI_CHECK(opts_.n_ctx >= 2, "context of {} tokens is too small", opts_.n_ctx);
   opts_.step_tokens = std::max<int64_t>(opts_.step_tokens, opts_.max_seqs);
+  // One paged KV pool for all slots: at least a full context per slot, so a running
+  // sequence never waits for blocks; what running sequences do not use caches prefixes.
+  VI_CHECK(opts_.kv_block_size >= 1 && opts_.kv_block_size <= 1024, "KV block size {} is outside [1, 1024]",
+           opts_.kv_block_size);
+  const int64_t bs = opts_.kv_block_size;
+  const int64_t min_blocks = opts_.max_seqs * ((opts_.n_ctx + bs - 1) / bs);
+  if (opts_.kv_blocks == 0) opts_.kv_blocks = min_blocks;
+  VI_CHECK(opts_.kv_blocks >= min_blocks,
+           "a KV pool of {} blocks cannot hold {} sequences of {} tokens (needs at least {} blocks of {})",
+           opts_.kv_blocks, opts_.max_seqs, opts_.n_ctx, min_blocks, bs);
+  VI_CHECK(opts_.kv_blocks <= INT32_MAX, "KV pool of {} blocks is too large", opts_.kv_blocks);
+  VI_CHECK(opts_.cache_ram_gb >= 0, "--cache-ram must not be negative (got {})", opts_.cache_ram_gb);
+  auto pool = model_.new_kv_pool(opts_.kv_blocks, bs);
   for (int i = 0; i < opts_.max_seqs; ++i) {
     auto s = std::make_unique<Slot>();
-    s->seq = model_.new_sequence(opts_.n_ctx);
+    s->seq = model_.new_paged_sequence(opts_.n_ctx, pool);
     slots_.push_back(std::move(s));
   }
+  KvCacheOptions ko;
+  ko.prefix_reuse = opts_.prefix_cache;
+  ko.host_bytes = static_cast<int64_t>(opts_.cache_ram_gb * 1e9);
+  ko.device_snapshots = opts_.cache_snapshots > 0 ? opts_.cache_snapshots : 4 * opts_.max_seqs + 8;
+  ko.snapshot_interval = opts_.snapshot_interval;
+  kv_ = std::make_unique<KvCache>(ctx_, pool, slots_[0]->seq->recurrent_state(), ko);
+  stats_.cache = kv_->stats();
   stats_.ttft_counts.assign(std::size(EngineStats::kTtftBuckets) + 1, 0);
   stats_.tpot_counts.assign(std::size(EngineStats::kTpotBuckets) + 1, 0);
   thread_ = std::thread([this] { loop(); });
@@ -98,6 +120,14 @@ EngineStats Engine::stats() const {
   return stats_;
 }
 
+void Engine::wait_idle() const {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] {
+    return queue_.empty() &&
+           std::none_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->req != nullptr; });
+  });
+}
+
 void Engine::loop() {
   for (;;) {
     {
@@ -122,10 +152,17 @@ void Engine::loop() {
         ev.error = e.what();
         s->req->events->push(ev);
         s->req.reset();
+        if (s->begun) kv_->release(*s->seq);  // no snapshot: the state may be half-updated
+        s->begun = false;
         stats_.requests_failed++;
       }
       stats_.running = 0;
     }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.cache = kv_->stats();
+    }
+    idle_cv_.notify_all();
   }
 }
 
@@ -134,7 +171,11 @@ void Engine::finish(Slot& s, FinishReason why) {
   ev.kind = Event::Kind::kDone;
   ev.finish = why;
   ev.prompt_tokens = static_cast<int64_t>(s.req->prompt.size());
+  ev.cached_tokens = s.reused;
   ev.completion_tokens = s.generated;
+  // End of turn: the cache snapshots the sequence so the next turn resumes here.
+  if (s.begun) kv_->end(*s.seq, s.history);
+  s.begun = false;
   s.req->events->push(ev);
   if (why == FinishReason::kCancelled) stats_.requests_cancelled++;
   else stats_.requests_finished++;
@@ -166,7 +207,8 @@ void Engine::step() {
       if (queue_.empty()) continue;
       s->req = queue_.front();
       queue_.pop_front();
-      s->seq->truncate(0);
+      s->begun = false;  // the cache lookup runs below, outside the lock
+      s->reused = 0;
       s->history.clear();
       s->prompt_fed = 0;
       s->generated = 0;
@@ -180,6 +222,17 @@ void Engine::step() {
         std::count_if(slots_.begin(), slots_.end(), [](const auto& s) { return s->req != nullptr; }));
   }
 
+  // Newly admitted requests: install the longest cached prefix of the prompt.
+  for (auto& sp : slots_) {
+    Slot& s = *sp;
+    if (!s.req || s.begun) continue;
+    const auto& prompt = s.req->prompt;
+    s.reused = kv_->begin(*s.seq, prompt);
+    s.begun = true;
+    s.history.assign(prompt.begin(), prompt.begin() + s.reused);
+    s.prompt_fed = static_cast<size_t>(s.reused);
+  }
+
   // 2. Plan: one token for every decoding sequence, then prompt chunks in admission order.
   std::vector<BatchItem> items;
   std::vector<Slot*> owners;
@@ -189,6 +242,7 @@ void Engine::step() {
     Slot& s = *slots_[i];
     if (!s.req || s.pending < 0) continue;
     decode_tok[i] = s.pending;
+    kv_->reserve(*s.seq, 1);
     items.push_back({s.seq.get(), {&decode_tok[i], 1}, false});
     owners.push_back(&s);
     --budget;
@@ -197,8 +251,11 @@ void Engine::step() {
     Slot& s = *sp;
     if (!s.req || s.pending >= 0 || budget <= 0) continue;
     const auto& prompt = s.req->prompt;
-    size_t n = std::min<size_t>(prompt.size() - s.prompt_fed, static_cast<size_t>(budget));
+    // Chunks end where the cache wants a recurrent-state snapshot.
+    const size_t stop = static_cast<size_t>(kv_->next_stop(*s.seq));
+    size_t n = std::min<size_t>(stop - s.prompt_fed, static_cast<size_t>(budget));
     if (n == 0) continue;
+    kv_->reserve(*s.seq, static_cast<int64_t>(n));
     items.push_back({s.seq.get(), {prompt.data() + s.prompt_fed, n}, false});
     owners.push_back(&s);
     budget -= static_cast<int64_t>(n);
@@ -220,11 +277,18 @@ void Engine::step() {
     if (s.pending >= 0) {
       s.history.push_back(s.pending);
       s.pending = -1;
+      kv_->commit(*s.seq, s.history);
     } else {
       s.history.insert(s.history.end(), items[k].tokens.begin(), items[k].tokens.end());
       s.prompt_fed += items[k].tokens.size();
-      stats_.prompt_tokens += items[k].tokens.size();
+      kv_->commit(*s.seq, s.history);
       if (s.prompt_fed < prompt.size()) continue;  // more prompt to feed next step
+      // Prompt done: every prompt token is counted, reused ones as cached.
+      stats_.prompt_tokens += prompt.size();
+      stats_.prompt_tokens_cached += static_cast<uint64_t>(s.reused);
+      const double ms = std::chrono::duration<double, std::milli>(now - s.arrival).count();
+      VI_LOG_INFO("prompt {} tokens = {} reused + {} computed in {:.1f} ms", prompt.size(), s.reused,
+                  static_cast<int64_t>(prompt.size()) - s.reused, ms);
     }
     if (s.req->cancelled->load()) {
       finish(s, FinishReason::kCancelled);

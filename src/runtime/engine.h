@@ -7,6 +7,8 @@
 // free sequence slots, (3) gives every decoding sequence one token and fills the rest of
 // the step's token budget with prompt chunks (chunked prefill, so a long prompt never
 // stalls the running streams), (4) runs one batched forward pass and samples.
+// Sequences keep their KV in one paged pool managed by runtime/kv_cache.h: a request
+// whose prompt starts like an earlier one resumes from the longest cached prefix.
 #pragma once
 
 #include <atomic>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "runtime/kv_cache.h"
 #include "runtime/generate.h"
 #include "runtime/sampler.h"
 
@@ -80,6 +83,13 @@ struct EngineOptions {
   int64_t n_ctx = 4096;      // context per sequence (prompt + output)
   int64_t step_tokens = 256;  // token budget of one forward pass (decode tokens + prefill chunk)
   int max_queue = 64;        // waiting requests beyond which submit() refuses (HTTP 503)
+  // KV cache (runtime/kv_cache.h).
+  bool prefix_cache = true;           // reuse cached prompt prefixes across requests
+  int64_t kv_block_size = kDefaultKvBlockSize;  // tokens per KV block
+  int64_t kv_blocks = 0;              // device KV pool; 0: max_seqs full contexts (the minimum)
+  double cache_ram_gb = 0;            // host-RAM tier for evicted blocks/snapshots (--cache-ram)
+  int64_t cache_snapshots = 0;        // recurrent-state snapshot slots on the device; 0: auto
+  int64_t snapshot_interval = 256;    // tokens between prompt snapshots (hybrid models)
 };
 
 // Counters and distributions for /metrics; a consistent snapshot.
@@ -98,6 +108,10 @@ struct EngineStats {
   std::vector<uint64_t> ttft_counts, tpot_counts;
   double ttft_sum = 0, tpot_sum = 0;
   uint64_t ttft_n = 0, tpot_n = 0;
+  // Prefix cache and KV pools: cache.reused_tokens / cache.prompt_tokens is the token hit
+  // rate, cache.hits / cache.lookups the request hit rate; pool sizes in blocks and bytes.
+  uint64_t prompt_tokens_cached = 0;  // of prompt_tokens, those served from the cache
+  KvCacheStats cache;
 };
 
 class Engine {
@@ -113,6 +127,8 @@ class Engine {
   SubmitStatus submit(std::shared_ptr<Request> req);
 
   const EngineOptions& options() const { return opts_; }
+  // Waits until no request is queued or running (tests, benchmarks).
+  void wait_idle() const;
   const Model& model() const { return model_; }
   EngineStats stats() const;
 
@@ -131,6 +147,8 @@ class Engine {
   std::deque<std::shared_ptr<Request>> queue_;
   bool stop_ = false;
   EngineStats stats_;
+  std::unique_ptr<KvCache> kv_;
+  mutable std::condition_variable idle_cv_;
   std::thread thread_;
 };
 

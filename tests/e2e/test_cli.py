@@ -57,3 +57,24 @@ def test_help_lists_commands(voltinfer):
     out = run(["--help"])
     for cmd in ("chat", "generate", "logits", "perplexity"):
         assert cmd in out.stdout
+
+
+def test_perplexity_matches_transformers(voltinfer, default_model):
+    """`voltinfer perplexity` against the value transformers computed on the same text and tokens
+    (tests/golden/smollm2_hf/perplexity.json, made by scripts/hf_perplexity.py)."""
+    import hashlib
+    import json
+    import re
+    from pathlib import Path
+
+    from conftest import GOLDEN
+    ref = json.loads((GOLDEN / "smollm2_hf" / "perplexity.json").read_text())
+    text = Path("/usr/share/common-licenses/GPL-3")
+    if not text.exists() or hashlib.sha256(text.read_bytes()).hexdigest() != ref["text_sha256"]:
+        import pytest
+        pytest.skip("the reference text (Debian's GPL-3) is not present in the same version")
+    out = run(["perplexity", "-m", default_model, "-f", text, "-c", "512", "--chunks", "4"])
+    running = [float(v) for v in re.findall(r"\[\d+\]([0-9.]+)", out.stdout)]
+    assert len(running) == 4, out.stdout
+    for ours, theirs in zip(running, ref["running_ppl"]):
+        assert abs(ours - theirs) <= 1e-3 * theirs, (running, ref["running_ppl"])

@@ -1,9 +1,11 @@
-// CUDA kernel of attention. Per block: the query row (pre-scaled, fp32) in shared memory;
+// CUDA kernels of attention and paged_attention (one kernel: the paged form maps key
+// position s to pool row table[s / bs] * bs + s % bs; the contiguous form uses s). Per block: the query row (pre-scaled, fp32) in shared memory;
 // each tile of 64 keys is scored by the four warps (lanes stride over head_dim, so K rows
 // are read coalesced), then exponentiated against the running max and folded into the
 // per-thread output dims with the usual rescaling of the running sum and accumulators.
 #include "backends/cuda/attention.cuh"
 #include "ops/attention.h"
+#include "ops/paged_attention.h"
 
 namespace vi::cuda {
 namespace {
@@ -11,7 +13,8 @@ namespace {
 template <class TQ, class TKV>
 __global__ void __launch_bounds__(kAttnThreads)
     attention_kernel(const TQ* __restrict__ q, const TKV* __restrict__ k, const TKV* __restrict__ v, TQ* out, int Hq,
-                     int Hkv, int D, int64_t q_pos0, float scale) {
+                     int Hkv, int D, int64_t q_pos0, float scale, const int32_t* __restrict__ table,
+                     int64_t block_size) {
   extern __shared__ float smem[];
   float* qs = smem;       // [D]
   float* p = smem + D;    // [kAttnTile]
@@ -23,6 +26,9 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int64_t kv_stride = int64_t(Hkv) * D;
   const TKV* kh = k + int64_t(hk) * D;
   const TKV* vh = v + int64_t(hk) * D;
+  auto kv_row = [&](int64_t s) -> int64_t {  // cache row of key position s
+    return table ? int64_t(table[s / block_size]) * block_size + s % block_size : s;
+  };
 
   for (int d = tid; d < D; d += kAttnThreads) qs[d] = to_f32(q[row * D + d]);
   float acc[kAttnMaxDim / kAttnThreads] = {};
@@ -32,7 +38,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int64_t s0 = 0; s0 < n_keys; s0 += kAttnTile) {
     const int nt = static_cast<int>(min(int64_t(kAttnTile), n_keys - s0));
     for (int j = warp; j < nt; j += kAttnThreads / 32) {
-      const TKV* kr = kh + (s0 + j) * kv_stride;
+      const TKV* kr = kh + kv_row(s0 + j) * kv_stride;
       float dot = 0.0f;
       for (int d = lane; d < D; d += 32) dot += qs[d] * to_f32(kr[d]);
       dot = warp_sum(dot);
@@ -54,8 +60,7 @@ __global__ void __launch_bounds__(kAttnThreads)
       const int d = tid + r * kAttnThreads;
       if (d < D) {
         float a = acc[r] * corr;
-        const TKV* vc = vh + s0 * kv_stride + d;
-        for (int j = 0; j < nt; ++j) a += p[j] * to_f32(vc[j * kv_stride]);
+        for (int j = 0; j < nt; ++j) a += p[j] * to_f32(vh[kv_row(s0 + j) * kv_stride + d]);
         acc[r] = a;
       }
     }
@@ -71,8 +76,8 @@ __global__ void __launch_bounds__(kAttnThreads)
 }
 
 template <class TKV>
-void attention_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0, float scale,
-                    Tensor& out) {
+void attention_launch(ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0, float scale,
+                      const int32_t* table, int64_t block_size, Tensor& out) {
   const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hkv = k.dim(1);
   VI_CHECK(D <= kAttnMaxDim, "op 'attention' on cuda: head_dim {} exceeds {}", D, kAttnMaxDim);
   if (T == 0) return;
@@ -82,14 +87,37 @@ void attention_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k, const T
     const size_t smem = (D + kAttnTile) * sizeof(float);
     attention_kernel<TQ, TKV><<<static_cast<unsigned>(T * Hq), kAttnThreads, smem, stream_of(ctx)>>>(
         q.ptr<TQ>(), k.ptr<TKV>(), v.ptr<TKV>(), out.ptr<TQ>(), static_cast<int>(Hq), static_cast<int>(Hkv),
-        static_cast<int>(D), q_pos0, scale);
+        static_cast<int>(D), q_pos0, scale, table, block_size);
     VI_CUDA_LAUNCH_CHECK();
   });
+}
+
+template <class TKV>
+void attention_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0, float scale,
+                    Tensor& out) {
+  attention_launch<TKV>(ctx, q, k, v, q_pos0, scale, nullptr, 0, out);
+}
+
+// A host block table (the models' case; entries checked by the op entry point) goes to scratch.
+template <class TKV>
+void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                          const Tensor& table, int64_t block_size, int64_t q_pos0, float scale, Tensor& out) {
+  if (q.dim(0) == 0) return;
+  if (table.device() == Device::CUDA) {
+    attention_launch<TKV>(ctx, q, k_pool, v_pool, q_pos0, scale, table.ptr<int32_t>(), block_size, out);
+    return;
+  }
+  const size_t bytes = static_cast<size_t>(table.numel()) * sizeof(int32_t);
+  Scratch dtable(ctx, bytes);
+  upload_small(ctx, table.data(), bytes, dtable);
+  attention_launch<TKV>(ctx, q, k_pool, v_pool, q_pos0, scale, dtable.as<int32_t>(), block_size, out);
 }
 
 const bool registered = [] {
   ops::attention_table().add(Device::CUDA, DType::F16, attention_cuda<__half>);
   ops::attention_table().add(Device::CUDA, DType::F32, attention_cuda<float>);
+  ops::paged_attention_table().add(Device::CUDA, DType::F16, paged_attention_cuda<__half>);
+  ops::paged_attention_table().add(Device::CUDA, DType::F32, paged_attention_cuda<float>);
   return true;
 }();
 

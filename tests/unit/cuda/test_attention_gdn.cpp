@@ -6,11 +6,13 @@
 // Tolerances (relative L2): f32 2e-5; f16 3e-3 (f16 inputs/outputs, fp32 math inside).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "cuda_test_util.h"
 #include "ops/attention.h"
 #include "ops/gdn.h"
+#include "ops/paged_attention.h"
 
 namespace vi::cudatest {
 namespace {
@@ -31,6 +33,26 @@ TEST_P(Attention, PrefillAndDecode) {
       ops::attention(g, dq, dk, dv, p0, scale, dout);
       EXPECT_CLOSE(down(dout), ref, tol(2e-5, 3e-3), fmt::format("attention D={} T={} pos0={}", D, T, p0));
     }
+  }
+}
+
+TEST_P(Attention, PagedThroughAShuffledBlockTable) {
+  const int64_t Hq = 4, Hkv = 2, D = 72, bs = 16, n_blocks = 9;
+  std::vector<int32_t> perm(n_blocks);
+  for (int32_t i = 0; i < n_blocks; ++i) perm[i] = i;
+  std::shuffle(perm.begin(), perm.end(), rng());
+  Tensor table = Tensor::empty(DType::I32, {n_blocks});
+  std::copy(perm.begin(), perm.end(), table.ptr<int32_t>());
+  Tensor k = rand_f32({n_blocks * bs, Hkv, D}, act(), -2, 2), v = rand_f32({n_blocks * bs, Hkv, D}, act(), -2, 2);
+  Tensor dk = up(k), dv = up(v);
+  for (auto [T, p0] : {std::pair<int64_t, int64_t>{37, 0}, {1, 100}, {6, 131}}) {
+    Tensor q = rand_f32({T, Hq, D}, act(), -2, 2);
+    const float scale = 0.11f;
+    Tensor ref = Tensor::empty(DType::F32, {T, Hq, D});
+    ops::paged_attention(cpu, q, host_as(k, act()), host_as(v, act()), table, bs, p0, scale, ref);
+    Tensor dq = up(q), dout = gpu_empty({T, Hq, D});
+    ops::paged_attention(g, dq, dk, dv, table, bs, p0, scale, dout);
+    EXPECT_CLOSE(down(dout), ref, tol(2e-5, 3e-3), fmt::format("paged_attention T={} pos0={}", T, p0));
   }
 }
 

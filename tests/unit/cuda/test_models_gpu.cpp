@@ -1,0 +1,98 @@
+// The tiny golden models (tests/golden/*: llama, qwen3, Qwen3.5 hybrid) run on the GPU and on
+// the CPU (which run_golden.py holds to the Hugging Face logits at 1e-3) with the same
+// random tokens: a 37-token prefill, then 4 single-token decode steps. The GPU runs in both
+// kernel profiles, with f16 activations (what `voltinfer --device cuda` uses; tolerance
+// max |Δlogit| / row max <= 3e-2, and the argmax must agree unless the CPU's top-2 margin is
+// within that) and with f32 activations (the wiring check: 1e-4).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "cuda_test_util.h"
+#include "formats/weight_source.h"
+#include "models/model.h"
+
+namespace vi::cudatest {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> golden_models() {
+  std::vector<std::string> out;
+  // The source tree this was built from, else the current directory (a binary carried to a
+  // GPU machine runs from a copy of the repository root there).
+  fs::path root = fs::path(VI_SOURCE_DIR) / "tests" / "golden";
+  if (!fs::is_directory(root)) root = fs::current_path() / "tests" / "golden";
+  if (!fs::is_directory(root)) return out;
+  for (const auto& e : fs::directory_iterator(root))
+    if (fs::exists(e.path() / "config.json") && fs::exists(e.path() / "model.safetensors")) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Max over rows of max |a − b| / max |b|, and whether every row's argmax agrees (a
+// disagreement is allowed where b's top two are within 2 * tol * row max).
+std::pair<double, bool> compare_logits(const Tensor& a, const Tensor& b, double tol) {
+  double worst = 0;
+  bool argmax_ok = true;
+  const int64_t V = b.cols();
+  for (int64_t r = 0; r < b.rows(); ++r) {
+    const float* x = a.row<float>(r);
+    const float* y = b.row<float>(r);
+    double scale = 0, err = 0;
+    int64_t ax = 0, ay = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      if (!std::isfinite(x[i])) return {INFINITY, false};
+      scale = std::max(scale, double(std::fabs(y[i])));
+      err = std::max(err, double(std::fabs(x[i] - y[i])));
+      if (x[i] > x[ax]) ax = i;
+      if (y[i] > y[ay]) ay = i;
+    }
+    worst = std::max(worst, err / scale);
+    if (ax != ay && y[ay] - y[ax] > 2 * tol * scale) argmax_ok = false;
+  }
+  return {worst, argmax_ok};
+}
+
+class GoldenOnGpu : public CudaOpTest {};
+
+TEST_P(GoldenOnGpu, PrefillThenDecodeMatchesCpu) {
+  const auto models = golden_models();
+  ASSERT_FALSE(models.empty()) << "no golden models under tests/golden";
+  const double lim = tol(1e-4, 3e-2);
+  for (const std::string& path : models) {
+    auto src = formats::open_weight_source(path);
+    LoadOptions cpu_opts, gpu_opts;
+    gpu_opts.ctx = g;
+    auto cpu_model = load_model(*src, cpu_opts);
+    auto gpu_model = load_model(*src, gpu_opts);
+    const int64_t V = cpu_model->info().n_vocab;
+    std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(V - 1));
+    std::vector<int32_t> tokens(41);
+    for (auto& t : tokens) t = u(rng());
+    auto cseq = cpu_model->new_sequence(64), gseq = gpu_model->new_sequence(64);
+    Tensor cl, gl;
+    cpu_model->forward(cpu, std::span<const int32_t>(tokens.data(), 37), *cseq, cl, /*all_logits=*/true);
+    gpu_model->forward(g, std::span<const int32_t>(tokens.data(), 37), *gseq, gl, true);
+    ASSERT_EQ(gl.device(), Device::CPU);
+    ASSERT_EQ(gl.dtype(), DType::F32);
+    auto [err, ok] = compare_logits(gl, cl, lim);
+    EXPECT_LE(err, lim) << path << ": prefill";
+    EXPECT_TRUE(ok) << path << ": prefill argmax";
+    for (int i = 37; i < 41; ++i) {
+      cpu_model->forward(cpu, std::span<const int32_t>(tokens.data() + i, 1), *cseq, cl, false);
+      gpu_model->forward(g, std::span<const int32_t>(tokens.data() + i, 1), *gseq, gl, false);
+      auto [e, a] = compare_logits(gl, cl, lim);
+      EXPECT_LE(e, lim) << path << ": decode step " << i;
+      EXPECT_TRUE(a) << path << ": decode argmax " << i;
+    }
+    std::printf("%s %s: ok\n", fs::path(path).filename().c_str(), setting_name({GetParam(), 0}).c_str());
+  }
+}
+
+VI_CUDA_INSTANTIATE(GoldenOnGpu);
+
+}  // namespace
+}  // namespace vi::cudatest
