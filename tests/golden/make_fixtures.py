@@ -167,6 +167,17 @@ SPECS: list[Spec] = [
                     rope_parameters={"rope_type": "default", "rope_theta": 1e6},
                     attention_bias=False, use_sliding_window=False),
     ),
+    Spec(
+        name="qwen2_tiny",
+        family="qwen2",
+        seed=4001,
+        note="Qwen2ForCausalLM (q/k/v biases), hidden 64, 2 layers, 4 q / 2 kv heads, head_dim 16, untied",
+        config=dict(vocab_size=288, hidden_size=64, intermediate_size=144, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2,
+                    rms_norm_eps=1e-6, tie_word_embeddings=False, max_position_embeddings=4096,
+                    rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+                    use_sliding_window=False),
+    ),
 ]
 
 
@@ -177,6 +188,8 @@ def build_config(spec: Spec):
         from transformers import LlamaConfig as C
     elif spec.family == "qwen3":
         from transformers import Qwen3Config as C
+    elif spec.family == "qwen2":
+        from transformers import Qwen2Config as C
     else:
         raise ValueError(spec.family)
     cfg = C(**spec.config, initializer_range=spec.init_std)
@@ -189,6 +202,8 @@ def model_class(family: str):
         from transformers import Qwen3_5ForCausalLM as M
     elif family == "llama":
         from transformers import LlamaForCausalLM as M
+    elif family == "qwen2":
+        from transformers import Qwen2ForCausalLM as M
     else:
         from transformers import Qwen3ForCausalLM as M
     return M
@@ -229,6 +244,8 @@ def randomise_weights(model, spec: Spec) -> None:
                 v = -1.0 + 2.0 * torch.rand(shape, generator=g)
             elif name.endswith(".weight") and p.dim() == 2:
                 v = torch.randn(shape, generator=g) * spec.init_std
+            elif name.endswith(".bias"):                                    # qwen2 q/k/v biases
+                v = torch.randn(shape, generator=g) * 0.5
             else:
                 raise RuntimeError(f"no init rule for parameter {name} {tuple(shape)}")
             p.copy_(v.to(p.dtype))
