@@ -33,7 +33,8 @@ void run_logits(const LogitsArgs& a) {
   const int64_t T = static_cast<int64_t>(ids.size());
   const int64_t V = L.model->info().n_vocab;
   for (int32_t id : ids) VI_CHECK(id < V, "token id {} is outside the vocabulary of {}", id, V);
-  auto seq = L.model->new_sequence(std::max<int64_t>(L.n_ctx, T));
+  // Without -c the context grows to fit the tokens; an explicit -c is a limit.
+  auto seq = L.model->new_sequence(a.model.ctx_size > 0 ? L.n_ctx : std::max<int64_t>(L.n_ctx, T));
   Tensor all = Tensor::empty(DType::F32, {T, V});  // [T, vocab]
   // Whole-prompt prefill in chunks of n_batch, or token-by-token decode (--decode).
   const int64_t step = a.decode ? 1 : std::max<int64_t>(a.n_batch, 1);
