@@ -56,7 +56,8 @@ struct TensorSpec {
   std::string key;             // Hugging Face name: seeds the values, so GGUF and safetensors
                                // files of one seed hold the same model
   std::vector<int64_t> shape;  // as written, PyTorch order (GGUF conv: [C, K]; HF: [C, 1, K])
-  bool matrix = true;          // stored in the requested weight dtype (else f32 / plain float)
+  bool matrix = true;          // GGUF: in the requested weight dtype (else f32, as llama.cpp keeps
+                               // norms, conv, decay); safetensors: everything in its one dtype
   Init init = Init::kNormal;
   float scale = 1.0f;
   Store store = Store::kAsIs;
