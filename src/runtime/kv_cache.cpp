@@ -36,14 +36,17 @@ KvCache::KvCache(ops::Context ctx, std::shared_ptr<KvPool> pool, const std::vect
   bs_ = pool_->block_size;
   dev_blocks_ = BlockAllocator(static_cast<int32_t>(pool_->n_blocks));
   for (const Tensor& t : pool_->tensors) {
-    VI_CHECK(t.dtype() == DType::F32 && t.ndim() == 2 && t.dim(0) == pool_->n_blocks * bs_,
-             "KV pool tensor {} does not hold {} blocks of {}", t.shape_str(), pool_->n_blocks, bs_);
+    VI_CHECK(t.ndim() == 2 && t.dim(0) == pool_->n_blocks * bs_ && !dtype_is_quantized(t.dtype()),
+             "KV pool tensor {} {} does not hold {} blocks of {}", t.shape_str(), dtype_name(t.dtype()),
+             pool_->n_blocks, bs_);
     kv_widths_.push_back(t.dim(1));
-    block_bytes_ += static_cast<size_t>(bs_ * t.dim(1)) * sizeof(float);
+    block_bytes_ += t.slice_rows(0, bs_).nbytes();
   }
   for (const Tensor& t : state_proto) {
-    VI_CHECK(t.dtype() == DType::F32, "recurrent state {} must be f32", t.shape_str());
+    VI_CHECK(!dtype_is_quantized(t.dtype()), "recurrent state {} {} cannot be snapshotted", t.shape_str(),
+             dtype_name(t.dtype()));
     state_shapes_.push_back(t.shape());
+    state_dtypes_.push_back(t.dtype());
     snap_bytes_ += t.nbytes();
   }
   snap_bytes_ += block_bytes_;  // the tail KV
@@ -54,9 +57,10 @@ KvCache::KvCache(ops::Context ctx, std::shared_ptr<KvPool> pool, const std::vect
   const int64_t n_dev_snaps = std::max<int64_t>(0, opts_.device_snapshots);
   dev_snaps_ = BlockAllocator(static_cast<int32_t>(n_dev_snaps));
   if (n_dev_snaps > 0) {
-    for (const auto& shape : state_shapes_)
-      dev_snap_state_.push_back(ops::empty(ctx_, DType::F32, {n_dev_snaps, numel_of(shape)}));
-    for (int64_t w : kv_widths_) dev_snap_tail_.push_back(ops::empty(ctx_, DType::F32, {n_dev_snaps * bs_, w}));
+    for (size_t i = 0; i < state_shapes_.size(); ++i)
+      dev_snap_state_.push_back(ops::empty(ctx_, state_dtypes_[i], {n_dev_snaps, numel_of(state_shapes_[i])}));
+    for (const Tensor& t : pool_->tensors)
+      dev_snap_tail_.push_back(ops::empty(ctx_, t.dtype(), {n_dev_snaps * bs_, t.dim(1)}));
   }
   // Host tier: recurrent models give half the RAM to snapshots, others a sixteenth (tails).
   const int64_t host = std::max<int64_t>(0, opts_.host_bytes);
@@ -215,7 +219,7 @@ void KvCache::restore_snapshot(SequenceState& seq, const PrefixIndex::Snapshot& 
         Tensor dst = pool_->tensors[i].slice_rows(tail_block * bs_, tail_block * bs_ + n_tail);
         upload_from(ctx_, src, dst);
       }
-      src += static_cast<size_t>(bs_ * kv_widths_[i]) * sizeof(float);
+      src += pool_->tensors[i].slice_rows(0, bs_).nbytes();
     }
     host_snaps_.touch(s.loc.slot);
   }

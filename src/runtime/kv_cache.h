@@ -106,6 +106,7 @@ class KvCache {
   KvCacheOptions opts_;
   int64_t bs_ = 0;
   std::vector<std::vector<int64_t>> state_shapes_;
+  std::vector<DType> state_dtypes_;
   std::vector<int64_t> kv_widths_;  // per pool tensor
   size_t block_bytes_ = 0, snap_bytes_ = 0;
 
