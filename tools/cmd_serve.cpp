@@ -25,6 +25,9 @@ struct ServeArgs {
   int parallel = 4;
   int64_t batch = 256;
   int max_queue = 64;
+  double cache_ram = 0;  // GB (kvcache)
+  bool no_prefix_cache = false;
+  int64_t kv_blocks = 0;
 };
 
 std::string model_name(const std::string& path) {
@@ -49,6 +52,9 @@ void run_serve(ServeArgs& a) {
   eo.n_ctx = L.n_ctx;
   eo.step_tokens = a.batch;
   eo.max_queue = a.max_queue;
+  eo.cache_ram_gb = a.cache_ram;
+  eo.prefix_cache = !a.no_prefix_cache;
+  eo.kv_blocks = a.kv_blocks;
   Engine engine(*L.model, L.ctx, eo);
 
   a.server.model_id = !a.alias.empty() ? a.alias
@@ -96,6 +102,15 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--max-queue", a->max_queue, "Requests that may wait for a free sequence (HTTP 503 above)")
       ->check(CLI::Range(0, 1 << 20));
+  // KV cache (kvcache).
+  cmd->add_option("--cache-ram", a->cache_ram,
+                  "Host RAM in GB for KV blocks and state snapshots evicted from the device pool (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Compute every prompt in full (no prefix reuse)");
+  cmd->add_option("--kv-blocks", a->kv_blocks,
+                  "KV pool size in blocks of 16 tokens (0: -np full contexts, the minimum); the part no "
+                  "running sequence uses caches prefixes")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([a] { run_serve(*a); });
 }
 
