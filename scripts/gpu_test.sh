@@ -44,7 +44,8 @@ run() {
   for t in "$b"/bin/cuda_test_*; do
     local name
     name=$(basename "$t")
-    "$t" --gtest_brief=1 > "$log/$name.log" 2>&1
+    # Line-buffered and time-limited, so a crash or a hang still leaves the log up to there.
+    timeout "${SUITE_TIMEOUT:-150}" stdbuf -oL -eL "$t" > "$log/$name.log" 2>&1
     local rc=$?
     local passed failed skipped
     passed=$(grep -oE '\[  PASSED  \] [0-9]+' "$log/$name.log" | grep -oE '[0-9]+$' || echo 0)
