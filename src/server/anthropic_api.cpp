@@ -223,7 +223,7 @@ Job parse_anthropic_messages(const ServerContext& ctx, const json& body) {
     const std::string type = th->is_object() ? th->value("type", "") : "";
     if (type == "enabled") kwargs["enable_thinking"] = true;
     else if (type == "disabled") kwargs["enable_thinking"] = false;
-    else bad_field("thinking.type", "must be \"enabled\" or \"disabled\"");
+    else if (type != "adaptive") bad_field("thinking.type", "must be \"enabled\", \"disabled\" or \"adaptive\"");
   }
 
   Job job;
