@@ -3,7 +3,10 @@
 
 #include <algorithm>
 
+#include "core/log.h"
+#include "ops/attention.h"
 #include "ops/copy.h"
+#include "ops/memory.h"
 #include "ops/op_checks.h"
 
 namespace vi::ops {
@@ -50,8 +53,32 @@ void paged_attention(Context& ctx, const Tensor& q, const Tensor& k_pool, const 
   check_table("paged_attention", block_table, block_size, k_pool.dim(0) / block_size, q_pos0 + T);
   VI_CHECK(same_shape(q, out) && q.dtype() == out.dtype(), "op 'paged_attention': out {} must match q {}",
            describe(out), describe(q));
-  paged_attention_table().get(ctx.device, k_pool.dtype())(ctx, q, k_pool, v_pool, block_table, block_size,
-                                                          q_pos0, scale, out);
+  if (paged_attention_table().supports(ctx.device, k_pool.dtype())) {
+    paged_attention_table().get(ctx.device, k_pool.dtype())(ctx, q, k_pool, v_pool, block_table, block_size,
+                                                            q_pos0, scale, out);
+    return;
+  }
+  // Bridge for a backend without a paged kernel yet: gather the sequence's rows (one copy
+  // per block) and run the contiguous attention op. Correct but slower; said once.
+  VI_CHECK(block_table.device() == Device::CPU && attention_table().supports(ctx.device, k_pool.dtype()),
+           "op 'paged_attention' has no {} kernel for dtype {}", device_name(ctx.device),
+           dtype_name(k_pool.dtype()));
+  static bool warned = false;
+  if (!warned) {
+    warned = true;
+    VI_LOG_WARN("paged_attention: no {} kernel for {} K/V yet; gathering blocks for the contiguous attention op",
+                device_name(ctx.device), dtype_name(k_pool.dtype()));
+  }
+  const int64_t S = q_pos0 + T;
+  Tensor kc = empty(ctx, k_pool.dtype(), {S, Hkv, D}), vc = empty(ctx, v_pool.dtype(), {S, Hkv, D});
+  const int32_t* tbl = block_table.ptr<int32_t>();
+  for (int64_t s0 = 0; s0 < S; s0 += block_size) {
+    const int64_t n = std::min(block_size, S - s0), row = static_cast<int64_t>(tbl[s0 / block_size]) * block_size;
+    Tensor kd = kc.slice_rows(s0, s0 + n), vd = vc.slice_rows(s0, s0 + n);
+    copy(ctx, k_pool.slice_rows(row, row + n), kd);
+    copy(ctx, v_pool.slice_rows(row, row + n), vd);
+  }
+  attention(ctx, q, kc, vc, q_pos0, scale, out);
 }
 
 void paged_kv_write(Context& ctx, const Tensor& x, Tensor& pool, const Tensor& block_table, int64_t block_size,

@@ -78,7 +78,7 @@ Engine::Engine(const Model& model, ops::Context ctx, EngineOptions opts)
   KvCacheOptions ko;
   ko.prefix_reuse = opts_.prefix_cache;
   ko.host_bytes = static_cast<int64_t>(opts_.cache_ram_gb * 1e9);
-  ko.device_snapshots = opts_.cache_snapshots > 0 ? opts_.cache_snapshots : 4 * opts_.max_seqs + 8;
+  ko.device_snapshots = opts_.cache_snapshots > 0 ? opts_.cache_snapshots : -1;
   ko.snapshot_interval = opts_.snapshot_interval;
   kv_ = std::make_unique<KvCache>(ctx_, pool, slots_[0]->seq->recurrent_state(), ko);
   stats_.cache = kv_->stats();

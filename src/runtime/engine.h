@@ -88,7 +88,7 @@ struct EngineOptions {
   int64_t kv_block_size = kDefaultKvBlockSize;  // tokens per KV block
   int64_t kv_blocks = 0;              // device KV pool; 0: max_seqs full contexts (the minimum)
   double cache_ram_gb = 0;            // host-RAM tier for evicted blocks/snapshots (--cache-ram)
-  int64_t cache_snapshots = 0;        // recurrent-state snapshot slots on the device; 0: auto
+  int64_t cache_snapshots = 0;        // state snapshot slots on the device; 0: auto (KvCacheOptions)
   int64_t snapshot_interval = 256;    // tokens between prompt snapshots (hybrid models)
 };
 

@@ -54,7 +54,11 @@ KvCache::KvCache(ops::Context ctx, std::shared_ptr<KvPool> pool, const std::vect
   if (!opts_.prefix_reuse) return;
 
   // Device snapshot slots.
-  const int64_t n_dev_snaps = std::max<int64_t>(0, opts_.device_snapshots);
+  int64_t n_dev_snaps = opts_.device_snapshots;
+  if (n_dev_snaps < 0) {
+    const int64_t pool_bytes = pool_->n_blocks * static_cast<int64_t>(block_bytes_);
+    n_dev_snaps = std::clamp<int64_t>(pool_bytes / 4 / static_cast<int64_t>(snap_bytes_), 8, 64);
+  }
   dev_snaps_ = BlockAllocator(static_cast<int32_t>(n_dev_snaps));
   if (n_dev_snaps > 0) {
     for (size_t i = 0; i < state_shapes_.size(); ++i)

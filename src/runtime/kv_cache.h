@@ -35,7 +35,8 @@ namespace vi {
 struct KvCacheOptions {
   bool prefix_reuse = true;          // false: blocks are private and nothing is looked up
   int64_t host_bytes = 0;            // host-RAM tier (--cache-ram); 0: evicted data is dropped
-  int64_t device_snapshots = 16;     // snapshot slots in device memory
+  // Snapshot slots in device memory; < 0: auto, a quarter of the KV pool's bytes, 8 .. 64.
+  int64_t device_snapshots = -1;
   int64_t snapshot_interval = 256;   // tokens between prompt snapshots (rounded to blocks)
 };
 

@@ -109,6 +109,23 @@ TEST(PagedKvWrite, ScattersRowsThroughTable) {
   }
 }
 
+// A backend without a paged kernel gathers blocks for the contiguous op: same numbers.
+TEST(PagedAttention, GatherBridgeWithoutKernelMatches) {
+  std::mt19937 rng(test::test_seed());
+  const int64_t T = 5, q_pos0 = 21, Hq = 4, Hkv = 2, D = 16, bs = 8, n_blocks = 6;
+  Tensor q = test::random_f32(rng, {T, Hq, D});
+  Tensor kp = test::random_f32(rng, {n_blocks * bs, Hkv, D}), vp = test::random_f32(rng, {n_blocks * bs, Hkv, D});
+  Tensor tbl = shuffled_table(rng, (q_pos0 + T + bs - 1) / bs, n_blocks);
+  Tensor want = Tensor::empty(DType::F32, {T, Hq, D}), got = Tensor::empty(DType::F32, {T, Hq, D});
+  ops::Context ctx;
+  ops::paged_attention(ctx, q, kp, vp, tbl, bs, q_pos0, 0.25f, want);
+  auto kernel = ops::paged_attention_table().get(Device::CPU, DType::F32);
+  ops::paged_attention_table().add(Device::CPU, DType::F32, nullptr);  // as if the backend lacked it
+  ops::paged_attention(ctx, q, kp, vp, tbl, bs, q_pos0, 0.25f, got);
+  ops::paged_attention_table().add(Device::CPU, DType::F32, kernel);
+  test::expect_bitwise_equal(got, want, "gather bridge");
+}
+
 TEST(PagedAttention, RejectsShortOrBadTables) {
   ops::Context ctx;
   Tensor q = Tensor::empty(DType::F32, {2, 2, 8}), out = Tensor::empty(DType::F32, {2, 2, 8});
