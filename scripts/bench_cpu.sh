@@ -5,7 +5,7 @@
 #   scripts/bench_cpu.sh [extra voltinfer bench flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=build/voltinfer
+bin=${VOLTINFER_BIN:-build/voltinfer}
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') x $(nproc) hardware threads"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
