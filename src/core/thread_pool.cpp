@@ -39,7 +39,7 @@ void ThreadPool::run_chunks(uint32_t gen) {
     for (;;) {
       if (static_cast<uint32_t>(v >> 32) != gen) return;  // a newer job: ours is finished
       uint32_t next = static_cast<uint32_t>(v);
-      if (next >= job_chunks_.load(std::memory_order_relaxed)) return;
+      if (next >= job_chunks_.load(std::memory_order_acquire)) return;
       if (claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire)) break;
     }
     // We hold chunk `c` of job `gen`: the caller waits for it, so the job fields are valid.
@@ -83,13 +83,19 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
     fn(0, n, 0);
     return;
   }
+  // Close the previous generation first: a worker still in run_chunks() for it could
+  // otherwise read the new job_chunks_ below, claim a chunk past the old job's end, run
+  // it with the new job's fields and bump done_ past `chunks` (the wait below then never
+  // ends). After the exchange no claim on the old generation can succeed; a worker that
+  // sees the new job_chunks_ (acquire) also sees the closed claim word. (kvcache)
+  const uint64_t old = claim_.fetch_or(0xffffffffull, std::memory_order_acq_rel);
   // Publish the job. Workers read job_* only after a successful claim of the new
   // generation, and the release store of claim_ orders these writes before it.
   job_ = &fn;
   job_n_ = n;
-  job_chunks_.store(chunks, std::memory_order_relaxed);
+  job_chunks_.store(chunks, std::memory_order_release);
   done_.store(0, std::memory_order_relaxed);
-  const uint32_t gen = static_cast<uint32_t>(claim_.load(std::memory_order_relaxed) >> 32) + 1;
+  const uint32_t gen = static_cast<uint32_t>(old >> 32) + 1;
   {
     std::lock_guard<std::mutex> lock(mu_);  // pairs with the sleeping workers' predicate
     claim_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
