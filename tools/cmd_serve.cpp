@@ -88,6 +88,7 @@ void register_serve(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "serve", "Serve the model over HTTP: OpenAI (/v1/chat/completions, /v1/completions, /v1/models) and\n"
                "Anthropic (/v1/messages) APIs, streaming, /health, /metrics");
+  a->model.log_level = "info";  // a server logs each request (prompt tokens reused/computed)
   a->model.add(*cmd);
   cmd->add_option("--host", a->server.host, "Address to listen on (127.0.0.1: this machine only; 0.0.0.0: all)");
   cmd->add_option("--port", a->server.port, "Port to listen on (0: any free port)")->check(CLI::Range(0, 65535));
