@@ -298,6 +298,7 @@ void Engine::step() {
     SampleResult r = s.sampler->sample(row, s.history);
     Event ev;
     ev.kind = Event::Kind::kToken;
+    ev.cached_tokens = s.reused;  // known from the first token on (a stop string may end the stream early)
     ev.token = r.token;
     if (s.req->params.top_logprobs >= 0) {
       // Log-probabilities under the model's own distribution (raw logits).

@@ -52,7 +52,7 @@ struct Event {
   FinishReason finish = FinishReason::kStop;  // kDone
   std::string error;                   // kError: a message for the client
   int64_t prompt_tokens = 0;           // kDone
-  int64_t cached_tokens = 0;           // kDone: prompt tokens served from the prefix cache
+  int64_t cached_tokens = 0;           // kToken, kDone: prompt tokens served from the prefix cache
   int64_t completion_tokens = 0;       // kDone
 };
 

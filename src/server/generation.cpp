@@ -1,6 +1,8 @@
 // The per-request token -> text -> deltas pipeline (see generation.h).
 #include "server/generation.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "server/http_error.h"
@@ -68,6 +70,7 @@ Generation::Update Generation::poll(std::chrono::milliseconds timeout) {
     text.clear();
   };
   for (auto ev = req_->events->pop(timeout); ev; ev = req_->events->pop(std::chrono::milliseconds(0))) {
+    cached_tokens_ = std::max(cached_tokens_, ev->cached_tokens);
     if (ev->kind == Event::Kind::kToken) {
       ++completion_tokens_;
       if (spec_.logprobs) u.logprobs.push_back({ev->token, ev->logprob, std::move(ev->top)});

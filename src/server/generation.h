@@ -58,6 +58,8 @@ class Generation {
   const std::string& matched_stop() const { return matched_stop_; }
   int64_t prompt_tokens() const { return static_cast<int64_t>(spec_.prompt.size()); }
   int64_t completion_tokens() const { return completion_tokens_; }
+  // Prompt tokens the engine took from the prefix cache instead of computing them.
+  int64_t cached_tokens() const { return cached_tokens_; }
   const OutputParser& parser() const { return parser_; }
   bool done() const { return finish_ != Finish::kNone; }
 
@@ -73,6 +75,7 @@ class Generation {
   Finish finish_ = Finish::kNone;
   std::string error_, matched_stop_;
   int64_t completion_tokens_ = 0;
+  int64_t cached_tokens_ = 0;
   bool submitted_ = false;
 };
 

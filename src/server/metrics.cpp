@@ -54,6 +54,34 @@ std::string render_metrics(ServerContext& ctx) {
             EngineStats::kTtftBuckets, std::size(EngineStats::kTtftBuckets), s.ttft_counts, s.ttft_sum, s.ttft_n);
   histogram(out, "voltinfer_time_per_output_token_seconds", "Time between consecutive generated tokens",
             EngineStats::kTpotBuckets, std::size(EngineStats::kTpotBuckets), s.tpot_counts, s.tpot_sum, s.tpot_n);
+  // Prefix cache: hit rates and pool sizes (blocks of KV, snapshots of recurrent state).
+  const KvCacheStats& c = s.cache;
+  header(out, "voltinfer_prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache");
+  out += fmt::format("voltinfer_prompt_tokens_cached_total {}\n", c.reused_tokens);
+  header(out, "voltinfer_prefix_cache_token_hit_rate", "gauge", "Reused / all prompt tokens since start");
+  out += fmt::format("voltinfer_prefix_cache_token_hit_rate {}\n",
+                     c.prompt_tokens ? static_cast<double>(c.reused_tokens) / static_cast<double>(c.prompt_tokens) : 0.0);
+  header(out, "voltinfer_prefix_cache_request_hit_rate", "gauge", "Requests that reused cached tokens / all");
+  out += fmt::format("voltinfer_prefix_cache_request_hit_rate {}\n",
+                     c.lookups ? static_cast<double>(c.hits) / static_cast<double>(c.lookups) : 0.0);
+  header(out, "voltinfer_kv_blocks", "gauge", "KV blocks by tier and state");
+  out += fmt::format("voltinfer_kv_blocks{{tier=\"device\",state=\"capacity\"}} {}\n", c.device_blocks);
+  out += fmt::format("voltinfer_kv_blocks{{tier=\"device\",state=\"used\"}} {}\n", c.device_blocks_used);
+  out += fmt::format("voltinfer_kv_blocks{{tier=\"device\",state=\"cached\"}} {}\n", c.device_blocks_cached);
+  out += fmt::format("voltinfer_kv_blocks{{tier=\"host\",state=\"capacity\"}} {}\n", c.host_blocks);
+  out += fmt::format("voltinfer_kv_blocks{{tier=\"host\",state=\"used\"}} {}\n", c.host_blocks_used);
+  header(out, "voltinfer_state_snapshots", "gauge", "Recurrent-state snapshots by tier and state");
+  out += fmt::format("voltinfer_state_snapshots{{tier=\"device\",state=\"capacity\"}} {}\n", c.device_snapshots);
+  out += fmt::format("voltinfer_state_snapshots{{tier=\"device\",state=\"used\"}} {}\n", c.device_snapshots_used);
+  out += fmt::format("voltinfer_state_snapshots{{tier=\"host\",state=\"capacity\"}} {}\n", c.host_snapshots);
+  out += fmt::format("voltinfer_state_snapshots{{tier=\"host\",state=\"used\"}} {}\n", c.host_snapshots_used);
+  header(out, "voltinfer_cache_pool_bytes", "gauge", "Capacity of the cache pools in bytes");
+  out += fmt::format("voltinfer_cache_pool_bytes{{tier=\"device\"}} {}\n", c.device_bytes);
+  out += fmt::format("voltinfer_cache_pool_bytes{{tier=\"host\"}} {}\n", c.host_bytes);
+  header(out, "voltinfer_cache_moves_total", "counter", "Blocks and snapshots moved between tiers");
+  out += fmt::format("voltinfer_cache_moves_total{{what=\"block\",to=\"host\"}} {}\n", c.blocks_to_host);
+  out += fmt::format("voltinfer_cache_moves_total{{what=\"block\",to=\"device\"}} {}\n", c.blocks_from_host);
+  out += fmt::format("voltinfer_cache_moves_total{{what=\"snapshot\",to=\"host\"}} {}\n", c.snapshots_to_host);
   header(out, "voltinfer_http_responses_total", "counter", "HTTP responses by route and status");
   {
     std::lock_guard<std::mutex> lock(ctx.counters.mu);

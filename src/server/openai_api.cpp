@@ -39,7 +39,8 @@ const char* openai_finish(Finish f) {
 json usage_json(const Generation& g) {
   return {{"prompt_tokens", g.prompt_tokens()},
           {"completion_tokens", g.completion_tokens()},
-          {"total_tokens", g.prompt_tokens() + g.completion_tokens()}};
+          {"total_tokens", g.prompt_tokens() + g.completion_tokens()},
+          {"prompt_tokens_details", {{"cached_tokens", g.cached_tokens()}}}};
 }
 
 json byte_list(const std::string& s) {

@@ -100,3 +100,22 @@ def test_conversations_sharing_a_system_prompt_share_it(servers):
     # on; a hybrid model needs a state snapshot where the prompts part, which the second
     # conversation takes, so the third one resumes there.
     assert lines[2][1] >= 64 and lines[2][1] > lines[0][1], lines
+
+
+def test_metrics_report_hit_rate_and_pool_sizes(servers):
+    on, off = servers
+    converse(on, SYSTEM, ["What do you keep?", "And how long?"])
+    text = httpx.get(on.url + "/metrics", headers=on.headers(), timeout=60).text
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    assert values["voltinfer_prefix_cache_token_hit_rate"] > 0
+    assert 0 < values["voltinfer_prefix_cache_request_hit_rate"] <= 1
+    assert values["voltinfer_prompt_tokens_cached_total"] > 0
+    capacity = values['voltinfer_kv_blocks{tier="device",state="capacity"}']
+    assert capacity > 0 and values['voltinfer_kv_blocks{tier="device",state="used"}'] <= capacity
+    assert values['voltinfer_cache_pool_bytes{tier="device"}'] > 0
+    off_text = httpx.get(off.url + "/metrics", headers=off.headers(), timeout=60).text
+    assert "voltinfer_prompt_tokens_cached_total 0" in off_text
