@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test that needs no GPU: the C++ unit tests (ctest), a short fuzz run of each
-# file reader, and the end-to-end tests that drive the real binary (pytest).
+# file reader, a compile of the CUDA backend (when nvcc is present), and the end-to-end
+# tests that drive the real binary (pytest). GPU tests: scripts/gpu_test.sh on a GPU machine.
 # Usage: scripts/test.sh            (after scripts/setup.sh --test)
 #        FUZZ_SECONDS=0 scripts/test.sh   to skip fuzzing
 set -euo pipefail
@@ -18,6 +19,9 @@ if [ "$fuzz_seconds" -gt 0 ] && [ -x scripts/fuzz.sh ]; then
   echo "== fuzzing each reader for ${fuzz_seconds}s"
   scripts/fuzz.sh "$fuzz_seconds"
 fi
+
+echo "== CUDA backend: compile only (no GPU here; the op tests skip without one)"
+scripts/build_cuda.sh build-cuda
 
 echo "== end-to-end tests (pytest, real binary)"
 python3 -m pytest -q tests/e2e
