@@ -20,10 +20,12 @@ src=/etc/apt/sources.list.d/debian.sources
 if [ -f "$src" ]; then
   # deb822 sources: add the components to every Debian stanza that has only main.
   sed -i -E 's/^Components: main$/Components: main contrib non-free non-free-firmware/' "$src"
+elif [ -f /etc/apt/sources.list ]; then
+  # one-line sources: append the components to every Debian line that has only main.
+  sed -i -E 's/^(deb .*debian[^ ]* [a-z-]+) main$/\1 main contrib non-free non-free-firmware/' /etc/apt/sources.list
 else
-  . /etc/os-release
-  echo "deb http://deb.debian.org/debian ${VERSION_CODENAME} main contrib non-free non-free-firmware" \
-    > /etc/apt/sources.list.d/voltinfer-nonfree.list
+  echo "no Debian apt sources found to enable contrib/non-free in" >&2
+  exit 1
 fi
 apt-get update
 DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nvidia-cuda-toolkit g++-11
