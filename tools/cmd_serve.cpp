@@ -25,7 +25,7 @@ struct ServeArgs {
   int parallel = 4;
   int64_t batch = 256;
   int max_queue = 64;
-  double cache_ram = 0;  // GB (kvcache)
+  double cache_ram = 0;  // GB
   bool no_prefix_cache = false;
   int64_t kv_blocks = 0;
 };
@@ -103,7 +103,7 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--max-queue", a->max_queue, "Requests that may wait for a free sequence (HTTP 503 above)")
       ->check(CLI::Range(0, 1 << 20));
-  // KV cache (kvcache).
+  // KV cache.
   cmd->add_option("--cache-ram", a->cache_ram,
                   "Host RAM in GB for KV blocks and state snapshots evicted from the device pool (0: none)")
       ->check(CLI::NonNegativeNumber);

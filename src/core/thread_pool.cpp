@@ -87,7 +87,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   // otherwise read the new job_chunks_ below, claim a chunk past the old job's end, run
   // it with the new job's fields and bump done_ past `chunks` (the wait below then never
   // ends). After the exchange no claim on the old generation can succeed; a worker that
-  // sees the new job_chunks_ (acquire) also sees the closed claim word. (kvcache)
+  // sees the new job_chunks_ (acquire) also sees the closed claim word.
   const uint64_t old = claim_.fetch_or(0xffffffffull, std::memory_order_acq_rel);
   // Publish the job. Workers read job_* only after a successful claim of the new
   // generation, and the release store of claim_ orders these writes before it.

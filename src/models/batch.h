@@ -19,7 +19,7 @@ struct BatchPlan {
   Tensor ids;                      // [n_rows] i32
   Tensor pos;                      // [n_rows] i32, absolute positions
   std::vector<int64_t> out_rows;   // rows whose logits are returned, in order
-  std::vector<Tensor> block_tables;  // item i's block table: [n_tbl] i32 view (kvcache)
+  std::vector<Tensor> block_tables;  // item i's block table: [n_tbl] i32 view
 
   int64_t rows_of(size_t i) const { return row0[i + 1] - row0[i]; }
 

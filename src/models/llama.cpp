@@ -42,7 +42,7 @@ struct LlamaLayer {
   Tensor w_gate, w_up, w_down;  // [ff, d], [ff, d], [d, ff]
 };
 
-// --- paged KV cache (kvcache) ---
+// --- paged KV cache ---
 // K/V live in a (possibly shared) pool reached through the block table.
 class LlamaState final : public SequenceState {
  public:
@@ -62,7 +62,7 @@ class LlamaModel final : public Model {
  public:
   LlamaModel(const WeightSource& src, const LoadOptions& opts);
   const ModelInfo& info() const override { return info_; }
-  // --- paged KV cache (kvcache) ---
+  // --- paged KV cache ---
   std::shared_ptr<KvPool> new_kv_pool(int64_t n_blocks, int64_t block_size) const override {
     ops::Context ctx = ctx_;
     auto pool = std::make_shared<KvPool>();
@@ -230,7 +230,7 @@ void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> ite
     Tensor qh = q.reshape({N, Hq, hd}), kh = k.reshape({N, Hkv, hd});
     ops::rope(ctx, qh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
     ops::rope(ctx, kh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
-    // --- paged KV cache (kvcache) ---
+    // --- paged KV cache ---
     for (size_t i = 0; i < items.size(); ++i) {
       KvPool& pool = items[i].seq->kv_pool();
       const int64_t r0 = plan.row0[i], T = plan.rows_of(i), p0 = plan.pos0[i], bs = pool.block_size;

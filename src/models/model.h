@@ -27,7 +27,7 @@ struct ModelInfo {
   size_t weight_bytes = 0;  // bytes of weights a forward pass reads
 };
 
-// --- paged KV cache (kvcache) ---
+// --- paged KV cache ---
 // KV storage shared by sequences: for every attention layer a K and a V pool of
 // n_blocks fixed-size blocks. A sequence reaches its rows through its block table
 // (position p sits in pool row block_table[p / block_size] * block_size + p % block_size),
@@ -87,7 +87,7 @@ class Model {
   virtual const ModelInfo& info() const = 0;
   // A fresh sequence able to hold n_ctx tokens, with a private KV pool.
   std::unique_ptr<SequenceState> new_sequence(int64_t n_ctx) const;
-  // --- paged KV cache (kvcache) ---
+  // --- paged KV cache ---
   // A KV pool of n_blocks blocks of block_size tokens on the model's device.
   virtual std::shared_ptr<KvPool> new_kv_pool(int64_t n_blocks, int64_t block_size) const = 0;
   // A sequence of up to n_ctx tokens whose KV lives in `pool` (empty block table: the

@@ -67,7 +67,7 @@ struct Layer {
   Tensor w_gate, w_up, w_down;
 };
 
-// --- paged KV cache (kvcache) ---
+// --- paged KV cache ---
 // Full-attention K/V live in the (possibly shared) pool, GDN states in the sequence.
 class Qwen35State final : public SequenceState {
  public:
@@ -121,7 +121,7 @@ class Qwen35Model final : public Model {
  public:
   Qwen35Model(const WeightSource& src, const LoadOptions& opts);
   const ModelInfo& info() const override { return info_; }
-  // --- paged KV cache (kvcache) ---
+  // --- paged KV cache ---
   std::shared_ptr<KvPool> new_kv_pool(int64_t n_blocks, int64_t block_size) const override {
     ops::Context ctx = ctx_;
     auto pool = std::make_shared<KvPool>();
@@ -387,7 +387,7 @@ void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> it
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
 
   ops::embedding(ctx, tok_embd_, plan.ids, x);
-  size_t attn_idx = 0;  // index of the full-attention layer in the KV pool (kvcache)
+  size_t attn_idx = 0;  // index of the full-attention layer in the KV pool
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
     const Layer& L = layers_[l];
     ops::rms_norm(ctx, x, L.in_norm, eps, off, n);
@@ -403,7 +403,7 @@ void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> it
       Tensor qh = q.reshape({N, Hq, hd}), kh = k.reshape({N, Hkv, hd});
       ops::rope(ctx, qh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
       ops::rope(ctx, kh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
-      // --- paged KV cache (kvcache) ---
+      // --- paged KV cache ---
       for (size_t i = 0; i < items.size(); ++i) {
         KvPool& pool = items[i].seq->kv_pool();
         const int64_t r0 = plan.row0[i], T = plan.rows_of(i), p0 = plan.pos0[i], bs = pool.block_size;
