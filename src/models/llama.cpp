@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "models/attention_block.h"
 #include "models/batch.h"
 #include "models/hparams.h"
 #include "models/loader.h"
@@ -20,7 +21,6 @@
 #include "ops/matmul.h"
 #include "ops/memory.h"
 #include "ops/norm.h"
-#include "ops/paged_attention.h"
 #include "ops/rope.h"
 
 namespace vi {
@@ -230,20 +230,7 @@ void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> ite
     Tensor qh = q.reshape({N, Hq, hd}), kh = k.reshape({N, Hkv, hd});
     ops::rope(ctx, qh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
     ops::rope(ctx, kh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
-    // --- paged KV cache ---
-    for (size_t i = 0; i < items.size(); ++i) {
-      KvPool& pool = items[i].seq->kv_pool();
-      const int64_t r0 = plan.row0[i], T = plan.rows_of(i), p0 = plan.pos0[i], bs = pool.block_size;
-      Tensor& kp = pool.tensors[2 * l];
-      Tensor& vp = pool.tensors[2 * l + 1];
-      ops::paged_kv_write(ctx, k.slice_rows(r0, r0 + T), kp, plan.block_tables[i], bs, p0);
-      ops::paged_kv_write(ctx, v.slice_rows(r0, r0 + T), vp, plan.block_tables[i], bs, p0);
-      Tensor qi = qh.slice_rows(r0, r0 + T);
-      Tensor ai = a.slice_rows(r0, r0 + T).reshape({T, Hq, hd});
-      ops::paged_attention(ctx, qi, kp.reshape({kp.dim(0), Hkv, hd}), vp.reshape({vp.dim(0), Hkv, hd}),
-                           plan.block_tables[i], bs, p0, scale, ai);
-    }
-    // --- end paged KV cache ---
+    paged_attention_block(ctx, plan, items, l, qh, k, v, scale, a);
     ops::matmul(ctx, a, L.wo, o);
     ops::add(ctx, x, o, x);
 
