@@ -78,7 +78,9 @@ class LlamaModel final : public Model {
     return std::make_unique<LlamaState>(std::move(pool), n_ctx);
   }
   // --- end paged KV cache ---
-  void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const override;
+  void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits,
+                     LogitsOn where) const override;
+  using Model::forward_batch;
 
  private:
   LlamaHParams hp_;
@@ -192,7 +194,8 @@ LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts) : ctx_(
   info_.weight_bytes = w.bytes();
 }
 
-void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const {
+void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits,
+                                 LogitsOn where) const {
   for (const BatchItem& it : items)
     VI_CHECK(dynamic_cast<LlamaState*>(it.seq) != nullptr, "sequence state was not made by this model");
   const BatchPlan plan = BatchPlan::make(items, hp_.n_vocab);
@@ -246,7 +249,7 @@ void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> ite
   ops::rms_norm(ctx, last, out_norm_, hp_.norm_eps, 0.0f, nl);
   logits = ops::empty(ctx, ctx.act, {last.dim(0), hp_.n_vocab});
   ops::matmul(ctx, nl, lm_head_, logits);
-  logits = logits_to_host_f32(ctx, logits);  // the sampler reads host f32
+  if (where == LogitsOn::kHostF32) logits = logits_to_host_f32(ctx, logits);
   for (const BatchItem& it : items) static_cast<LlamaState&>(*it.seq).advance(static_cast<int64_t>(it.tokens.size()));
 }
 

@@ -74,6 +74,9 @@ class SequenceState {
 };
 // --- end paged KV cache ---
 
+// Where a forward pass leaves its logits.
+enum class LogitsOn { kHostF32, kDevice };
+
 // One sequence's part of a batched forward pass.
 struct BatchItem {
   SequenceState* seq = nullptr;
@@ -98,15 +101,21 @@ class Model {
   // logits: [T, n_vocab] f32 when all_logits, else [1, n_vocab] for the last token.
   // Throws vi::Error (nothing appended) if the tokens do not fit in the sequence's context.
   void forward(ops::Context& ctx, std::span<const int32_t> tokens, SequenceState& seq, Tensor& logits,
-               bool all_logits) const {
+               bool all_logits, LogitsOn where = LogitsOn::kHostF32) const {
     BatchItem item{&seq, tokens, all_logits};
-    forward_batch(ctx, {&item, 1}, logits);
+    forward_batch(ctx, {&item, 1}, logits, where);
   }
   // Several sequences in one pass (continuous batching: prefill chunks and decode steps
   // side by side). The weight matmuls run once over all rows; attention and recurrent
-  // layers run per sequence. logits: f32 rows in item order — all of an item's tokens
-  // when all_logits, else its last one. Validates every item before touching any state.
-  virtual void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const = 0;
+  // layers run per sequence. logits: rows in item order — all of an item's tokens when
+  // all_logits, else its last one — as host f32, or (LogitsOn::kDevice) left on the
+  // model's device in its activation dtype, for ops::sample there. Validates every item
+  // before touching any state.
+  void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const {
+    forward_batch(ctx, items, logits, LogitsOn::kHostF32);
+  }
+  virtual void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits,
+                             LogitsOn where) const = 0;
 };
 
 struct LoadOptions {

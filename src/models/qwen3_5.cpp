@@ -141,7 +141,9 @@ class Qwen35Model final : public Model {
     return std::make_unique<Qwen35State>(ctx, hp_, std::move(pool), n_ctx);
   }
   // --- end paged KV cache ---
-  void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const override;
+  void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits,
+                     LogitsOn where) const override;
+  using Model::forward_batch;
 
  private:
   void load_attention(WeightLoader& w, const std::string& g, const std::string& h, AttnWeights& a);
@@ -356,7 +358,8 @@ void Qwen35Model::load_mtp(WeightLoader& w) {
   w.set_hf_prefix(saved);
 }
 
-void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const {
+void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits,
+                                 LogitsOn where) const {
   for (const BatchItem& it : items)
     VI_CHECK(dynamic_cast<Qwen35State*>(it.seq) != nullptr, "sequence state was not made by this model");
   const BatchPlan plan = BatchPlan::make(items, hp_.n_vocab);
@@ -448,7 +451,7 @@ void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> it
   ops::rms_norm(ctx, last, out_norm_, eps, off, nl);
   logits = ops::empty(ctx, ctx.act, {last.dim(0), hp_.n_vocab});
   ops::matmul(ctx, nl, lm_head_, logits);
-  logits = logits_to_host_f32(ctx, logits);  // the sampler reads host f32
+  if (where == LogitsOn::kHostF32) logits = logits_to_host_f32(ctx, logits);
   for (const BatchItem& it : items)
     static_cast<Qwen35State&>(*it.seq).advance(static_cast<int64_t>(it.tokens.size()));
 }

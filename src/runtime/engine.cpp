@@ -5,6 +5,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "models/loader.h"
+#include "ops/copy.h"
+#include "ops/memory.h"
 
 namespace vi {
 
@@ -262,15 +265,16 @@ void Engine::step() {
   }
   if (items.empty()) return;
 
-  // 3. One forward pass for all of them.
+  // 3. One forward pass for all of them; the logits stay on the model's device.
   Tensor logits;  // [items, vocab]
-  model_.forward_batch(ctx_, items, logits);
+  model_.forward_batch(ctx_, items, logits, LogitsOn::kDevice);
   const int64_t V = model_.info().n_vocab;
 
-  // 4. Book-keeping and sampling.
+  // 4. Book-keeping, then one sampling call for every row that ends in a new token.
   std::lock_guard<std::mutex> lock(mu_);
   stats_.steps++;
   const auto now = Clock::now();
+  std::vector<size_t> rows;  // items whose last logits row is sampled
   for (size_t k = 0; k < items.size(); ++k) {
     Slot& s = *owners[k];
     const auto& prompt = s.req->prompt;
@@ -294,14 +298,41 @@ void Engine::step() {
       finish(s, FinishReason::kCancelled);
       continue;
     }
-    std::span<const float> row(logits.row<float>(static_cast<int64_t>(k)), static_cast<size_t>(V));
-    SampleResult r = s.sampler->sample(row, s.history);
+    rows.push_back(k);
+  }
+  if (rows.empty()) return;
+  std::vector<SampleResult> sampled;
+  {
+    // Rows of the logits in `rows` order: all of them when every item samples (decode).
+    Tensor picked = logits;
+    if (rows.size() != items.size()) {
+      picked = ops::empty(ctx_, logits.dtype(), {static_cast<int64_t>(rows.size()), V});
+      for (size_t j = 0; j < rows.size(); ++j) {
+        Tensor dst = picked.slice_rows(static_cast<int64_t>(j), static_cast<int64_t>(j) + 1);
+        ops::copy(ctx_, logits.slice_rows(static_cast<int64_t>(rows[j]), static_cast<int64_t>(rows[j]) + 1), dst);
+      }
+    }
+    std::vector<Sampler*> samplers;
+    std::vector<std::span<const int32_t>> hist;
+    for (size_t k : rows) {
+      samplers.push_back(&*owners[k]->sampler);
+      hist.emplace_back(owners[k]->history);
+    }
+    sampled = sample_rows(ctx_, picked, samplers, hist);
+  }
+  for (size_t j = 0; j < rows.size(); ++j) {
+    const size_t k = rows[j];
+    Slot& s = *owners[k];
+    const SampleResult r = sampled[j];
     Event ev;
     ev.kind = Event::Kind::kToken;
     ev.cached_tokens = s.reused;  // known from the first token on (a stop string may end the stream early)
     ev.token = r.token;
     if (s.req->params.top_logprobs >= 0) {
-      // Log-probabilities under the model's own distribution (raw logits).
+      // Log-probabilities under the model's own distribution (raw logits): this row only
+      // comes to the host.
+      Tensor host = logits_to_host_f32(ctx_, logits.slice_rows(static_cast<int64_t>(k), static_cast<int64_t>(k) + 1));
+      std::span<const float> row(host.ptr<float>(), static_cast<size_t>(V));
       double mx = *std::max_element(row.begin(), row.end()), sum = 0;
       for (float l : row) sum += std::exp(static_cast<double>(l) - mx);
       const double lse = mx + std::log(sum);
@@ -312,7 +343,7 @@ void Engine::step() {
         for (int64_t v = 0; v < V; ++v) idx[v] = static_cast<int32_t>(v);
         std::partial_sort(idx.begin(), idx.begin() + n_top, idx.end(),
                           [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-        for (int j = 0; j < n_top; ++j) ev.top.push_back({idx[j], static_cast<float>(row[idx[j]] - lse)});
+        for (int t = 0; t < n_top; ++t) ev.top.push_back({idx[t], static_cast<float>(row[idx[t]] - lse)});
       }
     }
     const double since = std::chrono::duration<double>(now - (s.first_token_seen ? s.last_token : s.arrival)).count();

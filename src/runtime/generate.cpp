@@ -8,7 +8,7 @@
 namespace vi {
 
 Tensor prefill(const Model& model, ops::Context& ctx, SequenceState& seq, std::span<const int32_t> tokens,
-               int64_t n_batch) {
+               int64_t n_batch, LogitsOn where) {
   VI_CHECK(!tokens.empty(), "prefill needs at least one token");
   VI_CHECK(seq.n_past() + static_cast<int64_t>(tokens.size()) <= seq.capacity(),
            "the prompt needs {} tokens but the context holds {} ({} already used); raise -c/--ctx-size",
@@ -17,7 +17,7 @@ Tensor prefill(const Model& model, ops::Context& ctx, SequenceState& seq, std::s
   n_batch = std::max<int64_t>(n_batch, 1);
   for (size_t i = 0; i < tokens.size(); i += n_batch) {
     size_t n = std::min<size_t>(n_batch, tokens.size() - i);
-    model.forward(ctx, tokens.subspan(i, n), seq, logits, /*all_logits=*/false);
+    model.forward(ctx, tokens.subspan(i, n), seq, logits, /*all_logits=*/false, where);
   }
   return logits;
 }
@@ -29,12 +29,12 @@ GenerateStats generate(const Model& model, ops::Context& ctx, SequenceState& seq
   Timer timer;
   Sampler sampler(opts.sampling);
   st.prompt_tokens = static_cast<int64_t>(prompt.size());
-  Tensor logits = prefill(model, ctx, seq, prompt, opts.n_batch);
+  // Logits stay on the model's device: only the sampled token comes back.
+  Tensor logits = prefill(model, ctx, seq, prompt, opts.n_batch, LogitsOn::kDevice);
   history.insert(history.end(), prompt.begin(), prompt.end());
-  const int64_t n_vocab = model.info().n_vocab;
 
   for (int64_t i = 0; opts.n_predict < 0 || i < opts.n_predict; ++i) {
-    SampleResult s = sampler.sample({logits.ptr<float>(), static_cast<size_t>(n_vocab)}, history);
+    SampleResult s = sampler.sample(ctx, logits, 0, history);
     ++st.generated_tokens;
     if (i == 0) {
       st.prefill_ms = timer.ms();
@@ -58,7 +58,7 @@ GenerateStats generate(const Model& model, ops::Context& ctx, SequenceState& seq
     if (opts.n_predict >= 0 && i + 1 >= opts.n_predict) break;  // the last token needs no forward
     history.push_back(s.token);
     int32_t tok = s.token;
-    model.forward(ctx, {&tok, 1}, seq, logits, false);
+    model.forward(ctx, {&tok, 1}, seq, logits, false, LogitsOn::kDevice);
   }
   st.finish = FinishReason::kLength;
   st.decode_ms = timer.ms();

@@ -38,8 +38,9 @@ GenerateStats generate(const Model& model, ops::Context& ctx, SequenceState& seq
                        std::span<const int32_t> prompt, const GenerateOptions& opts,
                        std::vector<int32_t>& history, const std::function<bool(int32_t)>& on_token);
 
-// Feeds tokens without sampling (prefill in chunks); returns the logits of the last one.
+// Feeds tokens without sampling (prefill in chunks); returns the logits of the last one
+// (host f32, or left on the model's device).
 Tensor prefill(const Model& model, ops::Context& ctx, SequenceState& seq, std::span<const int32_t> tokens,
-               int64_t n_batch);
+               int64_t n_batch, LogitsOn where = LogitsOn::kHostF32);
 
 }  // namespace vi

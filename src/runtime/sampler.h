@@ -1,12 +1,16 @@
-// Token sampling on host logits. The chain follows llama.cpp's default order, so that
-// its users' settings mean the same here: penalties -> top-k -> top-p -> min-p ->
-// temperature -> draw. temperature <= 0 means greedy (argmax after penalties).
+// Token sampling policy per sequence: the parameters, the seeded generator and the
+// penalties over the recent history. The chain itself is ops::sample (llama.cpp's default
+// order: penalties -> top-k -> top-p -> min-p -> temperature -> draw; temperature <= 0 is
+// greedy), which runs on the device holding the logits: on a GPU only token ids come back.
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <span>
 #include <vector>
+
+#include "core/tensor.h"
+#include "ops/sample.h"
 
 namespace vi {
 
@@ -34,17 +38,25 @@ class Sampler {
 
   // history: tokens already in the sequence (prompt and generated), for the penalties.
   SampleResult sample(std::span<const float> logits, std::span<const int32_t> history);
+  // Row `row` of logits [R, V] on ctx's device (f32 or the activation dtype).
+  SampleResult sample(ops::Context& ctx, const Tensor& logits, int64_t row, std::span<const int32_t> history);
   void reseed(uint64_t seed) { rng_.seed(seed); }
 
+  // The op's view of the next draw for one row: parameters (drawing the random number
+  // now) and the penalties of `history` for that row.
+  ops::SampleParams next_params();
+  void add_penalties(int32_t row, std::span<const int32_t> history, int64_t n_vocab,
+                     std::vector<ops::LogitPenalty>& out) const;
+
  private:
-  struct Cand {
-    int32_t id;
-    float logit;
-  };
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<Cand> cands_;
-  std::vector<float> work_;
 };
+
+// Samples rows of device (or host) logits in one op call: samplers[i] and histories[i]
+// belong to logits row i. Rows the device cannot sample (see ops::sample_supported) are
+// sampled on the host from a downloaded copy.
+std::vector<SampleResult> sample_rows(ops::Context& ctx, const Tensor& logits, std::span<Sampler* const> samplers,
+                                      std::span<const std::span<const int32_t>> histories);
 
 }  // namespace vi
