@@ -2,6 +2,7 @@
 #include "ops/attention.h"
 
 #include "ops/op_checks.h"
+#include "ops/profiler.h"
 
 namespace vi::ops {
 
@@ -27,6 +28,8 @@ void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, 
            q_pos0 + T, q_pos0 + T, describe(k), S);
   VI_CHECK(same_shape(q, out) && q.dtype() == out.dtype(), "op 'attention': out {} must match q {}",
            describe(out), describe(q));
+  VI_OP_SCOPE_F(ctx, "attention", k.dtype(), q.nbytes() + out.nbytes() + 2 * (q_pos0 + T) * k.row_bytes() * Hkv,
+                4.0 * Hq * D * (T * q_pos0 + T * (T + 1) / 2), "Hq={} Hkv={} D={} T={}", Hq, Hkv, D, T);  // causal
   attention_table().get(ctx.device, k.dtype())(ctx, q, k, v, q_pos0, scale, out);
 }
 

@@ -1,4 +1,5 @@
 #include "ops/bias.h"
+#include "ops/profiler.h"
 
 namespace vi::ops {
 
@@ -14,6 +15,7 @@ void add_bias(Context& ctx, const Tensor& x, const Tensor& bias, Tensor& out) {
            x.shape_str());
   VI_CHECK(out.shape() == x.shape() && out.dtype() == x.dtype(), "add_bias: output {} does not match input {}",
            out.shape_str(), x.shape_str());
+  VI_OP_SCOPE(ctx, "add_bias", x.dtype(), 2 * x.nbytes() + bias.nbytes(), "{}x{}", x.rows(), x.cols());
   add_bias_table().get(ctx.device, x.dtype())(ctx, x, bias, out);
 }
 

@@ -1,4 +1,5 @@
 #include "ops/copy.h"
+#include "ops/profiler.h"
 
 namespace vi::ops {
 
@@ -12,6 +13,7 @@ void copy(Context& ctx, const Tensor& src, Tensor& dst) {
   VI_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel(), "copy: {} {} into {} {}", src.shape_str(),
            dtype_name(src.dtype()), dst.shape_str(), dtype_name(dst.dtype()));
   if (src.numel() == 0 || src.data() == dst.data()) return;
+  VI_OP_SCOPE(ctx, "copy", src.dtype(), 2 * src.nbytes(), "{}x{}", src.rows(), src.cols());
   copy_table().get(ctx.device, src.dtype())(ctx, src, dst);
 }
 

@@ -2,6 +2,7 @@
 #include "ops/elementwise.h"
 
 #include "ops/op_checks.h"
+#include "ops/profiler.h"
 
 namespace vi::ops {
 
@@ -34,16 +35,19 @@ void check_binary(const char* op, const Context& ctx, const Tensor& a, const Ten
 
 void add(Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
   check_binary("add", ctx, a, b, out);
+  VI_OP_SCOPE(ctx, "add", a.dtype(), 3 * a.nbytes(), "{}x{}", a.rows(), a.cols());
   add_table().get(ctx.device, a.dtype())(ctx, a, b, out);
 }
 
 void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
   check_binary("swiglu", ctx, gate, up, out);
+  VI_OP_SCOPE(ctx, "swiglu", gate.dtype(), 3 * gate.nbytes(), "{}x{}", gate.rows(), gate.cols());
   swiglu_table().get(ctx.device, gate.dtype())(ctx, gate, up, out);
 }
 
 void sigmoid_mul(Context& ctx, const Tensor& x, const Tensor& gate, Tensor& out) {
   check_binary("sigmoid_mul", ctx, x, gate, out);
+  VI_OP_SCOPE(ctx, "sigmoid_mul", x.dtype(), 3 * x.nbytes(), "{}x{}", x.rows(), x.cols());
   sigmoid_mul_table().get(ctx.device, x.dtype())(ctx, x, gate, out);
 }
 
@@ -51,6 +55,7 @@ void softmax(Context& ctx, const Tensor& x, Tensor& out) {
   check_same_device("softmax", ctx, {&x, &out});
   VI_CHECK(x.numel() == out.numel() && x.cols() == out.cols() && x.dtype() == out.dtype(),
            "op 'softmax': out {} must match x {}", describe(out), describe(x));
+  VI_OP_SCOPE(ctx, "softmax", x.dtype(), 2 * x.nbytes(), "{}x{}", x.rows(), x.cols());
   softmax_table().get(ctx.device, x.dtype())(ctx, x, out);
 }
 

@@ -3,6 +3,7 @@
 #include "ops/embedding.h"
 
 #include "ops/op_checks.h"
+#include "ops/profiler.h"
 
 namespace vi::ops {
 
@@ -26,6 +27,7 @@ void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out
     VI_CHECK(id[t] >= 0 && id[t] < vocab, "op 'embedding': token id {} at position {} is outside the vocab of {} ({})",
              id[t], t, vocab, describe(table));
   }
+  VI_OP_SCOPE(ctx, "embedding", table.dtype(), ids.dim(0) * table.row_bytes() + out.nbytes(), "{}x{} T={}", table.dim(0), table.dim(1), ids.dim(0));
   embedding_table().get(ctx.device, table.dtype())(ctx, table, ids, out);
 }
 

@@ -1,6 +1,7 @@
 // Gated DeltaNet op entry points: shape/dtype/device validation, then dispatch through the
 // op tables (declarations and math in ops/gdn.h). Kernels live in backends/*/gdn_*.
 #include "ops/gdn.h"
+#include "ops/profiler.h"
 
 #include <initializer_list>
 
@@ -54,6 +55,7 @@ void conv1d_causal(Context& ctx, const Tensor& x, const Tensor& w, Tensor& state
            "op 'conv1d_causal': y must be [T={}, C={}] like x, got {}", T, C, y.shape_str());
   VI_CHECK(y.dtype() == x.dtype(), "op 'conv1d_causal': y dtype {} differs from x dtype {}",
            dtype_name(y.dtype()), dtype_name(x.dtype()));
+  VI_OP_SCOPE(ctx, "conv1d_causal", x.dtype(), x.nbytes() + w.nbytes() + 2 * state.nbytes() + y.nbytes(), "T={} C={} K={}", T, C, K);
   conv1d_causal_table().get(ctx.device, x.dtype())(ctx, x, w, state, silu, y);
 }
 
@@ -79,6 +81,7 @@ void gdn_gates(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& neg
              "op 'gdn_gates': {} must be [T={}, Hv={}] f32, got {} {}", p == &g ? "g" : "beta", T, Hv,
              p->shape_str(), dtype_name(p->dtype()));
   }
+  VI_OP_SCOPE(ctx, "gdn_gates", a.dtype(), a.nbytes() + b.nbytes() + neg_exp_A.nbytes() + dt_bias.nbytes() + g.nbytes() + beta.nbytes(), "T={} Hv={}", T, Hv);
   gdn_gates_table().get(ctx.device, a.dtype())(ctx, a, b, neg_exp_A, dt_bias, g, beta);
 }
 
@@ -120,6 +123,8 @@ void gated_delta_rule(Context& ctx, const Tensor& q, const Tensor& k, const Tens
            "op 'gated_delta_rule': unknown GVA layout {}", static_cast<int>(layout));
   VI_CHECK(form == DeltaRuleForm::kRecurrent || form == DeltaRuleForm::kChunked,
            "op 'gated_delta_rule': unknown form {}", static_cast<int>(form));
+  VI_OP_SCOPE_F(ctx, "gated_delta_rule", q.dtype(), q.nbytes() + k.nbytes() + v.nbytes() + g.nbytes() + beta.nbytes() + 2 * state.nbytes() + out.nbytes(),
+                6.0 * T * Hv * dk * dv, "T={} Hv={} dk={} dv={} {}", T, Hv, dk, dv, form == DeltaRuleForm::kChunked ? "chunked" : "recurrent");  // k^T S, update, q^T S
   gated_delta_rule_table().get(ctx.device, q.dtype())(ctx, q, k, v, g, beta, state, layout, form,
                                                       out);
 }

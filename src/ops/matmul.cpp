@@ -2,6 +2,7 @@
 #include "ops/matmul.h"
 
 #include "ops/op_checks.h"
+#include "ops/profiler.h"
 
 namespace vi::ops {
 
@@ -22,6 +23,8 @@ void matmul(Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   VI_CHECK(x.dtype() == y.dtype() && !dtype_is_quantized(x.dtype()),
            "op 'matmul': x {} and y {} must share one unquantized activation dtype", describe(x),
            describe(y));
+  VI_OP_SCOPE_F(ctx, "matmul", w.dtype(), x.nbytes() + w.nbytes() + y.nbytes(), 2.0 * w.dim(0) * w.dim(1) * x.rows(),
+                "{}x{} T={}", w.dim(0), w.dim(1), x.rows());
   matmul_table().get(ctx.device, w.dtype())(ctx, x, w, y);
 }
 

@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "ops/profiler.h"
+
 namespace vi::ops {
 
 MemoryFns& memory_fns(Device d) {
@@ -32,6 +34,7 @@ Tensor upload(Context& ctx, const Tensor& host) {
 Tensor download(Context& ctx, const Tensor& t) {
   if (t.device() == Device::CPU) return t;
   const MemoryFns& f = need(t.device(), memory_fns(t.device()).download != nullptr, "download");
+  VI_OP_SCOPE(ctx, "download", t.dtype(), t.nbytes(), "{}x{}", t.rows(), t.cols());
   return f.download(ctx, t);
 }
 

@@ -3,6 +3,7 @@
 #include "ops/norm.h"
 
 #include "ops/op_checks.h"
+#include "ops/profiler.h"
 
 namespace vi::ops {
 
@@ -17,6 +18,7 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& w, float eps, float w
            "op 'rms_norm': y {} must match x {}", describe(y), describe(x));
   VI_CHECK(w.dtype() == DType::F32 && w.ndim() == 1 && w.dim(0) == x.cols(),
            "op 'rms_norm': weight {} must be [{}] f32 to match x {}", describe(w), x.cols(), describe(x));
+  VI_OP_SCOPE(ctx, "rms_norm", x.dtype(), x.nbytes() + w.nbytes() + y.nbytes(), "{}x{}", x.rows(), x.cols());
   rms_norm_table().get(ctx.device, x.dtype())(ctx, x, w, eps, w_offset, y);
 }
 

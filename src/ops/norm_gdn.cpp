@@ -1,6 +1,7 @@
 // Entry points and tables of the two Gated DeltaNet norms declared in ops/norm.h:
 // l2_norm (q/k) and gated_rms_norm (output). rms_norm lives in ops/norm.cpp.
 #include "ops/norm.h"
+#include "ops/profiler.h"
 
 namespace vi::ops {
 
@@ -33,6 +34,7 @@ void l2_norm(Context& ctx, const Tensor& x, float eps, float scale, Tensor& y) {
   VI_CHECK(y.dtype() == x.dtype(), "op 'l2_norm': y dtype {} differs from x dtype {}",
            dtype_name(y.dtype()), dtype_name(x.dtype()));
   VI_CHECK(eps > 0.0f, "op 'l2_norm': eps {} must be > 0 (a zero row would divide by zero)", eps);
+  VI_OP_SCOPE(ctx, "l2_norm", x.dtype(), x.nbytes() + y.nbytes(), "{}x{}", x.rows(), x.cols());
   l2_norm_table().get(ctx.device, x.dtype())(ctx, x, eps, scale, y);
 }
 
@@ -55,6 +57,7 @@ void gated_rms_norm(Context& ctx, const Tensor& x, const Tensor& z, const Tensor
            "op 'gated_rms_norm': weight {} must be [{}] f32, got {} {}",
            w.name().empty() ? "w" : w.name(), n, w.shape_str(), dtype_name(w.dtype()));
   VI_CHECK(eps > 0.0f, "op 'gated_rms_norm': eps {} must be > 0", eps);
+  VI_OP_SCOPE(ctx, "gated_rms_norm", x.dtype(), x.nbytes() + z.nbytes() + w.nbytes() + y.nbytes(), "{}x{}", x.rows(), n);
   gated_rms_norm_table().get(ctx.device, x.dtype())(ctx, x, z, w, eps, y);
 }
 

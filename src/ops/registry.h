@@ -17,6 +17,8 @@ class ThreadPool;
 
 namespace vi::ops {
 
+class OpProfiler;
+
 // Which family of GPU kernels runs: `volta` keeps to what sm_70 has (mma.m8n8k4 / WMMA,
 // no cp.async, ldmatrix or bf16, 96 KB shared memory), so Volta code can be tested on any
 // newer GPU; `native` may use sm_80+ features and cuBLAS. kAuto: chosen from the device.
@@ -31,6 +33,7 @@ struct Context {
   // reference), f16 on GPUs (Volta has fp16 tensor cores only; fp32 accumulation inside).
   DType act = DType::F32;
   KernelProfile profile = KernelProfile::kAuto;  // CUDA backend only
+  OpProfiler* profiler = nullptr;  // times every op entry point (ops/profiler.h); null: off
 };
 
 constexpr size_t kNumDevices = 2;

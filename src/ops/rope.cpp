@@ -2,6 +2,7 @@
 #include "ops/rope.h"
 
 #include "ops/op_checks.h"
+#include "ops/profiler.h"
 
 namespace vi::ops {
 
@@ -20,6 +21,7 @@ void rope(Context& ctx, Tensor& x, const Tensor& pos, int rot_dim, float theta) 
            "op 'rope': rot_dim {} must be even and in (0, head_dim = {}] for x {}", rot_dim, x.dim(2),
            describe(x));
   VI_CHECK(theta > 0.0f, "op 'rope': theta {} must be positive", theta);
+  VI_OP_SCOPE(ctx, "rope", x.dtype(), 2 * x.nbytes(), "T={} H={} D={} rot={}", x.dim(0), x.dim(1), x.dim(2), rot_dim);
   rope_table().get(ctx.device, x.dtype())(ctx, x, pos, rot_dim, theta);
 }
 
