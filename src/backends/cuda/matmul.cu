@@ -1,9 +1,7 @@
-// CUDA kernels of matmul: the decode GEMV, the weight-tile dequantizer and the GEMM
-// dispatch (cuBLAS or gemm_wmma.cu by kernel profile). See matmul.cuh for the plan.
-#include <climits>
-
+// CUDA kernels of matmul: the decode GEMV, and the dispatch between it and the prefill
+// GEMM path (gemm_path.cu). See matmul.cuh for the plan.
 #include "backends/cuda/device.cuh"
-#include "backends/cuda/gemm_wmma.cuh"
+#include "backends/cuda/gemm_path.cuh"
 #include "backends/cuda/matmul.cuh"
 #include "ops/matmul.h"
 
@@ -64,57 +62,13 @@ void launch_gemv(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
 }
 
 template <DType W>
-__global__ void dequant_f16_kernel(const uint8_t* __restrict__ w, size_t row_bytes, __half* out, int64_t rows,
-                                   int64_t K) {
-  const int64_t n = rows * K;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = __float2half_rn(dq<W>(w + static_cast<size_t>(i / K) * row_bytes, i % K));
-}
-
-// y[:, n0 : n0 + nc] = x · w16ᵀ with w16 = rows n0 .. n0 + nc of the weight in f16.
-void gemm_f16(const ops::Context& ctx, const __half* x, const __half* w16, __half* y, int64_t n_tok, int64_t nc,
-              int64_t K, int64_t ldy) {
-  if (volta_profile(ctx)) {
-    gemm_wmma_f16<__half>(ctx, x, w16, y, n_tok, nc, K, ldy);
-    return;
-  }
-  VI_CHECK(n_tok < INT_MAX && nc < INT_MAX && K < INT_MAX && ldy < INT_MAX, "op 'matmul' on cuda: GEMM too large");
-  const float alpha = 1.0f, beta = 0.0f;
-  // Column-major view: yᵀ[nc, T] = w16[nc, K] · xᵀ[K, T]; w16 row-major is (K x nc) col-major.
-  VI_CUBLAS_CHECK(cublasGemmEx(cublas_for(ctx), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(nc), static_cast<int>(n_tok),
-                               static_cast<int>(K), &alpha, w16, CUDA_R_16F, static_cast<int>(K), x, CUDA_R_16F,
-                               static_cast<int>(K), &beta, y, CUDA_R_16F, static_cast<int>(ldy), CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
-}
-
-template <DType W>
-void gemm_path(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
-  const int64_t n_tok = x.rows(), N = w.dim(0), K = w.dim(1);
-  const __half* xp = x.ptr<__half>();
-  __half* yp = y.ptr<__half>();
-  if constexpr (W == DType::F16) {
-    gemm_f16(ctx, xp, w.ptr<__half>(), yp, n_tok, N, K, N);
-  } else {
-    const int64_t chunk = std::min<int64_t>(N, std::max<int64_t>(64, kDequantTileBytes / (2 * K)));
-    Scratch tile(ctx, static_cast<size_t>(chunk * K) * sizeof(__half));
-    for (int64_t n0 = 0; n0 < N; n0 += chunk) {
-      const int64_t nc = std::min(chunk, N - n0);
-      dequant_f16_kernel<W><<<blocks_for(nc * K, 256), 256, 0, stream_of(ctx)>>>(
-          w.ptr<uint8_t>() + static_cast<size_t>(n0) * w.row_bytes(), w.row_bytes(), tile.as<__half>(), nc, K);
-      VI_CUDA_LAUNCH_CHECK();
-      gemm_f16(ctx, xp, tile.as<__half>(), yp + n0, n_tok, nc, K, N);
-    }
-  }
-}
-
-template <DType W>
 void matmul_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t n_tok = x.rows();
   if (n_tok == 0 || w.dim(0) == 0) return;
   dispatch_act("matmul", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (std::is_same_v<T, __half> && n_tok > kGemvMaxTokens) {
-      gemm_path<W>(ctx, x, w, y);
+      gemm_path(ctx, x, w, y);
     } else if (n_tok == 1) {
       launch_gemv<W, T, 1>(ctx, x, w, y);
     } else if (n_tok == 2) {

@@ -11,7 +11,5 @@
 namespace vi::cuda {
 
 constexpr int64_t kGemvMaxTokens = 8;
-// Bytes of f16 weights dequantized per GEMM tile: bounds the scratch of a large matrix.
-constexpr size_t kDequantTileBytes = size_t(64) << 20;
 
 }  // namespace vi::cuda

@@ -1,0 +1,17 @@
+// The prefill side of CUDA matmul (f16 activations, more than kGemvMaxTokens tokens):
+// y[T, N] = x[T, K] · w[N, K]ᵀ on tensor cores. F16 weights are used in place; any other
+// weight dtype is dequantized to f16 a tile of rows at a time into scratch, then multiplied.
+// The GEMM is cuBLAS in the native profile and gemm_wmma.cu in the volta profile.
+#pragma once
+
+#include "backends/cuda/cuda_util.cuh"
+
+namespace vi::cuda {
+
+// Bytes of f16 weights dequantized per GEMM tile: bounds the scratch of a large matrix.
+constexpr size_t kDequantTileBytes = size_t(64) << 20;
+
+// x: [T, K] f16; w: [N, K] of any weight dtype with a device decoder; y: [T, N] f16.
+void gemm_path(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y);
+
+}  // namespace vi::cuda
