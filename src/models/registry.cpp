@@ -1,6 +1,7 @@
 // Architecture dispatch: which model file loads which architecture.
 #include "core/error.h"
 #include "models/hparams.h"
+#include "models/kv_budget.h"
 #include "models/llama.h"
 #include "models/model.h"
 #include "models/qwen3_5.h"
@@ -9,6 +10,12 @@ namespace vi {
 
 std::unique_ptr<Model> load_model(const WeightSource& src, const LoadOptions& opts) {
   std::string arch = model_arch(src);
+  if (opts.ctx.device != Device::CPU) {
+    size_t bytes = 0;
+    for (const std::string& name : src.names()) bytes += src.get(name).nbytes();
+    ops::Context ctx = opts.ctx;
+    check_weights_fit(ctx, bytes, src.path());
+  }
   if (arch == "llama" || arch == "qwen2" || arch == "qwen3") return load_llama(src, opts);
   if (arch == "qwen3_5") return load_qwen3_5(src, opts);
   throw Error(fmt::format("{}: architecture '{}' is not supported (supported: llama, qwen2, qwen3, qwen3_5)",

@@ -5,6 +5,7 @@
 
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/memory.cuh"
+#include "ops/device_memory.h"
 #include "ops/memory.h"
 
 namespace vi::cuda {
@@ -66,7 +67,15 @@ Tensor cuda_download(ops::Context& ctx, const Tensor& t) {
 
 void cuda_synchronize(ops::Context& ctx) { VI_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx))); }
 
+ops::DeviceMemory cuda_device_memory(ops::Context&) {
+  ops::DeviceMemory m;
+  VI_CUDA_CHECK(cudaMemGetInfo(&m.free, &m.total));
+  m.name = current_device().name;
+  return m;
+}
+
 const bool registered = [] {
+  ops::device_memory_fn(Device::CUDA) = cuda_device_memory;
   ops::MemoryFns& f = ops::memory_fns(Device::CUDA);
   f.empty = device_empty;
   f.upload = cuda_upload;

@@ -12,7 +12,9 @@
 
 #include "cuda_test_util.h"
 #include "formats/weight_source.h"
+#include "models/kv_budget.h"
 #include "models/model.h"
+#include "ops/device_memory.h"
 
 namespace vi::cudatest {
 namespace {
@@ -90,6 +92,28 @@ TEST_P(GoldenOnGpu, PrefillThenDecodeMatchesCpu) {
     }
     std::printf("%s %s: ok\n", fs::path(path).filename().c_str(), setting_name({GetParam(), 0}).c_str());
   }
+}
+
+// A context whose KV cache cannot fit in the GPU is refused before allocating, naming the
+// flags to change; one that fits still loads.
+TEST_P(GoldenOnGpu, KvCacheOrWeightsThatCannotFitAreRefused) {
+  const auto models = golden_models();
+  ASSERT_FALSE(models.empty()) << "no golden models under tests/golden";
+  auto src = formats::open_weight_source(models.front());
+  LoadOptions gpu_opts;
+  gpu_opts.ctx = g;
+  auto model = load_model(*src, gpu_opts);
+  try {
+    model->new_sequence(int64_t(1) << 40);
+    FAIL() << "a 2^40-token context was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("--ctx-size"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("GiB free"), std::string::npos) << msg;
+  }
+  EXPECT_NO_THROW(model->new_sequence(256));
+  const ops::DeviceMemory m = ops::device_memory(g);
+  EXPECT_THROW(check_weights_fit(g, m.total + (size_t(1) << 30), "big.gguf"), Error);
 }
 
 VI_CUDA_INSTANTIATE(GoldenOnGpu);
