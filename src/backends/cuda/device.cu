@@ -1,5 +1,4 @@
-// Device discovery, kernel-profile choice, the cuBLAS handles and the error/scratch
-// helpers of cuda_util.cuh.
+// Device discovery, kernel-profile choice and the error/scratch helpers of cuda_util.cuh.
 #include <mutex>
 #include <string>
 
@@ -70,7 +69,7 @@ std::string device_summary() {
 
 ops::KernelProfile resolve_profile(const ops::Context& ctx) {
   if (ctx.profile != ops::KernelProfile::kAuto) return ctx.profile;
-  // Turing (sm_75) has cuBLAS tensor-core kernels in every toolkit we build with.
+  // sm_75 and newer run the native kernels (with the cuBLAS GEMM where the build has cuBLAS).
   return current_device().cc >= 75 ? ops::KernelProfile::kNative : ops::KernelProfile::kVolta;
 }
 
@@ -88,17 +87,6 @@ ops::KernelProfile parse_profile(const std::string& name) {
   if (name == "volta") return ops::KernelProfile::kVolta;
   if (name == "native") return ops::KernelProfile::kNative;
   VI_FAIL("unknown kernel profile '{}' (auto, volta or native)", name);
-}
-
-cublasHandle_t cublas_for(const ops::Context& ctx) {
-  constexpr int kMaxDevices = 64;
-  static cublasHandle_t handles[kMaxDevices] = {};
-  static std::mutex mu;
-  const int dev = current_device().index;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!handles[dev]) VI_CUBLAS_CHECK(cublasCreate(&handles[dev]));
-  VI_CUBLAS_CHECK(cublasSetStream(handles[dev], stream_of(ctx)));
-  return handles[dev];
 }
 
 }  // namespace vi::cuda

@@ -1,7 +1,5 @@
-// Device facts the kernels need: compute capability, shared memory, the cuBLAS handle.
+// Device facts the kernels need: compute capability, shared memory, the kernel profile.
 #pragma once
-
-#include <cublas_v2.h>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
@@ -20,10 +18,11 @@ const DeviceInfo& current_device();
 
 inline bool volta_profile(const ops::Context& ctx) { return resolve_profile(ctx) == ops::KernelProfile::kVolta; }
 
-// One cuBLAS handle per device, bound to the call's stream.
-cublasHandle_t cublas_for(const ops::Context& ctx);
-
 }  // namespace vi::cuda
+
+// cuBLAS builds only (VI_CUBLAS=1, cmake/cuda.cmake): its header and a checked call.
+#if VI_CUBLAS
+#include <cublas_v2.h>
 
 #define VI_CUBLAS_CHECK(call)                                                                       \
   do {                                                                                              \
@@ -31,3 +30,4 @@ cublasHandle_t cublas_for(const ops::Context& ctx);
     if (vi_st_ != CUBLAS_STATUS_SUCCESS)                                                            \
       ::vi::fail_at(__FILE__, __LINE__, fmt::format("{} failed: cuBLAS status {}", #call, static_cast<int>(vi_st_))); \
   } while (0)
+#endif

@@ -1,8 +1,7 @@
 // Prefill GEMM path of matmul: weight-tile dequantizer and the GEMM dispatch (cuBLAS or
-// gemm_wmma.cu by kernel profile). See gemm_path.cuh.
-#include <climits>
-
+// gemm_wmma.cu, as gemm_cublas.cuh decides). See gemm_path.cuh.
 #include "backends/cuda/device.cuh"
+#include "backends/cuda/gemm_cublas.cuh"
 #include "backends/cuda/gemm_path.cuh"
 #include "backends/cuda/gemm_wmma.cuh"
 #include "backends/cuda/quant.cuh"
@@ -21,17 +20,10 @@ __global__ void dequant_f16_kernel(const uint8_t* __restrict__ w, size_t row_byt
 // y[:, n0 : n0 + nc] = x · w16ᵀ with w16 = rows n0 .. n0 + nc of the weight in f16.
 void gemm_f16(const ops::Context& ctx, const __half* x, const __half* w16, __half* y, int64_t n_tok, int64_t nc,
               int64_t K, int64_t ldy) {
-  if (volta_profile(ctx)) {
+  if (gemm_uses_cublas(ctx))
+    gemm_cublas_f16(ctx, x, w16, y, n_tok, nc, K, ldy);
+  else
     gemm_wmma_f16<__half>(ctx, x, w16, y, n_tok, nc, K, ldy);
-    return;
-  }
-  VI_CHECK(n_tok < INT_MAX && nc < INT_MAX && K < INT_MAX && ldy < INT_MAX, "op 'matmul' on cuda: GEMM too large");
-  const float alpha = 1.0f, beta = 0.0f;
-  // Column-major view: yᵀ[nc, T] = w16[nc, K] · xᵀ[K, T]; w16 row-major is (K x nc) col-major.
-  VI_CUBLAS_CHECK(cublasGemmEx(cublas_for(ctx), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(nc), static_cast<int>(n_tok),
-                               static_cast<int>(K), &alpha, w16, CUDA_R_16F, static_cast<int>(K), x, CUDA_R_16F,
-                               static_cast<int>(K), &beta, y, CUDA_R_16F, static_cast<int>(ldy), CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
 }
 
 template <DType W>

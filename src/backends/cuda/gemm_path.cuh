@@ -1,7 +1,8 @@
 // The prefill side of CUDA matmul (f16 activations, more than kGemvMaxTokens tokens):
 // y[T, N] = x[T, K] · w[N, K]ᵀ on tensor cores. F16 weights are used in place; any other
 // weight dtype is dequantized to f16 a tile of rows at a time into scratch, then multiplied.
-// The GEMM is cuBLAS in the native profile and gemm_wmma.cu in the volta profile.
+// The GEMM is cuBLAS in the native profile and gemm_wmma.cu in the volta profile, or
+// gemm_wmma.cu in both in a build without cuBLAS (gemm_cublas.cuh).
 #pragma once
 
 #include "backends/cuda/cuda_util.cuh"
