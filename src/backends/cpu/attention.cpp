@@ -14,7 +14,7 @@ void attention_cpu(ops::Context& ctx, const Tensor& q, const Tensor& k, const Te
   require_f32("attention", q, "q");
   require_f32("attention", out, "out");
   // Keys sit at their own positions: row s holds key s.
-  attention_rows<KV>(ctx, q, k, v, q_pos0, scale, out, [](int64_t s) { return s; });
+  attention_rows<KV, KV>(ctx, q, k, v, nullptr, nullptr, q_pos0, scale, out, [](int64_t s) { return s; });
 }
 
 const bool registered = [] {

@@ -1,5 +1,6 @@
 // CPU attention through a block table: the loop of cpu/attention.cpp with each key row
 // looked up in the pool, so results are bit-identical to attention over contiguous K/V.
+// K and V may each be f32, f16 or i8 (with scales; i8 K rotated, see ops/kv_quant.h).
 #include "ops/paged_attention.h"
 
 #include "backends/cpu/attention_rows.h"
@@ -7,20 +8,35 @@
 namespace vi::cpu {
 namespace {
 
-template <class KV>
-void paged_attention_cpu(ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+// Calls f(KV{}) with the host element type of an f32, f16 or i8 pool.
+template <class F>
+void dispatch_kv(DType t, const char* which, F&& f) {
+  switch (t) {
+    case DType::F32: f(float{}); break;
+    case DType::F16: f(uint16_t{}); break;
+    case DType::I8: f(int8_t{}); break;
+    default: VI_FAIL("op 'paged_attention' on cpu: {} dtype {} is not supported (f32, f16, i8)", which, dtype_name(t));
+  }
+}
+
+void paged_attention_cpu(ops::Context& ctx, const Tensor& q, const ops::KvRows& k, const ops::KvRows& v,
                          const Tensor& block_table, int64_t bs, int64_t q_pos0, float scale, Tensor& out) {
   require_f32("paged_attention", q, "q");
   require_f32("paged_attention", out, "out");
   const int32_t* tbl = block_table.ptr<int32_t>();
+  const float* ks = k.data.dtype() == DType::I8 ? k.scale.ptr<float>() : nullptr;
+  const float* vs = v.data.dtype() == DType::I8 ? v.scale.ptr<float>() : nullptr;
   // Key s lives at offset s % bs of block tbl[s / bs].
-  attention_rows<KV>(ctx, q, k, v, q_pos0, scale, out,
-                     [tbl, bs](int64_t s) { return static_cast<int64_t>(tbl[s / bs]) * bs + s % bs; });
+  auto row_of = [tbl, bs](int64_t s) { return static_cast<int64_t>(tbl[s / bs]) * bs + s % bs; };
+  dispatch_kv(k.data.dtype(), "K", [&](auto kt) {
+    dispatch_kv(v.data.dtype(), "V", [&](auto vt) {
+      attention_rows<decltype(kt), decltype(vt)>(ctx, q, k.data, v.data, ks, vs, q_pos0, scale, out, row_of);
+    });
+  });
 }
 
 const bool registered = [] {
-  ops::paged_attention_table().add(Device::CPU, DType::F32, paged_attention_cpu<float>);
-  ops::paged_attention_table().add(Device::CPU, DType::F16, paged_attention_cpu<uint16_t>);
+  for (DType t : {DType::F32, DType::F16, DType::I8}) ops::paged_attention_table().add(Device::CPU, t, paged_attention_cpu);
   return true;
 }();
 

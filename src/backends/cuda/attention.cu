@@ -1,9 +1,15 @@
-// CUDA kernels of attention and paged_attention (one kernel: the paged form maps key
-// position s to pool row table[s / bs] * bs + s % bs; the contiguous form uses s). Per block: the query row (pre-scaled, fp32) in shared memory;
+// CUDA kernels of attention and paged_attention (one kernel for prefill: the paged form
+// maps key position s to pool row table[s / bs] * bs + s % bs; the contiguous form uses s;
+// paged decode goes to attention_decode.cu). Per block: the query row (pre-scaled, fp32) in shared memory;
 // each tile of 64 keys is scored by the four warps (lanes stride over head_dim, so K rows
 // are read coalesced), then exponentiated against the running max and folded into the
 // per-thread output dims with the usual rescaling of the running sum and accumulators.
 #include "backends/cuda/attention.cuh"
+
+#include <algorithm>
+#include <optional>
+
+#include "backends/cuda/attention_decode.cuh"
 #include "ops/attention.h"
 #include "ops/paged_attention.h"
 
@@ -98,26 +104,68 @@ void attention_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k, const T
   attention_launch<TKV>(ctx, q, k, v, q_pos0, scale, nullptr, 0, out);
 }
 
+// Paged attention: up to kDecodeMaxT query tokens (decode, MTP verification) go to the
+// split-KV decode kernel (attention_decode.cu); longer chunks (prefill) to the kernel
+// above, except with i8 K/V, which only the decode kernel reads: those run as chunks of
+// up to kDecodeMaxT queries (correct, not fast; a tensor-core prefill kernel is to come).
 // A host block table (the models' case; entries checked by the op entry point) goes to scratch.
-template <class TKV>
-void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const ops::KvRows& k, const ops::KvRows& v,
                           const Tensor& table, int64_t block_size, int64_t q_pos0, float scale, Tensor& out) {
-  if (q.dim(0) == 0) return;
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hkv = k.data.dim(1);
+  if (T == 0) return;
+  std::optional<Scratch> dtable;
+  const int32_t* tbl = nullptr;
   if (table.device() == Device::CUDA) {
-    attention_launch<TKV>(ctx, q, k_pool, v_pool, q_pos0, scale, table.ptr<int32_t>(), block_size, out);
+    tbl = table.ptr<int32_t>();
+  } else {
+    const size_t bytes = static_cast<size_t>(table.numel()) * sizeof(int32_t);
+    dtable.emplace(ctx, bytes);
+    upload_small(ctx, table.data(), bytes, *dtable);
+    tbl = dtable->as<int32_t>();
+  }
+  const bool quantized = k.data.dtype() == DType::I8 || v.data.dtype() == DType::I8;
+  const int64_t chunk = std::min<int64_t>(kDecodeMaxT, std::max<int64_t>(1, kDecodeMaxRows / (Hq / Hkv)));
+  if (!quantized && !decode_attention_fits(T, Hq, Hkv, D)) {
+    VI_CHECK(k.data.dtype() == v.data.dtype(), "op 'paged_attention' on cuda: prefill needs one K/V dtype, got {} / {}",
+             dtype_name(k.data.dtype()), dtype_name(v.data.dtype()));
+    if (k.data.dtype() == DType::F16)
+      attention_launch<__half>(ctx, q, k.data, v.data, q_pos0, scale, tbl, block_size, out);
+    else
+      attention_launch<float>(ctx, q, k.data, v.data, q_pos0, scale, tbl, block_size, out);
     return;
   }
-  const size_t bytes = static_cast<size_t>(table.numel()) * sizeof(int32_t);
-  Scratch dtable(ctx, bytes);
-  upload_small(ctx, table.data(), bytes, dtable);
-  attention_launch<TKV>(ctx, q, k_pool, v_pool, q_pos0, scale, dtable.as<int32_t>(), block_size, out);
+  VI_CHECK(decode_attention_fits(std::min(T, chunk), Hq, Hkv, D),
+           "op 'paged_attention' on cuda: i8 K/V need head_dim <= {} and at most {} query heads per kv head (got "
+           "D={}, {} / {})", kDecodeMaxDim, kDecodeMaxRows, D, Hq, Hkv);
+  const size_t q_row_bytes = dtype_row_bytes(q.dtype(), Hq * D);
+  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    const int64_t n = std::min(chunk, T - t0);
+    DecodeArgs a;
+    a.q = static_cast<const uint8_t*>(q.data()) + t0 * q_row_bytes;
+    a.q_dtype = q.dtype();
+    a.k = k.data.data();
+    a.v = v.data.data();
+    a.k_dtype = k.data.dtype();
+    a.v_dtype = v.data.dtype();
+    a.k_scale = k.data.dtype() == DType::I8 ? k.scale.ptr<float>() : nullptr;
+    a.v_scale = v.data.dtype() == DType::I8 ? v.scale.ptr<float>() : nullptr;
+    a.table = tbl;
+    a.block_size = block_size;
+    a.T = n;
+    a.Hq = Hq;
+    a.Hkv = Hkv;
+    a.D = D;
+    a.q_pos0 = q_pos0 + t0;
+    a.scale = scale;
+    a.out = static_cast<uint8_t*>(out.data()) + t0 * q_row_bytes;
+    decode_attention(ctx, a);
+  }
 }
 
 const bool registered = [] {
   ops::attention_table().add(Device::CUDA, DType::F16, attention_cuda<__half>);
   ops::attention_table().add(Device::CUDA, DType::F32, attention_cuda<float>);
-  ops::paged_attention_table().add(Device::CUDA, DType::F16, paged_attention_cuda<__half>);
-  ops::paged_attention_table().add(Device::CUDA, DType::F32, paged_attention_cuda<float>);
+  for (DType t : {DType::F32, DType::F16, DType::I8}) ops::paged_attention_table().add(Device::CUDA, t, paged_attention_cuda);
   return true;
 }();
 

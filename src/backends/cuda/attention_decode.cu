@@ -1,0 +1,399 @@
+// Split-KV decode attention (attention_decode.cuh): the split kernel and the combine kernel.
+//
+// Work split inside a block (8 warps): the R query rows form row groups of 8 (one per warp
+// row), the warps of a row group share the keys of the split round-robin in batches of 8.
+// A lane owns 8 consecutive head dims (D <= 256), so one batch is one 16-byte (f16) load
+// per lane per key; warps of other row groups read the same rows again from L1.
+// Per batch and row: the 8 partial dot products are reduced with a reduce-scatter
+// (9 shuffles for 8 keys instead of 40), after which lane l holds the score of key l / 4.
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cuda/attention_decode.cuh"
+#include "backends/cuda/device.cuh"
+#include "backends/cuda/kv_quant.cuh"
+
+namespace vi::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRowsPerWarp = 8;
+constexpr int kBatch = 8;  // keys a warp scores at once (one per 4-lane group after the reduce)
+
+// One lane's DPL elements of a K/V row, kept as raw 32-bit words so they stay in registers
+// (an address-taken local array of halves could be placed in local memory).
+template <class TKV, int DPL>
+struct Seg {
+  static constexpr int kWords = DPL * static_cast<int>(sizeof(TKV)) / 4;
+  uint32_t w[kWords];
+  __device__ __forceinline__ float get(int i) const {
+    if constexpr (sizeof(TKV) == 4) {
+      return __uint_as_float(w[i]);
+    } else if constexpr (sizeof(TKV) == 2) {
+      return __half2float(__ushort_as_half(static_cast<unsigned short>(w[i / 2] >> (16 * (i % 2)))));
+    } else {
+      return static_cast<float>(static_cast<int8_t>(w[i / 4] >> (8 * (i % 4))));
+    }
+  }
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) w[i] = 0;
+  }
+};
+
+__device__ __forceinline__ uint32_t raw_bits(float x) { return __float_as_uint(x); }
+__device__ __forceinline__ uint32_t raw_bits(__half x) { return __half_as_ushort(x); }
+__device__ __forceinline__ uint32_t raw_bits(int8_t x) { return static_cast<uint8_t>(x); }
+
+// Loads this lane's DPL elements (dims lane*DPL ..) of one K/V row; zeros where d >= D.
+// vec: the row and D allow aligned vector loads.
+template <class TKV, int DPL>
+__device__ __forceinline__ void load_seg(const TKV* __restrict__ row, int lane, int D, bool vec, Seg<TKV, DPL>& s) {
+  constexpr int NW = Seg<TKV, DPL>::kWords;
+  const int d0 = lane * DPL;
+  if (vec && d0 + DPL <= D) {
+    const uint32_t* p = reinterpret_cast<const uint32_t*>(row + d0);
+    if constexpr (NW % 4 == 0) {
+#pragma unroll
+      for (int i = 0; i < NW / 4; ++i) {
+        const uint4 x = __ldg(reinterpret_cast<const uint4*>(p) + i);
+        s.w[4 * i] = x.x, s.w[4 * i + 1] = x.y, s.w[4 * i + 2] = x.z, s.w[4 * i + 3] = x.w;
+      }
+    } else if constexpr (NW == 2) {
+      const uint2 x = __ldg(reinterpret_cast<const uint2*>(p));
+      s.w[0] = x.x, s.w[1] = x.y;
+    } else {
+      s.w[0] = __ldg(p);
+    }
+  } else {
+    constexpr int per = 4 / static_cast<int>(sizeof(TKV)) > 0 ? 4 / static_cast<int>(sizeof(TKV)) : 1;
+    s.zero();
+#pragma unroll
+    for (int i = 0; i < DPL; ++i)
+      if (d0 + i < D) s.w[i / per] |= raw_bits(row[d0 + i]) << (8 * sizeof(TKV) * (i % per));
+  }
+}
+
+// Reduce-scatter of 8 per-lane partial sums over the warp: afterwards every lane holds the
+// full sum of element (lane >> 2).
+__device__ __forceinline__ float reduce_scatter8(float (&p)[8], int lane) {
+  const bool b4 = lane & 16, b3 = lane & 8, b2 = lane & 4;
+  float h[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float send = b4 ? p[i] : p[i + 4], keep = b4 ? p[i + 4] : p[i];
+    h[i] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+  }
+  float q2[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float send = b3 ? h[i] : h[i + 2], keep = b3 ? h[i + 2] : h[i];
+    q2[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+  }
+  const float send = b2 ? q2[0] : q2[1], keep = b2 ? q2[1] : q2[0];
+  float x = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x;
+}
+
+// Over the 8 keys of a batch (lane bits 2..4), each value replicated on 4 lanes.
+__device__ __forceinline__ float batch_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
+}
+__device__ __forceinline__ float batch_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 4);
+  v += __shfl_xor_sync(0xffffffffu, v, 8);
+  return v + __shfl_xor_sync(0xffffffffu, v, 16);
+}
+
+struct SplitParams {
+  const int32_t* table;
+  int64_t block_size;
+  const float* k_scale;
+  const float* v_scale;
+  int T, Hq, Hkv, D, G, R;
+  int64_t q_pos0, n_keys, keys_per_split;
+  float scale;
+  int row_groups;  // 1, 2, 4 or 8; the other warps split the keys
+  bool rotate_q, vec;
+  float* part_acc;  // [n_splits, T * Hq, D] unnormalised (null: one split, write out)
+  float* part_ml;   // [n_splits, T * Hq, 2] (max, sum)
+};
+
+// Dynamic shared memory: qs [R][32 * DPL] f32 (the pre-scaled, maybe rotated queries),
+// reused at the end for the combined accumulator.
+template <class TQ, class TK, class TV, int DPL>
+__global__ void __launch_bounds__(kThreads) decode_split_kernel(const TQ* __restrict__ q, const TK* __restrict__ k,
+                                                                const TV* __restrict__ v, TQ* __restrict__ out,
+                                                                SplitParams P) {
+  extern __shared__ float qs[];
+  __shared__ float sm_m[kWarps][kDecodeMaxRows], sm_l[kWarps][kDecodeMaxRows];
+  constexpr int LD = 32 * DPL;
+  const int split = blockIdx.x, hk = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int R = P.R, D = P.D;
+  const int kg = kWarps / P.row_groups, rgi = warp / kg, kgi = warp % kg;
+
+  // Query rows r = t * G + g (token t, query head hk * G + g), pre-scaled, zero-padded to LD.
+  for (int idx = threadIdx.x; idx < R * LD; idx += kThreads) {
+    const int r = idx / LD, d = idx % LD, t = r / P.G, g = r % P.G;
+    qs[idx] = d < D ? to_f32(q[(int64_t(t) * P.Hq + hk * P.G + g) * D + d]) * P.scale : 0.0f;
+  }
+  __syncthreads();
+  if (P.rotate_q) hadamard_rows_smem(qs, R, LD, D);
+
+  const int64_t s_begin = int64_t(split) * P.keys_per_split;
+  const int64_t s_end = min(P.n_keys, s_begin + P.keys_per_split);
+  const int64_t kv_stride = int64_t(P.Hkv) * D;
+  auto kv_row = [&](int64_t s) -> int64_t {
+    return P.table ? int64_t(P.table[s / P.block_size]) * P.block_size + s % P.block_size : s;
+  };
+
+  float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][DPL];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) acc[r][i] = 0.0f;
+  }
+  const int r0 = rgi * kRowsPerWarp;
+
+  for (int64_t kb = s_begin + int64_t(kgi) * kBatch; kb < s_end; kb += int64_t(kg) * kBatch) {
+    Seg<TK, DPL> kseg[kBatch];
+    Seg<TV, DPL> vseg[kBatch];
+    float ks_j = 1.0f, vs_j = 1.0f;  // scales of key kb + lane / 4 (i8)
+    {
+      const int64_t sj = kb + (lane >> 2);
+      if (sj < s_end && (P.k_scale || P.v_scale)) {
+        const int64_t row = kv_row(sj) * P.Hkv + hk;
+        if (P.k_scale) ks_j = P.k_scale[row];
+        if (P.v_scale) vs_j = P.v_scale[row];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (kb + j < s_end) {
+        const int64_t base = kv_row(kb + j) * kv_stride + int64_t(hk) * D;
+        load_seg<TK, DPL>(k + base, lane, D, P.vec, kseg[j]);
+        load_seg<TV, DPL>(v + base, lane, D, P.vec, vseg[j]);
+      } else {
+        kseg[j].zero();
+        vseg[j].zero();
+      }
+    }
+    const int64_t s_lane = kb + (lane >> 2);  // the key whose score this lane ends up with
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+      const int r = r0 + rr;
+      if (r >= R) break;  // warp-uniform
+      const int t = r / P.G;
+      const float* qr = qs + r * LD + lane * DPL;
+      float qv[DPL];
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) qv[i] = qr[i];
+      float part[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) s = fmaf(qv[i], kseg[j].get(i), s);
+        part[j] = s;
+      }
+      const float dot = reduce_scatter8(part, lane) * ks_j;
+      const bool valid = s_lane < s_end && s_lane <= P.q_pos0 + t;
+      const float sc = valid ? dot : -INFINITY;
+      const float m_new = fmaxf(m[rr], batch_max(sc));
+      if (m_new == -INFINITY) continue;  // nothing visible yet for this row (warp-uniform)
+      const float corr = __expf(m[rr] - m_new);
+      const float p = valid ? __expf(sc - m_new) : 0.0f;
+      l[rr] = l[rr] * corr + batch_sum(p);
+      m[rr] = m_new;
+      const float pv = p * vs_j;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) acc[rr][i] *= corr;
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const float pj = __shfl_sync(0xffffffffu, pv, j * 4);
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) acc[rr][i] = fmaf(pj, vseg[j].get(i), acc[rr][i]);
+      }
+    }
+  }
+
+  // Combine the kg warps of each row group in shared memory (fixed order: deterministic).
+  if (lane == 0)
+    for (int rr = 0; rr < kRowsPerWarp && r0 + rr < R; ++rr) sm_m[kgi][r0 + rr] = m[rr], sm_l[kgi][r0 + rr] = l[rr];
+  __syncthreads();  // also: every warp is done reading qs
+  for (int kw = 0; kw < kg; ++kw) {
+    if (kgi == kw) {
+      for (int rr = 0; rr < kRowsPerWarp && r0 + rr < R; ++rr) {
+        const int r = r0 + rr;
+        float M = -INFINITY;
+        for (int w = 0; w < kg; ++w) M = fmaxf(M, sm_m[w][r]);
+        const float wgt = m[rr] == -INFINITY ? 0.0f : __expf(m[rr] - M);
+        float* dst = qs + r * LD + lane * DPL;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) dst[i] = (kw == 0 ? 0.0f : dst[i]) + wgt * acc[rr][i];
+      }
+    }
+    __syncthreads();
+  }
+  // Row totals, then write: the final output (one split) or this split's partial.
+  for (int idx = threadIdx.x; idx < R * D; idx += kThreads) {
+    const int r = idx / D, d = idx % D, t = r / P.G, g = r % P.G;
+    float M = -INFINITY, L = 0.0f;
+    for (int w = 0; w < kg; ++w) M = fmaxf(M, sm_m[w][r]);
+    if (M != -INFINITY)
+      for (int w = 0; w < kg; ++w) L += sm_m[w][r] == -INFINITY ? 0.0f : sm_l[w][r] * __expf(sm_m[w][r] - M);
+    const int64_t orow = int64_t(t) * P.Hq + hk * P.G + g;
+    const float a = qs[r * LD + d];
+    if (P.part_acc == nullptr) {
+      out[orow * D + d] = from_f32<TQ>(a / L);
+    } else {
+      const int64_t n_rows = int64_t(P.T) * P.Hq;
+      P.part_acc[(int64_t(split) * n_rows + orow) * D + d] = a;
+      if (d == 0) {
+        P.part_ml[(int64_t(split) * n_rows + orow) * 2] = M;
+        P.part_ml[(int64_t(split) * n_rows + orow) * 2 + 1] = L;
+      }
+    }
+  }
+}
+
+constexpr int kCombineThreads = 128;
+
+// One block per output row: weights exp(M_s - M) per split, then the weighted sum.
+template <class TQ>
+__global__ void __launch_bounds__(kCombineThreads)
+    decode_combine_kernel(const float* __restrict__ part_acc, const float* __restrict__ part_ml, int n_splits,
+                          int64_t n_rows, int D, TQ* __restrict__ out) {
+  extern __shared__ float w[];  // [n_splits]
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x;
+  float M = -INFINITY;
+  for (int s = threadIdx.x; s < n_splits; s += kCombineThreads) M = fmaxf(M, part_ml[(s * n_rows + row) * 2]);
+  M = block_max(M, red);
+  float L = 0.0f;
+  for (int s = threadIdx.x; s < n_splits; s += kCombineThreads) {
+    const float ms = part_ml[(s * n_rows + row) * 2];
+    const float ws = ms == -INFINITY ? 0.0f : __expf(ms - M);
+    w[s] = ws;
+    L += ws * part_ml[(s * n_rows + row) * 2 + 1];
+  }
+  L = block_sum(L, red);  // its barriers also publish w
+  const float inv = 1.0f / L;
+  for (int d = threadIdx.x; d < D; d += kCombineThreads) {
+    float a = 0.0f;
+    for (int s = 0; s < n_splits; ++s) a = fmaf(w[s], part_acc[(s * n_rows + row) * D + d], a);
+    out[row * D + d] = from_f32<TQ>(a * inv);
+  }
+}
+
+template <class F>
+void dispatch_kv(DType t, const char* which, F&& f) {
+  switch (t) {
+    case DType::F32: f(float{}); break;
+    case DType::F16: f(__half{}); break;
+    case DType::I8: f(int8_t{}); break;
+    default: VI_FAIL("decode attention on cuda: {} dtype {} is not supported (f32, f16, i8)", which, dtype_name(t));
+  }
+}
+
+int row_groups_for(int R) {
+  int rg = 1;
+  while (rg * kRowsPerWarp < R) rg *= 2;
+  return rg;
+}
+
+}  // namespace
+
+bool decode_attention_fits(int64_t T, int64_t Hq, int64_t Hkv, int64_t D) {
+  return T >= 1 && T <= kDecodeMaxT && Hkv > 0 && Hq % Hkv == 0 && T * (Hq / Hkv) <= kDecodeMaxRows &&
+         D >= 1 && D <= kDecodeMaxDim;
+}
+
+void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
+  VI_CHECK(decode_attention_fits(a.T, a.Hq, a.Hkv, a.D),
+           "decode attention on cuda: T={} Hq={} Hkv={} D={} is outside T <= {}, T*Hq/Hkv <= {}, D <= {}", a.T,
+           a.Hq, a.Hkv, a.D, kDecodeMaxT, kDecodeMaxRows, kDecodeMaxDim);
+  VI_CHECK((a.k_dtype == DType::I8) == (a.k_scale != nullptr) && (a.v_dtype == DType::I8) == (a.v_scale != nullptr),
+           "decode attention on cuda: i8 K/V need their scales (and only i8 has them)");
+  const int G = static_cast<int>(a.Hq / a.Hkv), R = static_cast<int>(a.T) * G;
+  const int rg = row_groups_for(R), kg = kWarps / rg;
+  const int64_t n_keys = a.q_pos0 + a.T;
+
+  // Splits: about two blocks per SM over all KV heads, but each split long enough that its
+  // partial (R * D floats written, then read) stays a few percent of the K/V it reads.
+  int n_splits = a.n_splits;
+  if (n_splits <= 0) {
+    const int64_t want = std::max<int64_t>(1, (2 * current_device().sm_count + a.Hkv - 1) / a.Hkv);
+    const int64_t min_keys = std::max<int64_t>({int64_t(4) * kBatch * kg, int64_t(16) * R, 128});
+    n_splits = static_cast<int>(std::clamp<int64_t>((n_keys + min_keys - 1) / min_keys, 1, want));
+  }
+  int64_t keys_per_split = (n_keys + n_splits - 1) / n_splits;
+  keys_per_split = (keys_per_split + kBatch - 1) / kBatch * kBatch;
+  n_splits = static_cast<int>((n_keys + keys_per_split - 1) / keys_per_split);
+
+  const int64_t n_rows = a.T * a.Hq;
+  const size_t part_floats = n_splits > 1 ? static_cast<size_t>(n_splits) * n_rows * (a.D + 2) : 1;
+  Scratch part(ctx, part_floats * sizeof(float));
+
+  SplitParams P{};
+  P.table = a.table;
+  P.block_size = a.block_size;
+  P.k_scale = a.k_scale;
+  P.v_scale = a.v_scale;
+  P.T = static_cast<int>(a.T);
+  P.Hq = static_cast<int>(a.Hq);
+  P.Hkv = static_cast<int>(a.Hkv);
+  P.D = static_cast<int>(a.D);
+  P.G = G;
+  P.R = R;
+  P.q_pos0 = a.q_pos0;
+  P.n_keys = n_keys;
+  P.keys_per_split = keys_per_split;
+  P.scale = a.scale;
+  P.row_groups = rg;
+  P.rotate_q = a.k_dtype == DType::I8;
+  P.part_acc = n_splits > 1 ? part.as<float>() : nullptr;
+  P.part_ml = n_splits > 1 ? part.as<float>() + static_cast<size_t>(n_splits) * n_rows * a.D : nullptr;
+
+  const int DPL = a.D <= 128 ? 4 : 8;
+  auto aligned = [&](const void* p, DType t) {
+    return reinterpret_cast<uintptr_t>(p) % dtype_row_bytes(t, DPL) == 0;
+  };
+  P.vec = a.D % DPL == 0 && aligned(a.k, a.k_dtype) && aligned(a.v, a.v_dtype);
+  const size_t smem = static_cast<size_t>(R) * 32 * DPL * sizeof(float);
+  const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(a.Hkv));
+  dispatch_act("paged_attention", a.q_dtype, [&](auto qtag) {
+    using TQ = decltype(qtag);
+    dispatch_kv(a.k_dtype, "K", [&](auto ktag) {
+      using TK = decltype(ktag);
+      dispatch_kv(a.v_dtype, "V", [&](auto vtag) {
+        using TV = decltype(vtag);
+        auto launch = [&](auto kernel) {
+          VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem)));
+          kernel<<<grid, kThreads, smem, stream_of(ctx)>>>(static_cast<const TQ*>(a.q), static_cast<const TK*>(a.k),
+                                                           static_cast<const TV*>(a.v), static_cast<TQ*>(a.out), P);
+          VI_CUDA_LAUNCH_CHECK();
+        };
+        if (DPL == 4) launch(decode_split_kernel<TQ, TK, TV, 4>);
+        else launch(decode_split_kernel<TQ, TK, TV, 8>);
+      });
+    });
+    if (n_splits > 1) {
+      decode_combine_kernel<TQ><<<static_cast<unsigned>(n_rows), kCombineThreads, n_splits * sizeof(float),
+                                  stream_of(ctx)>>>(P.part_acc, P.part_ml, n_splits, n_rows, static_cast<int>(a.D),
+                                                    static_cast<TQ*>(a.out));
+      VI_CUDA_LAUNCH_CHECK();
+    }
+  });
+}
+
+}  // namespace vi::cuda
