@@ -38,7 +38,7 @@ struct Engine::Slot {
   size_t prompt_fed = 0;
   int64_t generated = 0;
   int32_t pending = -1;  // sampled, not yet fed
-  Clock::time_point arrival, last_token;
+  Clock::time_point arrived, admitted, last_token;
   bool first_token_seen = false;
   bool begun = false;    // the KV cache has installed the request's cached prefix
   int64_t reused = 0;    // prompt tokens served from the prefix cache
@@ -87,6 +87,7 @@ Engine::Engine(const Model& model, ops::Context ctx, EngineOptions opts)
   stats_.cache = kv_->stats();
   stats_.ttft_counts.assign(std::size(EngineStats::kTtftBuckets) + 1, 0);
   stats_.tpot_counts.assign(std::size(EngineStats::kTpotBuckets) + 1, 0);
+  stats_.queue_counts.assign(std::size(EngineStats::kQueueBuckets) + 1, 0);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -108,11 +109,14 @@ Engine::~Engine() {
 Engine::SubmitStatus Engine::submit(std::shared_ptr<Request> req) {
   if (req->prompt.empty()) return SubmitStatus::kEmpty;
   if (static_cast<int64_t>(req->prompt.size()) >= opts_.n_ctx) return SubmitStatus::kTooLong;
+  if (!req->arrived) req->arrived = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (static_cast<int>(queue_.size()) >= opts_.max_queue) return SubmitStatus::kQueueFull;
+    // Queued requests that a free slot will take at the next step are not waiting; only
+    // those beyond the free slots count against max_queue (so max_queue 0 still serves).
+    const auto free_slots = std::count_if(slots_.begin(), slots_.end(), [](const auto& s) { return !s->req; });
+    if (static_cast<int64_t>(queue_.size()) >= opts_.max_queue + free_slots) return SubmitStatus::kQueueFull;
     queue_.push_back(std::move(req));
-    queue_.back()->params.max_tokens = queue_.back()->params.max_tokens;  // keep as given
   }
   cv_.notify_one();
   return SubmitStatus::kOk;
@@ -217,7 +221,10 @@ void Engine::step() {
       s->generated = 0;
       s->pending = -1;
       s->first_token_seen = false;
-      s->arrival = Clock::now();
+      s->admitted = Clock::now();
+      s->arrived = *s->req->arrived;
+      observe(stats_.queue_counts, EngineStats::kQueueBuckets, std::size(EngineStats::kQueueBuckets),
+              std::chrono::duration<double>(s->admitted - s->arrived).count(), stats_.queue_sum, stats_.queue_n);
       s->sampler.emplace(s->req->params.sampling);
     }
     stats_.queue_depth = static_cast<int>(queue_.size());
@@ -290,9 +297,10 @@ void Engine::step() {
       // Prompt done: every prompt token is counted, reused ones as cached.
       stats_.prompt_tokens += prompt.size();
       stats_.prompt_tokens_cached += static_cast<uint64_t>(s.reused);
-      const double ms = std::chrono::duration<double, std::milli>(now - s.arrival).count();
-      VI_LOG_INFO("prompt {} tokens = {} reused + {} computed in {:.1f} ms", prompt.size(), s.reused,
-                  static_cast<int64_t>(prompt.size()) - s.reused, ms);
+      const double ms = std::chrono::duration<double, std::milli>(now - s.admitted).count();
+      const double queued_ms = std::chrono::duration<double, std::milli>(s.admitted - s.arrived).count();
+      VI_LOG_INFO("prompt {} tokens = {} reused + {} computed in {:.1f} ms (after {:.1f} ms in the queue)",
+                  prompt.size(), s.reused, static_cast<int64_t>(prompt.size()) - s.reused, ms, queued_ms);
     }
     if (s.req->cancelled->load()) {
       finish(s, FinishReason::kCancelled);
@@ -346,7 +354,7 @@ void Engine::step() {
         for (int t = 0; t < n_top; ++t) ev.top.push_back({idx[t], static_cast<float>(row[idx[t]] - lse)});
       }
     }
-    const double since = std::chrono::duration<double>(now - (s.first_token_seen ? s.last_token : s.arrival)).count();
+    const double since = std::chrono::duration<double>(now - (s.first_token_seen ? s.last_token : s.arrived)).count();
     if (!s.first_token_seen) {
       observe(stats_.ttft_counts, EngineStats::kTtftBuckets, std::size(EngineStats::kTtftBuckets), since,
               stats_.ttft_sum, stats_.ttft_n);

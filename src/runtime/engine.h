@@ -76,13 +76,17 @@ struct Request {
   // Set by the HTTP side (client gone, stop string matched); the engine frees the
   // sequence at its next step and sends no further events.
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+  // When the request arrived: Engine::submit stamps it unless the caller already did (the
+  // server stamps it when the HTTP request came in, so template and tokenizer time count).
+  // Time to first token and time in the queue are measured from here.
+  std::optional<std::chrono::steady_clock::time_point> arrived;
 };
 
 struct EngineOptions {
   int max_seqs = 4;          // sequences decoded together (-np/--parallel)
   int64_t n_ctx = 4096;      // context per sequence (prompt + output)
   int64_t step_tokens = 256;  // token budget of one forward pass (decode tokens + prefill chunk)
-  int max_queue = 64;        // waiting requests beyond which submit() refuses (HTTP 503)
+  int max_queue = 64;        // requests waiting for a slot (all slots busy) beyond which submit() refuses (HTTP 503)
   // KV cache (runtime/kv_cache.h).
   bool prefix_cache = true;           // reuse cached prompt prefixes across requests
   int64_t kv_block_size = kDefaultKvBlockSize;  // tokens per KV block
@@ -103,11 +107,15 @@ struct EngineStats {
   int queue_depth = 0;
   int running = 0;
   // Histograms: counts per bucket with these upper bounds (seconds); last bucket +Inf.
+  // TTFT runs from the request's arrival (Request::arrived) to its first token, so it
+  // includes the time spent waiting for a sequence slot; queue time is that wait alone
+  // (arrival to admission).
   static constexpr double kTtftBuckets[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
   static constexpr double kTpotBuckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
-  std::vector<uint64_t> ttft_counts, tpot_counts;
-  double ttft_sum = 0, tpot_sum = 0;
-  uint64_t ttft_n = 0, tpot_n = 0;
+  static constexpr double kQueueBuckets[] = {0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60};
+  std::vector<uint64_t> ttft_counts, tpot_counts, queue_counts;
+  double ttft_sum = 0, tpot_sum = 0, queue_sum = 0;
+  uint64_t ttft_n = 0, tpot_n = 0, queue_n = 0;
   // Prefix cache and KV pools: cache.reused_tokens / cache.prompt_tokens is the token hit
   // rate, cache.hits / cache.lookups the request hit rate; pool sizes in blocks and bytes.
   uint64_t prompt_tokens_cached = 0;  // of prompt_tokens, those served from the cache

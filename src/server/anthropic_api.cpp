@@ -9,6 +9,7 @@
 #include "server/formatter.h"
 #include "server/http_error.h"
 #include "server/request_fields.h"
+#include "server/tool_choice.h"
 
 namespace vi::server {
 
@@ -214,9 +215,8 @@ Job parse_anthropic_messages(const ServerContext& ctx, const json& body) {
   auto max_tokens = opt_int(body, "max_tokens", 1, INT64_MAX);
   if (!max_tokens) bad_field("max_tokens", "is required");
   ordered_json messages = convert_messages(body);
-  ordered_json tools = convert_tools(body);
-  if (auto tc = body.find("tool_choice"); tc != body.end() && tc->is_object() && tc->value("type", "") == "none")
-    tools = nullptr;
+  const ToolChoice choice = parse_anthropic_tool_choice(body);
+  ordered_json tools = apply_tool_choice(choice, convert_tools(body));
 
   ordered_json kwargs = ordered_json::object();
   if (auto th = body.find("thinking"); th != body.end() && !th->is_null()) {
@@ -236,6 +236,7 @@ Job parse_anthropic_messages(const ServerContext& ctx, const json& body) {
   job.spec.parser.start_in_reasoning = prompt.opens_reasoning;
   job.spec.parser.tools = !tools.is_null();
   job.spec.parser.tool_parameters = tool_parameter_schemas(tools);
+  if (choice.mode == ToolChoice::Mode::kNamed) job.spec.parser.only_tool = choice.name;
   job.spec.parser.id_prefix = "toolu_";
   job.stream = opt_bool(body, "stream").value_or(false);
   job.formatter = std::make_unique<MessagesFormatter>(ctx);

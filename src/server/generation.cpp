@@ -24,6 +24,7 @@ void Generation::submit() {
   req_ = std::make_shared<Request>();
   req_->prompt = spec_.prompt;
   req_->params = spec_.params;
+  req_->arrived = spec_.arrived;
   const int64_t n_ctx = engine_.options().n_ctx;
   switch (engine_.submit(req_)) {
     case Engine::SubmitStatus::kOk: submitted_ = true; return;

@@ -25,6 +25,8 @@ struct GenerationSpec {
   std::vector<std::string> stop;  // stop strings
   ParserOptions parser;
   bool logprobs = false;
+  // When the HTTP request came in (time to first token is measured from here).
+  std::optional<std::chrono::steady_clock::time_point> arrived;
 };
 
 // One token's log-probability record for the APIs' logprobs fields.

@@ -168,8 +168,10 @@ void HttpServer::Impl::models(const httplib::Request& req, httplib::Response& re
 
 void HttpServer::Impl::generate(Job (*parse)(const ServerContext&, const json&), const httplib::Request& req,
                                 httplib::Response& res) {
+  const auto arrived = std::chrono::steady_clock::now();  // before template and tokenizer
   json body = parse_body(req.body);
   Job job = parse(ctx, body);
+  job.spec.arrived = arrived;
   auto gen = std::make_shared<Generation>(ctx.engine, ctx.tokenizer, std::move(job.spec));
   gen->submit();  // 400 too long / 503 queue full, before any byte of the answer
   auto watch = std::make_shared<ConnectionWatch>(req.local_addr, req.local_port, req.remote_addr, req.remote_port);

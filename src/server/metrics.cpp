@@ -46,12 +46,18 @@ std::string render_metrics(ServerContext& ctx) {
   out += fmt::format("voltinfer_engine_steps_total {}\n", s.steps);
   header(out, "voltinfer_queue_depth", "gauge", "Requests waiting for a sequence slot");
   out += fmt::format("voltinfer_queue_depth {}\n", s.queue_depth);
+  header(out, "voltinfer_max_queue", "gauge", "Requests that may wait for a slot (--max-queue); more get HTTP 503");
+  out += fmt::format("voltinfer_max_queue {}\n", ctx.engine.options().max_queue);
   header(out, "voltinfer_running_sequences", "gauge", "Sequences being prefilled or decoded");
   out += fmt::format("voltinfer_running_sequences {}\n", s.running);
   header(out, "voltinfer_max_sequences", "gauge", "Sequence slots (-np/--parallel)");
   out += fmt::format("voltinfer_max_sequences {}\n", ctx.engine.options().max_seqs);
-  histogram(out, "voltinfer_time_to_first_token_seconds", "Time from admission to the first generated token",
+  histogram(out, "voltinfer_time_to_first_token_seconds",
+            "Time from the request's arrival to its first generated token (queue time included)",
             EngineStats::kTtftBuckets, std::size(EngineStats::kTtftBuckets), s.ttft_counts, s.ttft_sum, s.ttft_n);
+  histogram(out, "voltinfer_queue_time_seconds", "Time a request waited for a sequence slot (arrival to admission)",
+            EngineStats::kQueueBuckets, std::size(EngineStats::kQueueBuckets), s.queue_counts, s.queue_sum,
+            s.queue_n);
   histogram(out, "voltinfer_time_per_output_token_seconds", "Time between consecutive generated tokens",
             EngineStats::kTpotBuckets, std::size(EngineStats::kTpotBuckets), s.tpot_counts, s.tpot_sum, s.tpot_n);
   // Prefix cache: hit rates and pool sizes (blocks of KV, snapshots of recurrent state).

@@ -11,6 +11,7 @@
 #include "server/formatter.h"
 #include "server/http_error.h"
 #include "server/request_fields.h"
+#include "server/tool_choice.h"
 
 namespace vi::server {
 
@@ -255,8 +256,8 @@ Job parse_openai_chat(const ServerContext& ctx, const json& body) {
   check_model(ctx, body);
   if (!body.contains("messages")) bad_field("messages", "is required");
   ordered_json messages = normalize_openai_messages(body["messages"]);
-  ordered_json tools = normalize_openai_tools(body.value("tools", json()));
-  if (auto choice = body.find("tool_choice"); choice != body.end() && *choice == "none") tools = nullptr;
+  const ToolChoice choice = parse_openai_tool_choice(body);
+  ordered_json tools = apply_tool_choice(choice, normalize_openai_tools(body.value("tools", json())));
   if (auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
     if (!rf->is_object() || rf->value("type", "") != "text")
       bad_field("response_format", "only {\"type\": \"text\"} is supported");
@@ -289,6 +290,7 @@ Job parse_openai_chat(const ServerContext& ctx, const json& body) {
   job.spec.parser.start_in_reasoning = prompt.opens_reasoning;
   job.spec.parser.tools = !tools.is_null();
   job.spec.parser.tool_parameters = tool_parameter_schemas(tools);
+  if (choice.mode == ToolChoice::Mode::kNamed) job.spec.parser.only_tool = choice.name;
   job.spec.parser.id_prefix = "call_";
   job.stream = opt_bool(body, "stream").value_or(false);
   job.formatter = std::make_unique<ChatFormatter>(ctx, job.stream && include_usage(body), logprobs);

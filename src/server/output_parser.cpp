@@ -188,6 +188,10 @@ bool OutputParser::step_tool(std::vector<OutputDelta>& out, bool final) {
         size_t gt = rest.find('>');
         if (gt == std::string_view::npos) return false;
         std::string name(rest.substr(kFuncOpen.size(), gt - kFuncOpen.size()));
+        if (!opts_.only_tool.empty() && name != opts_.only_tool) {
+          abandon_tool(out);
+          return true;
+        }
         consume(ws + gt + 1);
         start_call(out, std::move(name));
         tool_ = ToolState::kParams;
@@ -202,7 +206,8 @@ bool OutputParser::step_tool(std::vector<OutputDelta>& out, bool final) {
       if (at == std::string::npos) return false;
       std::string body = buf_.substr(0, at);
       auto j = nlohmann::json::parse(body, nullptr, false);
-      if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) {
+      if (!j.is_object() || !j.contains("name") || !j["name"].is_string() ||
+          (!opts_.only_tool.empty() && j["name"] != opts_.only_tool)) {
         abandon_tool(out);
         return true;
       }

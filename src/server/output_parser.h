@@ -39,6 +39,9 @@ struct ParserOptions {
   // Tool name -> JSON schema of its parameters, to type XML parameter values
   // (a "string" parameter stays a string; numbers, booleans, objects are parsed).
   nlohmann::json tool_parameters = nlohmann::json::object();
+  // Non-empty: only calls to this tool are calls (a named tool_choice); a call to any other
+  // name stays content.
+  std::string only_tool;
   std::string id_prefix = "call_";  // "toolu_" for Anthropic
 };
 

@@ -125,7 +125,7 @@ def make_tiny_qwen35(folder: Path) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def qwen_dir(tmp_path_factory) -> Path:
     if not (TOKENIZER_DIR / "tokenizer.json").exists():
         pytest.skip("Qwen3.5 tokenizer fixture missing")
@@ -147,3 +147,38 @@ def qwen_hf_tokenizer(qwen_dir):
     tok = transformers.PreTrainedTokenizerFast(tokenizer_file=str(qwen_dir / "tokenizer.json"))
     tok.chat_template = (qwen_dir / "chat_template.jinja").read_text()
     return tok
+
+
+def _scripted(tmp_path_factory, name: str, scripts: dict) -> tuple[Path, dict]:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    if not (TOKENIZER_DIR / "tokenizer.json").exists():
+        pytest.skip("Qwen3.5 tokenizer fixture missing")
+    from scripted_qwen import build_scripted_qwen35
+    folder = tmp_path_factory.mktemp(name)
+    return folder, build_scripted_qwen35(folder, TOKENIZER_DIR, QWEN_TEMPLATE, scripts)
+
+
+@pytest.fixture(scope="module")
+def scripted_qwen(tmp_path_factory):
+    """(server, chains) for a tiny Qwen3.5 built to reply with scripted_qwen.SCRIPT_TOOL_CALL
+    when thinking is on and SCRIPT_ANSWER when it is off (see scripted_qwen.py)."""
+    from scripted_qwen import SCRIPT_ANSWER, SCRIPT_TOOL_CALL, START_THINKING_OFF, START_THINKING_ON
+    folder, info = _scripted(tmp_path_factory, "scripted_qwen35",
+                             {START_THINKING_ON: SCRIPT_TOOL_CALL, START_THINKING_OFF: SCRIPT_ANSWER})
+    srv = start_server(tmp_path_factory, "scripted", ["-m", folder, "-np", "2", "-c", "2048",
+                                                      "--alias", "scripted-qwen35"])
+    yield srv, info
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def scripted_qwen_json(tmp_path_factory):
+    """(server, chains) for a tiny Qwen3.5 that calls get_weather in the JSON form
+    (scripted_qwen.SCRIPT_JSON_CALL) when thinking is on."""
+    from scripted_qwen import SCRIPT_JSON_CALL, START_THINKING_ON
+    folder, info = _scripted(tmp_path_factory, "scripted_qwen35_json", {START_THINKING_ON: SCRIPT_JSON_CALL})
+    srv = start_server(tmp_path_factory, "scripted_json", ["-m", folder, "-np", "1", "-c", "1024",
+                                                           "--alias", "scripted-qwen35"])
+    yield srv, info
+    srv.stop()

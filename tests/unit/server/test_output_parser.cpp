@@ -190,6 +190,40 @@ TEST(OutputParser, MissingParameterCloseAndUntypedValues) {
   EXPECT_EQ(json::parse(s.calls[0].second), (json{{"a", "12"}, {"b", "x"}}));
 }
 
+TEST(OutputParser, NamedToolChoiceParsesOnlyThatTool) {
+  // tool_choice naming one function: a call to another name is not a call but text, in
+  // either form, whether it arrives whole or one character at a time.
+  const std::string other_xml = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                                "</function>\n</tool_call>";
+  const std::string other_json = R"(<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>)";
+  const std::string named = "<tool_call>\n<function=get_time>\n<parameter=zone>\nCET\n</parameter>\n</function>\n"
+                            "</tool_call>";
+  const std::string text = other_xml + other_json + named;
+  for (bool by_char : {false, true}) {
+    ParserOptions opts;
+    opts.tools = true;
+    opts.only_tool = "get_time";
+    OutputParser p(opts);
+    std::vector<std::string> pieces;
+    if (by_char) {
+      for (char c : text) pieces.push_back(std::string(1, c));
+    } else {
+      pieces.push_back(text);
+    }
+    Streamed s = feed(p, pieces);
+    ASSERT_EQ(s.calls.size(), 1u) << "by_char=" << by_char;
+    EXPECT_EQ(s.calls[0].first, "get_time");
+    EXPECT_EQ(json::parse(s.calls[0].second), (json{{"zone", "CET"}}));
+    EXPECT_NE(s.content.find("<function=get_weather>"), std::string::npos) << s.content;
+    EXPECT_NE(s.content.find(R"("city": "Oslo")"), std::string::npos) << s.content;
+  }
+  // Without the restriction both other calls are calls.
+  ParserOptions any;
+  any.tools = true;
+  OutputParser p(any);
+  EXPECT_EQ(feed(p, {text}).calls.size(), 3u);
+}
+
 TEST(OutputParser, QwenTokensThroughStreamDecoder) {
   const std::string path = std::string(VI_TEST_DATA_DIR) + "/tokenizer/qwen35/tokenizer.json";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " missing";
