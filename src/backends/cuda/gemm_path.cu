@@ -17,6 +17,35 @@ __global__ void dequant_f16_kernel(const uint8_t* __restrict__ w, size_t row_byt
     out[i] = __float2half_rn(dq<W>(w + static_cast<size_t>(i / K) * row_bytes, i % K));
 }
 
+// The same for K % 8 == 0 (every quantized dtype): a thread decodes 8 values of a row with
+// one block-header decode (dq8) and writes them as one 16-byte store, so the pass runs at
+// memory speed instead of re-decoding a block header per value.
+template <DType W>
+__global__ void dequant8_f16_kernel(const uint8_t* __restrict__ w, size_t row_bytes, __half* out, int64_t rows,
+                                    int64_t K) {
+  const int64_t per_row = K / 8, n = rows * per_row;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / per_row, k0 = (i % per_row) * 8;
+    float v[8];
+    dq8<W>(w + static_cast<size_t>(r) * row_bytes, k0, v);
+    __align__(16) __half2 h[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) h[e] = __floats2half2_rn(v[2 * e], v[2 * e + 1]);
+    *reinterpret_cast<uint4*>(out + r * K + k0) = *reinterpret_cast<const uint4*>(h);
+  }
+}
+
+// w16[0 : nc, :] = rows of w in f16.
+template <DType W>
+void dequant_rows(const ops::Context& ctx, const uint8_t* w, size_t row_bytes, __half* w16, int64_t nc, int64_t K) {
+  if (K % 8 == 0) {  // scratch from cudaMallocAsync is 256-byte aligned, rows are 16-byte multiples
+    dequant8_f16_kernel<W><<<blocks_for(nc * K / 8, 256), 256, 0, stream_of(ctx)>>>(w, row_bytes, w16, nc, K);
+  } else {
+    dequant_f16_kernel<W><<<blocks_for(nc * K, 256), 256, 0, stream_of(ctx)>>>(w, row_bytes, w16, nc, K);
+  }
+  VI_CUDA_LAUNCH_CHECK();
+}
+
 // y[:, n0 : n0 + nc] = x · w16ᵀ with w16 = rows n0 .. n0 + nc of the weight in f16.
 void gemm_f16(const ops::Context& ctx, const __half* x, const __half* w16, __half* y, int64_t n_tok, int64_t nc,
               int64_t K, int64_t ldy) {
@@ -34,13 +63,17 @@ void gemm_path_w(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
   if constexpr (W == DType::F16) {
     gemm_f16(ctx, xp, w.ptr<__half>(), yp, n_tok, N, K, N);
   } else {
-    const int64_t chunk = std::min<int64_t>(N, std::max<int64_t>(64, kDequantTileBytes / (2 * K)));
+    // Whole 128-row multiples: every tile's GEMM then starts at an aligned output column and
+    // has an N the GEMMs tile evenly. Odd splits (6553 rows of the 27B MLP) made the Q4_K
+    // GEMM 6x slower than the F16 one on the H200 (12.1 ms vs 1.9 at T = 8192); aligned,
+    // it is within 6% (2.0 ms).
+    const int64_t rows_fit = std::max<int64_t>(128, static_cast<int64_t>(kDequantTileBytes / (2 * K)) / 128 * 128);
+    const int64_t chunk = std::min<int64_t>(N, rows_fit);
     Scratch tile(ctx, static_cast<size_t>(chunk * K) * sizeof(__half));
     for (int64_t n0 = 0; n0 < N; n0 += chunk) {
       const int64_t nc = std::min(chunk, N - n0);
-      dequant_f16_kernel<W><<<blocks_for(nc * K, 256), 256, 0, stream_of(ctx)>>>(
-          w.ptr<uint8_t>() + static_cast<size_t>(n0) * w.row_bytes(), w.row_bytes(), tile.as<__half>(), nc, K);
-      VI_CUDA_LAUNCH_CHECK();
+      dequant_rows<W>(ctx, w.ptr<uint8_t>() + static_cast<size_t>(n0) * w.row_bytes(), w.row_bytes(),
+                      tile.as<__half>(), nc, K);
       gemm_f16(ctx, xp, tile.as<__half>(), yp + n0, n_tok, nc, K, N);
     }
   }
