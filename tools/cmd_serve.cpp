@@ -101,7 +101,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("-b,--batch-size", a->batch,
                   "Tokens per forward pass: decode tokens plus prompt chunks (chunked prefill)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--max-queue", a->max_queue, "Requests that may wait for a free sequence (HTTP 503 above)")
+  cmd->add_option("--max-queue", a->max_queue, "Requests that may wait when every sequence is busy; one more gets HTTP 503 (0: none wait)")
       ->check(CLI::Range(0, 1 << 20));
   // KV cache.
   cmd->add_option("--cache-ram", a->cache_ram,

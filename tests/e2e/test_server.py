@@ -239,3 +239,78 @@ def test_anthropic_matches_openai(smol_server):
         final = stream.get_final_message()
     assert streamed == m.content[0].text and final.content[0].text == streamed
     assert final.stop_reason == m.stop_reason and final.usage.output_tokens == m.usage.output_tokens
+
+
+def test_sampling_fields_reach_the_sampler(smol_server):
+    """Each truncation field, set to keep only the top token, turns a hot sample back into
+    the greedy answer; each penalty changes the greedy answer of a repetitive reply."""
+    client = oai(smol_server)
+    prompt = "Tell me a story about a dragon."
+    greedy = chat(client, prompt, max_tokens=16).choices[0].message.content
+
+    def hot(seed, **kw):
+        return client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": prompt}],
+                                              max_tokens=16, temperature=1.5, seed=seed, **kw).choices[0].message.content
+
+    seed = next((s for s in range(1, 20) if hot(s, extra_body={"top_k": 0, "min_p": 0}, top_p=1.0) != greedy), None)
+    assert seed is not None, "no hot sample differed from greedy"
+    assert hot(seed, extra_body={"top_k": 1, "min_p": 0}, top_p=1.0) == greedy
+    assert hot(seed, extra_body={"top_k": 0, "min_p": 1.0}, top_p=1.0) == greedy
+    assert hot(seed, extra_body={"top_k": 0, "min_p": 0}, top_p=0.001) == greedy
+
+    counting = "Count from 1 to 30, separated by commas."
+    plain = chat(client, counting, max_tokens=32).choices[0].message.content
+    assert plain.count(".") + plain.count(",") >= 5  # punctuation repeats: penalties have work to do
+    for kw in ({"frequency_penalty": 2.0}, {"presence_penalty": 2.0}, {"extra_body": {"repetition_penalty": 1.8}},
+               {"extra_body": {"repeat_penalty": 1.8}}):
+        assert chat(client, counting, max_tokens=32, **kw).choices[0].message.content != plain, kw
+
+
+def test_metrics_exposition(smol_server):
+    """/metrics is valid Prometheus text with the families the API promises."""
+    chat(oai(smol_server), "Hi", max_tokens=2)
+    text = httpx.get(smol_server.url + "/metrics", headers=smol_server.headers(), timeout=10).text
+    typed, samples = {}, []
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            typed[name] = kind
+        elif line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples.append((name, float(value)))
+    for name, _ in samples:
+        family = name.split("{")[0]
+        base = family.rsplit("_", 1)[0] if family.endswith(("_bucket", "_sum", "_count")) else family
+        assert family in typed or base in typed, f"{name} has no # TYPE line"
+    want = {"voltinfer_requests_total": "counter", "voltinfer_prompt_tokens_total": "counter",
+            "voltinfer_generated_tokens_total": "counter", "voltinfer_queue_depth": "gauge",
+            "voltinfer_running_sequences": "gauge", "voltinfer_time_to_first_token_seconds": "histogram",
+            "voltinfer_time_per_output_token_seconds": "histogram", "voltinfer_queue_time_seconds": "histogram",
+            "voltinfer_http_responses_total": "counter"}
+    for name, kind in want.items():
+        assert typed.get(name) == kind, name
+    for h in ("voltinfer_time_to_first_token_seconds", "voltinfer_queue_time_seconds"):
+        buckets = [v for n, v in samples if n.startswith(h + "_bucket")]
+        assert buckets == sorted(buckets) and buckets[-1] == dict(samples)[h + "_count"] >= 1
+
+
+def test_defaults_and_flag_names(smol_server):
+    # Started without --host or -m: bound to loopback only, serving the bundled model.
+    assert "on http://127.0.0.1:" in smol_server.log_path.read_text()
+    assert [m.id for m in oai(smol_server).models.list().data] == [MODEL]
+    help_text = run(["serve", "--help"]).stdout
+    for flag in ("--host", "--port", "--api-key", "-c,--ctx-size", "--parallel", "-m,--model", "--alias"):
+        assert flag in help_text, flag
+
+
+def test_chat_max_completion_tokens_and_logprobs(smol_server):
+    client = oai(smol_server)
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Write a poem."}],
+                                       temperature=0, max_completion_tokens=5, logprobs=True, top_logprobs=2,
+                                       extra_body={"ignore_eos": True})
+    choice = r.choices[0]
+    assert choice.finish_reason == "length" and r.usage.completion_tokens == 5
+    entries = choice.logprobs.content
+    assert len(entries) == 5 and "".join(e.token for e in entries) == choice.message.content
+    for e in entries:
+        assert len(e.top_logprobs) == 2 and e.top_logprobs[0].logprob == pytest.approx(e.logprob, abs=1e-5)
