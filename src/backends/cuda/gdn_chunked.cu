@@ -190,48 +190,53 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     __syncthreads();
 
-    // 2. Q·Kᵀ (lower tiles) → P;  K·S → R.
+    // 2. Q·Kᵀ (lower tiles) → P;  K·S → R. A warp's (up to) three tiles share one K loop,
+    //    so their MMA chains are independent and overlap.
     {
-      const int rt = warp >> 1;
-      for (int h = 0; h < 2; ++h) {
-        const int ct = 2 * (warp & 1) + h;
-        if (ct > rt) continue;
-        FragC acc;
-        wmma::fill_fragment(acc, 0.0f);
-        for (int kt = 0; kt < kt_n; ++kt) {
-          FragA a;
-          FragBc b;
-          wmma::load_matrix_sync(a, Qs + rt * 16 * kLdQK + kt * 16, kLdQK);
-          wmma::load_matrix_sync(b, Ks + ct * 16 * kLdQK + kt * 16, kLdQK);
-          wmma::mma_sync(acc, a, b, acc);
-        }
-        wmma::store_matrix_sync(P + rt * 16 * kLdP + ct * 16, acc, kLdP, wmma::mem_row_major);
-      }
-      const int ct = warp & 1;
-      FragC acc;
-      wmma::fill_fragment(acc, 0.0f);
+      const int rt = warp >> 1, ct0 = 2 * (warp & 1), cs = warp & 1;
+      const bool lo0 = ct0 <= rt, lo1 = ct0 + 1 <= rt;
+      FragC qk0, qk1, ks;
+      wmma::fill_fragment(qk0, 0.0f);
+      wmma::fill_fragment(qk1, 0.0f);
+      wmma::fill_fragment(ks, 0.0f);
+#pragma unroll 2
       for (int kt = 0; kt < kt_n; ++kt) {
-        FragA a;
-        FragB b;
-        wmma::load_matrix_sync(a, Ks + rt * 16 * kLdQK + kt * 16, kLdQK);
-        wmma::load_matrix_sync(b, Sh + kt * 16 * kLdS + ct * 16, kLdS);
-        wmma::mma_sync(acc, a, b, acc);
+        FragA aq, ak;
+        FragBc b0, b1;
+        FragB bs;
+        wmma::load_matrix_sync(ak, Ks + rt * 16 * kLdQK + kt * 16, kLdQK);
+        wmma::load_matrix_sync(bs, Sh + kt * 16 * kLdS + cs * 16, kLdS);
+        if (lo0) {
+          wmma::load_matrix_sync(aq, Qs + rt * 16 * kLdQK + kt * 16, kLdQK);
+          wmma::load_matrix_sync(b0, Ks + ct0 * 16 * kLdQK + kt * 16, kLdQK);
+          wmma::mma_sync(qk0, aq, b0, qk0);
+          if (lo1) {
+            wmma::load_matrix_sync(b1, Ks + (ct0 + 1) * 16 * kLdQK + kt * 16, kLdQK);
+            wmma::mma_sync(qk1, aq, b1, qk1);
+          }
+        }
+        wmma::mma_sync(ks, ak, bs, ks);
       }
-      wmma::store_matrix_sync(R + rt * 16 * kLdR + ct * 16, acc, kLdR, wmma::mem_row_major);
+      if (lo0) wmma::store_matrix_sync(P + rt * 16 * kLdP + ct0 * 16, qk0, kLdP, wmma::mem_row_major);
+      if (lo1) wmma::store_matrix_sync(P + rt * 16 * kLdP + (ct0 + 1) * 16, qk1, kLdP, wmma::mem_row_major);
+      wmma::store_matrix_sync(R + rt * 16 * kLdR + cs * 16, ks, kLdR, wmma::mem_row_major);
     }
     __syncthreads();
 
     // 3. M ⊙ Q·Kᵀ → Mh; rhs = β(v − e^Γ·K·S) in R; Q ← e^Γ·Q (after Q·Kᵀ used the plain Q).
-    for (int i = tid; i < kC * kC; i += kThreads) {
-      const int r = i / kC, s = i % kC;
+#pragma unroll 4
+    for (int it = 0; it < kC * kC / kThreads; ++it) {
+      const int i = tid + it * kThreads, r = i / kC, s = i % kC;
       Mh[r * kLdP + s] = __float2half_rn(s <= r ? P[r * kLdP + s] * __expf(gam[r] - gam[s]) : 0.0f);
     }
-    for (int i = tid; i < kC * kCols; i += kThreads) {
-      const int r = i / kCols, c = i % kCols;
+#pragma unroll 4
+    for (int it = 0; it < kC * kCols / kThreads; ++it) {
+      const int i = tid + it * kThreads, r = i / kCols, c = i % kCols;
       R[r * kLdR + c] = bt[r] * (__half2float(Vh[r * kLdS + c]) - eg[r] * R[r * kLdR + c]);
     }
-    for (int i = tid; i < kC * kChunkedMaxDk / 2; i += kThreads) {
-      const int r = i / (kChunkedMaxDk / 2), c = (i % (kChunkedMaxDk / 2)) * 2;
+#pragma unroll 4
+    for (int it = 0; it < kC * kChunkedMaxDk / 2 / kThreads; ++it) {
+      const int i = tid + it * kThreads, r = i / (kChunkedMaxDk / 2), c = (i % (kChunkedMaxDk / 2)) * 2;
       if (c < dkp) {
         __half2* p = reinterpret_cast<__half2*>(Qs + r * kLdQK + c);
         const float2 f = __half22float2(*p);
@@ -243,25 +248,32 @@ __global__ void __launch_bounds__(kThreads, 2)
     // 4. K·Kᵀ (upper tiles; K·Kᵀ is symmetric, so its upper triangle read as [s][r] is
     //    L transposed) → P, then scaled in place to Lᵀ[s][r] = β_r (k_r·k_s) e^{Γr−Γs}, r > s.
     {
-      const int rt = warp >> 1;
-      for (int h = 0; h < 2; ++h) {
-        const int ct = 2 * (warp & 1) + h;
-        if (ct < rt) continue;
-        FragC acc;
-        wmma::fill_fragment(acc, 0.0f);
+      const int rt = warp >> 1, ct0 = 2 * (warp & 1);
+      const bool up0 = ct0 >= rt, up1 = ct0 + 1 >= rt;
+      if (up1) {  // up0 implies up1
+        FragC kk0, kk1;
+        wmma::fill_fragment(kk0, 0.0f);
+        wmma::fill_fragment(kk1, 0.0f);
+#pragma unroll 2
         for (int kt = 0; kt < kt_n; ++kt) {
           FragA a;
-          FragBc b;
+          FragBc b0, b1;
           wmma::load_matrix_sync(a, Ks + rt * 16 * kLdQK + kt * 16, kLdQK);
-          wmma::load_matrix_sync(b, Ks + ct * 16 * kLdQK + kt * 16, kLdQK);
-          wmma::mma_sync(acc, a, b, acc);
+          wmma::load_matrix_sync(b1, Ks + (ct0 + 1) * 16 * kLdQK + kt * 16, kLdQK);
+          if (up0) {
+            wmma::load_matrix_sync(b0, Ks + ct0 * 16 * kLdQK + kt * 16, kLdQK);
+            wmma::mma_sync(kk0, a, b0, kk0);
+          }
+          wmma::mma_sync(kk1, a, b1, kk1);
         }
-        wmma::store_matrix_sync(P + rt * 16 * kLdP + ct * 16, acc, kLdP, wmma::mem_row_major);
+        if (up0) wmma::store_matrix_sync(P + rt * 16 * kLdP + ct0 * 16, kk0, kLdP, wmma::mem_row_major);
+        wmma::store_matrix_sync(P + rt * 16 * kLdP + (ct0 + 1) * 16, kk1, kLdP, wmma::mem_row_major);
       }
     }
     __syncthreads();
-    for (int i = tid; i < kC * kC; i += kThreads) {
-      const int s = i / kC, r = i % kC;
+#pragma unroll 4
+    for (int it = 0; it < kC * kC / kThreads; ++it) {
+      const int i = tid + it * kThreads, s = i / kC, r = i % kC;
       if (r > s) P[s * kLdP + r] *= bt[r] * __expf(gam[r] - gam[s]);
     }
     __syncthreads();
@@ -305,13 +317,17 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
     __syncthreads();
-    for (int i = tid; i < kC * kCols; i += kThreads) {
-      const int r = i / kCols, c = i % kCols;
+#pragma unroll 4
+    for (int it = 0; it < kC * kCols / kThreads; ++it) {
+      const int i = tid + it * kThreads, r = i / kCols, c = i % kCols;
       const int64_t t = t0 + r;
       if (t < T && e0 + c < dv) out[(t * Hv + j) * int64_t(dv) + e0 + c] = __float2half_rn(R[r * kLdR + c]);
     }
-    for (int i = tid; i < dkp * kCols; i += kThreads)
-      Sh[(i / kCols) * kLdS + i % kCols] = __float2half_rn(P[(i / kCols) * kLdR + i % kCols]);
+#pragma unroll 4
+    for (int it = 0; it < kChunkedMaxDk * kCols / kThreads; ++it) {
+      const int i = tid + it * kThreads, r = i / kCols, c = i % kCols;
+      if (r < dkp) Sh[r * kLdS + c] = __float2half_rn(P[r * kLdR + c]);
+    }
     // The next chunk's first barrier orders these reads and writes before R, Sh, P are reused.
   }
 
