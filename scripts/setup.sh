@@ -2,7 +2,8 @@
 # One-time setup on a fresh Debian 12 machine: build dependencies, the default model,
 # and a Release build in build/. Re-running it is cheap (everything is incremental).
 #   scripts/setup.sh           runtime + build
-#   scripts/setup.sh --test    also the test dependencies (Python packages, fuzzing toolchain)
+#   scripts/setup.sh --test    also the test dependencies (Python packages, fuzzing toolchain,
+#                              the CUDA 11.8 toolkit where apt can install it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 with_test=0
@@ -22,6 +23,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 if [ $with_test = 1 ]; then
   python3 -m pip install --quiet --disable-pip-version-check -r scripts/requirements-test.txt
+  # CUDA 11.8 (Debian non-free, ~1.6 GB), for the sm_70 compile in scripts/test.sh. Only where
+  # apt can install it (Debian 12, root or sudo, the mirror reachable); otherwise test.sh skips it.
+  if ! scripts/install_cuda118.sh; then
+    echo "setup: CUDA 11.8 not installed (reason above): scripts/test.sh will skip the sm_70 build"
+  fi
 fi
 
 scripts/get_default_model.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test that needs no GPU: the C++ unit tests (ctest), a short fuzz run of each
-# file reader, a compile of the CUDA backend (when nvcc is present), and the end-to-end
+# file reader, compiles of the CUDA backend (CUDA 13 when nvcc is present; CUDA 11.8 for sm_70
+# when Debian's toolkit is installed), and the end-to-end
 # tests that drive the real binary (pytest). GPU tests: scripts/gpu_test.sh on a GPU machine.
 # Usage: scripts/test.sh            (after scripts/setup.sh --test)
 #        FUZZ_SECONDS=0 scripts/test.sh   to skip fuzzing
@@ -22,6 +23,8 @@ fi
 
 echo "== CUDA backend: compile only (no GPU here; the op tests skip without one)"
 scripts/build_cuda.sh build-cuda
+echo "== CUDA backend, CUDA 11.8 for sm_70 (V100): compile only (skipped where it is not installed)"
+scripts/build_cuda118.sh build-cuda118
 
 echo "== end-to-end tests (pytest, real binary)"
 python3 -m pytest -q tests/e2e
