@@ -168,6 +168,10 @@ void Engine::loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.cache = kv_->stats();
+      // Here rather than at the end of step(), which returns early when no row samples (the
+      // last running sequence cancelled mid-step): the gauge must not keep a freed slot.
+      stats_.running = static_cast<int>(
+          std::count_if(slots_.begin(), slots_.end(), [](const auto& s) { return s->req != nullptr; }));
     }
     idle_cv_.notify_all();
   }
@@ -381,8 +385,6 @@ void Engine::step() {
     }
     s.pending = r.token;
   }
-  stats_.running = static_cast<int>(
-      std::count_if(slots_.begin(), slots_.end(), [](const auto& s) { return s->req != nullptr; }));
 }
 
 }  // namespace vi
