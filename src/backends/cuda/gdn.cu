@@ -2,11 +2,12 @@
 //  conv1d_causal: one thread per channel walks the tokens with its last K-1 inputs in
 //    registers (summed oldest-first after the current tap, the CPU kernel's order).
 //  gdn_gates: element-wise.
-//  gated_delta_rule: the chunked form with f16 activations and dk <= 128 runs on tensor
-//    cores (gdn_chunked.cu). Everything else (decode, f32 activations, larger dk) runs the
-//    token-sequential kernel here: one block per (value head, 32 value columns); the block's
-//    slice of the fp32 state S[dk, 32] stays in registers for all T tokens, split over 4
-//    warps by rows; Sᵀk and Sᵀq are reduced over the warps through shared memory.
+//  gated_delta_rule: the chunked form with f16 activations, dk <= 128 and at least
+//    kChunkedMinTokens tokens runs on tensor cores (gdn_chunked.cu). Everything else
+//    (decode, short verify batches, f32 activations, larger dk) runs the token-sequential
+//    kernel here: one block per (value head, 32 value columns); the block's slice of the
+//    fp32 state S[dk, 32] stays in registers for all T tokens, split over 4 warps by rows;
+//    Sᵀk and Sᵀq are reduced over the warps through shared memory.
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/gdn.cuh"
 #include "backends/cuda/gdn_chunked.cuh"
@@ -172,7 +173,8 @@ void delta_rule_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k, const 
   VI_CHECK(dk <= kDeltaMaxDk, "op 'gated_delta_rule' on cuda: key head dim {} exceeds {}", dk, kDeltaMaxDk);
   if (q.dim(0) == 0) return;
   const bool tiled = layout == ops::GvaLayout::kTiled;
-  if (form == ops::DeltaRuleForm::kChunked && q.dtype() == DType::F16 && dk <= kChunkedMaxDk) {
+  if (form == ops::DeltaRuleForm::kChunked && q.dtype() == DType::F16 && dk <= kChunkedMaxDk &&
+      q.dim(0) >= kChunkedMinTokens && delta_rule_chunked_fits()) {
     delta_rule_chunked_f16(ctx, q, k, v, g, beta, state, tiled, out);
     return;
   }

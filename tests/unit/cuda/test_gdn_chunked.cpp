@@ -2,9 +2,10 @@
 // T not a multiple of the chunk, the fp32 state carried in and out across consecutive
 // calls, both GVA layouts, a full Qwen3.5 head shape (dk = dv = 128, Hv = 3·Hk) and odd
 // ones (dk 72, dv 50: padded to the tensor-core tile inside). With f16 activations this
-// runs the tensor-core kernel (gdn_chunked.cu); with f32 the token-sequential one.
+// runs the tensor-core kernel (gdn_chunked.cu) from kChunkedMinTokens tokens on; with f32
+// the token-sequential one.
 // Tolerances (relative L2 against the fp32 CPU chunked op): f32 2e-5; f16 4e-3 — the
-// tensor-core operands (state, decayed q and k, V_new, masked q·kᵀ) are rounded to f16
+// tensor-core operands (state, decayed q, V_new plain and decayed, masked q·kᵀ) are rounded to f16
 // (2^-11 relative each), accumulation and the carried state stay fp32.
 #include <gtest/gtest.h>
 
@@ -49,7 +50,9 @@ TEST_P(GdnChunked, ManyChunksStateCarriedAcrossCalls) {
     for (auto layout : {ops::GvaLayout::kGrouped, ops::GvaLayout::kTiled}) {
       Tensor state = rand_f32({c.Hv, c.dk, c.dv}, DType::F32, -0.5f, 0.5f);
       Tensor dstate = ops::upload(g, state);
-      for (int64_t T : {150, 64, 7, 333}) {  // consecutive calls on one state
+      // Consecutive calls on one state; T = 7 is below kChunkedMinTokens, so the state also
+      // passes through the token-sequential kernel between tensor-core calls.
+      for (int64_t T : {150, 64, 12, 7, 333}) {
         Tensor q = unit_rows(rand_f32({T, c.Hk, c.dk}, DType::F32), 1.0f / std::sqrt(float(c.dk)), act());
         Tensor k = unit_rows(rand_f32({T, c.Hk, c.dk}, DType::F32), 1.0f, act());
         Tensor v = rand_f32({T, c.Hv, c.dv}, act(), -2, 2);
