@@ -5,6 +5,12 @@
 #include "backends/cuda/device.cuh"
 
 namespace vi::cuda {
+namespace {
+
+// Does nothing: its attributes tell which architecture the driver loaded this binary's code for.
+__global__ void arch_probe_kernel() {}
+
+}  // namespace
 
 void fail_cuda(cudaError_t err, const char* what, const char* file, int line) {
   fail_at(file, line, fmt::format("CUDA error in {}: {} ({})", what, cudaGetErrorString(err), cudaGetErrorName(err)));
@@ -53,6 +59,15 @@ const DeviceInfo& current_device() {
     d.sm_count = p.multiProcessorCount;
     d.total_mem = p.totalGlobalMem;
     snprintf(d.name, sizeof d.name, "%s", p.name);
+    cudaFuncAttributes fa{};
+    const cudaError_t err = cudaFuncGetAttributes(&fa, arch_probe_kernel);
+    if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
+      cudaGetLastError();
+      VI_FAIL("this build has no code for {} (sm_{}): configure with -DCMAKE_CUDA_ARCHITECTURES={} "
+              "(sm_70 needs CUDA 11.8: scripts/build_cuda118.sh)", p.name, d.cc, d.cc);
+    }
+    VI_CUDA_CHECK(err);
+    d.code_cc = fa.ptxVersion;
   });
   return infos[dev];
 }
@@ -63,7 +78,10 @@ std::string device_summary() {
   int drv = 0, rt = 0;
   cudaDriverGetVersion(&drv);
   cudaRuntimeGetVersion(&rt);
-  return fmt::format("{} (sm_{}, {} SMs, {:.1f} GiB, driver {}.{}, runtime {}.{})", d.name, d.cc, d.sm_count,
+  // Without code for this exact arch the driver runs an older one's (SASS of the same major
+  // version, or PTX it JIT-compiles).
+  const std::string code = d.code_cc == d.cc ? "" : fmt::format(", code for sm_{}", d.code_cc);
+  return fmt::format("{} (sm_{}{}, {} SMs, {:.1f} GiB, driver {}.{}, runtime {}.{})", d.name, d.cc, code, d.sm_count,
                      d.total_mem / double(1 << 30), drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
 }
 

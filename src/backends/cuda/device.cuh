@@ -9,6 +9,10 @@ namespace vi::cuda {
 struct DeviceInfo {
   int index = 0;
   int cc = 0;  // compute capability as 10 * major + minor (70 = V100, 90 = H100/H200)
+  // The architecture this binary's kernels were compiled for, as loaded on this device (same
+  // encoding): 90 for sm_90 code on an H200, but 70 for the compute_70 PTX of the CUDA 11.8
+  // build JIT-compiled there. Instructions newer than this arch are not in the code.
+  int code_cc = 0;
   int sm_count = 0;
   size_t total_mem = 0;
   char name[256] = {};
@@ -17,6 +21,9 @@ struct DeviceInfo {
 const DeviceInfo& current_device();
 
 inline bool volta_profile(const ops::Context& ctx) { return resolve_profile(ctx) == ops::KernelProfile::kVolta; }
+// Whether a kernel may use sm_80 instructions (mma.m16n8k16, cp.async, ldmatrix, bf16): the
+// native profile on a device whose loaded code was compiled for sm_80 or newer.
+inline bool sm80_code(const ops::Context& ctx) { return !volta_profile(ctx) && current_device().code_cc >= 80; }
 
 }  // namespace vi::cuda
 
