@@ -31,6 +31,15 @@ def busy_server(tmp_path_factory):
     srv.stop()
 
 
+def wait_for(cond, timeout=10.0) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def oai(srv) -> openai.OpenAI:
     return openai.OpenAI(base_url=srv.url + "/v1", api_key=API_KEY, max_retries=0)
 
@@ -79,7 +88,7 @@ def test_full_queue_is_503_and_held_requests_complete(busy_server):
     waiting = HeldStream(busy_server, 20)
     t_waiting = time.monotonic()
     waiting.next()
-    assert busy_server.metrics()["voltinfer_queue_depth"] == 1
+    assert wait_for(lambda: busy_server.metrics()["voltinfer_queue_depth"] == 1)  # the gauge moves at a step
 
     # Slots and queue are full: 503 in each API's shape, before any byte of an answer.
     with pytest.raises(openai.APIStatusError) as e:
