@@ -29,10 +29,10 @@ from pathlib import Path
 
 END_OF_TURN = "<|im_end|>"
 
-# The scripted replies, as segments (see find_chains). Qwen's vocabulary holds a lone "\n"
-# and "\n\n" once each, and both are taken as chain starts, so the replies keep Qwen's markup
-# but mostly drop its newlines (the parsers accept both layouts; the C++ parser tests use
-# the real layout with real Qwen3.5 tokens).
+# The scripted replies, as segments (see find_chains). In Qwen's vocabulary a newline occurs
+# only in whitespace-only tokens, and "\n" and "\n\n" are the chains' start tokens, so the
+# replies keep Qwen's markup but few of its newlines (the parsers accept both layouts; the
+# C++ parser tests use the real layout with real Qwen3.5 tokens).
 # Thinking on: the template pre-fills "<think>\n"; the model reasons, closes the block and
 # calls get_weather in Qwen's XML form.
 TOOL_REASONING = "The user wants the weather in Paris, so I will call get_weather."
