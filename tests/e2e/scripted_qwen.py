@@ -47,7 +47,7 @@ SCRIPT_ANSWER = ["<think>", ANSWER_REASONING + "</think>" + ANSWER]
 JSON_REASONING = "Paris weather needs the tool."
 TOOL_CALL_JSON = '{"name":"get_weather","arguments":{"city":"Paris"}}'  # compact: the spaced form needs ' "' 4 times
 SCRIPT_JSON_CALL = [JSON_REASONING, "</think>", "\n\n\n", "<tool_call>", TOOL_CALL_JSON, "</tool_call>"]
-# Last token of the generation prompt with thinking on / off (checked when the model is built).
+# Last token of the generation prompt with thinking on / off (test_server_qwen_scripted checks it).
 START_THINKING_ON = "\n"
 START_THINKING_OFF = "\n\n"
 
