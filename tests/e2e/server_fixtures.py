@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -40,6 +41,8 @@ class Server:
         self.api_key = api_key
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [str(BIN), "serve", "--port", str(self.port), *map(str, args)]
+        # e.g. VOLTINFER_SERVE_ARGS="--device cuda": the same tests against the GPU backend.
+        cmd += shlex.split(os.environ.get("VOLTINFER_SERVE_ARGS", ""))
         if api_key:
             cmd += ["--api-key", api_key]
         self.log_path = log
