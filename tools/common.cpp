@@ -84,6 +84,15 @@ void ModelFlags::add(CLI::App& app) {
   app.add_option("--kernel-profile", kernel_profile,
                  "GPU kernels: auto (from the device), volta (sm_70 features only), native (sm_80+, cuBLAS)")
       ->check(CLI::IsMember({"auto", "volta", "native"}));
+  // llama-server's flag names (-ctk/-ctv too, see normalize_args); int8 is voltinfer's own
+  // cache format (ops/kv_quant.h), not llama.cpp's q8_0.
+  const char* kCacheHelp =
+      " in the KV cache: f16, f32, or int8 (one scale per token and head; K Hadamard-rotated first).\n"
+      "Default: the activation type (f32 on cpu, f16 on cuda)";
+  app.add_option("--cache-type-k", cache_type_k, std::string("Type of K") + kCacheHelp)
+      ->check(CLI::IsMember({"f16", "f32", "int8"}));
+  app.add_option("--cache-type-v", cache_type_v, std::string("Type of V") + kCacheHelp)
+      ->check(CLI::IsMember({"f16", "f32", "int8"}));
   app.add_option("--log-level", log_level, "Log verbosity: trace, debug, info, warn, error, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 }
@@ -143,6 +152,11 @@ Loaded load(const ModelFlags& flags, bool need_tokenizer) {
   }
   LoadOptions opts;
   opts.ctx = L.ctx;  // weights, caches and activations live on the chosen device
+  auto cache_type = [](const std::string& name) -> std::optional<DType> {
+    if (name.empty()) return std::nullopt;
+    return name == "int8" ? DType::I8 : dtype_from_name(name);
+  };
+  opts.kv_types = {cache_type(flags.cache_type_k), cache_type(flags.cache_type_v)};
   opts.progress = [&](size_t done, size_t total) { bar.update(done, total); };
   L.model = load_model(*L.weights, opts);
   const ModelInfo& info = L.model->info();
@@ -191,6 +205,7 @@ std::vector<std::string> normalize_args(int argc, char** argv) {
   static const std::map<std::string, std::string> kLong = {
       {"-np", "--parallel"}, {"-sys", "--system-prompt"}, {"-st", "--single-turn"},
       {"-cnv", "--conversation"}, {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},
+      {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
   };
   std::vector<std::string> out;
   for (int i = argc - 1; i >= 1; --i) {  // CLI11 wants the arguments in reverse order

@@ -1,8 +1,10 @@
 // The attention part shared by every model with full-attention layers: append each
 // sequence's new K/V rows to its pages of the layer's KV pool, then causal attention of
-// its queries over all of its keys (through its block table).
+// its queries over all of its keys (through its block table). Also the KV pool those
+// layers use, in the cache dtype the user chose (f32, f16 or i8 with scales).
 #pragma once
 
+#include <memory>
 #include <span>
 
 #include "core/tensor.h"
@@ -17,5 +19,11 @@ namespace vi {
 void paged_attention_block(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
                            int64_t pool_layer, const Tensor& qh, const Tensor& k, const Tensor& v, float scale,
                            Tensor& out);
+
+// K and V pools for n_attn_layers layers on ctx's device: [n_blocks * block_size, Hkv*hd]
+// each, of types.k / types.v (unset: ctx.act); i8 ones with their scales. Fails with the
+// dtype named for anything but f32, f16 and i8.
+std::shared_ptr<KvPool> new_attention_kv_pool(ops::Context& ctx, int64_t n_attn_layers, int64_t n_blocks,
+                                              int64_t block_size, int64_t Hkv, int64_t hd, const KvCacheTypes& types);
 
 }  // namespace vi

@@ -65,12 +65,7 @@ class LlamaModel final : public Model {
   // --- paged KV cache ---
   std::shared_ptr<KvPool> new_kv_pool(int64_t n_blocks, int64_t block_size) const override {
     ops::Context ctx = ctx_;
-    auto pool = std::make_shared<KvPool>();
-    pool->block_size = block_size;
-    pool->n_blocks = n_blocks;
-    for (int64_t l = 0; l < 2 * hp_.n_layer; ++l)  // K, V per layer: [n_blocks * bs, Hkv*hd]
-      pool->tensors.push_back(ops::empty(ctx, ctx.act, {n_blocks * block_size, hp_.n_kv_head * hp_.head_dim}));
-    return pool;
+    return new_attention_kv_pool(ctx, hp_.n_layer, n_blocks, block_size, hp_.n_kv_head, hp_.head_dim, kv_types_);
   }
   std::unique_ptr<SequenceState> new_paged_sequence(int64_t n_ctx, std::shared_ptr<KvPool> pool) const override {
     VI_CHECK(pool && pool->tensors.size() == static_cast<size_t>(2 * hp_.n_layer),
@@ -86,6 +81,7 @@ class LlamaModel final : public Model {
   LlamaHParams hp_;
   ModelInfo info_;
   ops::Context ctx_;  // device of the weights; sequences are allocated there too
+  KvCacheTypes kv_types_;  // element types of the KV pools it makes
   Tensor tok_embd_;  // [vocab, d]
   Tensor out_norm_;  // [d] f32
   Tensor lm_head_;   // [vocab, d] (the embedding when tied)
@@ -127,7 +123,8 @@ std::vector<int64_t> unpermute_heads(int64_t n_head, int64_t head_dim) {
   return perm;
 }
 
-LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts) : ctx_(opts.ctx) {
+LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts)
+    : ctx_(opts.ctx), kv_types_(opts.kv_types) {
   info_.arch = model_arch(src);
   hp_ = read_hparams(src, info_.arch);
   WeightLoader w(src, opts.progress);

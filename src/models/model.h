@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,8 +36,18 @@ struct ModelInfo {
 struct KvPool {
   int64_t block_size = 0;  // tokens per block
   int64_t n_blocks = 0;
-  // Two per attention layer, in layer order (K then V): [n_blocks * block_size, Hkv*hd] f32.
+  // Two per attention layer, in layer order (K then V): [n_blocks * block_size, Hkv*hd] in
+  // the cache dtype (f32, f16, or i8: ops/kv_quant.h).
   std::vector<Tensor> tensors;
+  // Per i8 tensor its scale [n_blocks * block_size, Hkv] f32 (an empty Tensor for a float
+  // one); empty when no tensor is i8. Rows move with the tensors' rows.
+  std::vector<Tensor> scales;
+};
+
+// Element types of the KV cache: f32, f16 or i8 (K and V separately); unset: the
+// activation dtype of the device.
+struct KvCacheTypes {
+  std::optional<DType> k, v;
 };
 
 constexpr int64_t kDefaultKvBlockSize = 16;
@@ -123,6 +134,7 @@ struct LoadOptions {
   ops::Context ctx;
   // Called as tensors are prepared: (bytes done, bytes total), for a progress bar.
   std::function<void(size_t, size_t)> progress;
+  KvCacheTypes kv_types;  // the KV pools the model makes
 };
 
 // Picks the architecture from the file (GGUF general.architecture or HF model_type /

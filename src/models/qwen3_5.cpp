@@ -124,15 +124,8 @@ class Qwen35Model final : public Model {
   // --- paged KV cache ---
   std::shared_ptr<KvPool> new_kv_pool(int64_t n_blocks, int64_t block_size) const override {
     ops::Context ctx = ctx_;
-    auto pool = std::make_shared<KvPool>();
-    pool->block_size = block_size;
-    pool->n_blocks = n_blocks;
-    for (int64_t l = 0; l < hp_.n_layer; ++l)
-      if (hp_.is_full[l])
-        for (int kv = 0; kv < 2; ++kv)  // K, V: [n_blocks * bs, Hkv*hd]
-          pool->tensors.push_back(
-              ops::empty(ctx, ctx.act, {n_blocks * block_size, hp_.n_kv_head * hp_.head_dim}));
-    return pool;
+    const int64_t n_full = std::count(hp_.is_full.begin(), hp_.is_full.end(), true);
+    return new_attention_kv_pool(ctx, n_full, n_blocks, block_size, hp_.n_kv_head, hp_.head_dim, kv_types_);
   }
   std::unique_ptr<SequenceState> new_paged_sequence(int64_t n_ctx, std::shared_ptr<KvPool> pool) const override {
     const auto n_full = std::count(hp_.is_full.begin(), hp_.is_full.end(), true);
@@ -153,6 +146,7 @@ class Qwen35Model final : public Model {
   Qwen35HParams hp_;
   ModelInfo info_;
   ops::Context ctx_;  // device of the weights; sequences are allocated there too
+  KvCacheTypes kv_types_;  // element types of the KV pools it makes
   float norm_offset_ = 0;        // 1 for HF (1+w stored as w), 0 for GGUF (1 folded in)
   ops::GvaLayout gva_ = ops::GvaLayout::kGrouped;
   Tensor tok_embd_, out_norm_, lm_head_;
@@ -222,7 +216,8 @@ std::vector<int64_t> iota_rows(int64_t begin, int64_t end) {
   return v;
 }
 
-Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts) : ctx_(opts.ctx) {
+Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
+    : ctx_(opts.ctx), kv_types_(opts.kv_types) {
   hp_ = read_hparams(src);
   WeightLoader w(src, opts.progress);
   const bool gguf = w.gguf();

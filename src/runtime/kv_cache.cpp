@@ -35,7 +35,11 @@ KvCache::KvCache(ops::Context ctx, std::shared_ptr<KvPool> pool, const std::vect
   VI_CHECK(pool_ && pool_->block_size > 0 && pool_->n_blocks > 0, "the KV cache needs a non-empty pool");
   bs_ = pool_->block_size;
   dev_blocks_ = BlockAllocator(static_cast<int32_t>(pool_->n_blocks));
-  for (const Tensor& t : pool_->tensors) {
+  // Everything indexed by cache row moves together: K/V rows and the scales of i8 ones.
+  rows_ = pool_->tensors;
+  for (const Tensor& t : pool_->scales)
+    if (t.data()) rows_.push_back(t);
+  for (const Tensor& t : rows_) {
     VI_CHECK(t.ndim() == 2 && t.dim(0) == pool_->n_blocks * bs_ && !dtype_is_quantized(t.dtype()),
              "KV pool tensor {} {} does not hold {} blocks of {}", t.shape_str(), dtype_name(t.dtype()),
              pool_->n_blocks, bs_);
@@ -63,7 +67,7 @@ KvCache::KvCache(ops::Context ctx, std::shared_ptr<KvPool> pool, const std::vect
   if (n_dev_snaps > 0) {
     for (size_t i = 0; i < state_shapes_.size(); ++i)
       dev_snap_state_.push_back(ops::empty(ctx_, state_dtypes_[i], {n_dev_snaps, numel_of(state_shapes_[i])}));
-    for (const Tensor& t : pool_->tensors)
+    for (const Tensor& t : rows_)
       dev_snap_tail_.push_back(ops::empty(ctx_, t.dtype(), {n_dev_snaps * bs_, t.dim(1)}));
   }
   // Host tier: recurrent models give half the RAM to snapshots, others a sixteenth (tails).
@@ -97,7 +101,7 @@ KvCache::SeqInfo& KvCache::info(const SequenceState& seq) {
 
 void KvCache::block_to_host(int32_t dev, int32_t host) {
   uint8_t* dst = host_block_mem_.get() + static_cast<size_t>(host) * block_bytes_;
-  for (const Tensor& t : pool_->tensors) {
+  for (const Tensor& t : rows_) {
     Tensor rows = t.slice_rows(dev * bs_, (dev + 1) * bs_);
     download_into(ctx_, rows, dst);
     dst += rows.nbytes();
@@ -106,7 +110,7 @@ void KvCache::block_to_host(int32_t dev, int32_t host) {
 
 void KvCache::host_to_block(int32_t host, int32_t dev) {
   const uint8_t* src = host_block_mem_.get() + static_cast<size_t>(host) * block_bytes_;
-  for (Tensor& t : pool_->tensors) {
+  for (Tensor& t : rows_) {
     Tensor rows = t.slice_rows(dev * bs_, (dev + 1) * bs_);
     upload_from(ctx_, src, rows);
     src += rows.nbytes();
@@ -187,9 +191,9 @@ void KvCache::take_snapshot(SequenceState& seq, uint64_t parent, int64_t pos, st
   const int64_t n_tail = static_cast<int64_t>(tail.size());
   if (n_tail > 0) {
     const int64_t src_row = static_cast<int64_t>(seq.block_table()[static_cast<size_t>(pos / bs_)]) * bs_;
-    for (size_t i = 0; i < pool_->tensors.size(); ++i) {
+    for (size_t i = 0; i < rows_.size(); ++i) {
       Tensor dst = dev_snap_tail_[i].slice_rows(*s * bs_, *s * bs_ + n_tail);
-      ops::copy(ctx_, pool_->tensors[i].slice_rows(src_row, src_row + n_tail), dst);
+      ops::copy(ctx_, rows_[i].slice_rows(src_row, src_row + n_tail), dst);
     }
   }
   const uint64_t id = index_.add_snapshot(parent, pos, tail, {Tier::kDevice, *s});
@@ -206,8 +210,8 @@ void KvCache::restore_snapshot(SequenceState& seq, const PrefixIndex::Snapshot& 
   if (s.loc.tier == Tier::kDevice) {
     for (size_t i = 0; i < state.size(); ++i)
       ops::copy(ctx_, dev_snap_state_[i].slice_rows(s.loc.slot, s.loc.slot + 1).reshape(state_shapes_[i]), state[i]);
-    for (size_t i = 0; n_tail > 0 && i < pool_->tensors.size(); ++i) {
-      Tensor dst = pool_->tensors[i].slice_rows(tail_block * bs_, tail_block * bs_ + n_tail);
+    for (size_t i = 0; n_tail > 0 && i < rows_.size(); ++i) {
+      Tensor dst = rows_[i].slice_rows(tail_block * bs_, tail_block * bs_ + n_tail);
       ops::copy(ctx_, dev_snap_tail_[i].slice_rows(s.loc.slot * bs_, s.loc.slot * bs_ + n_tail), dst);
     }
     dev_snaps_.touch(s.loc.slot);
@@ -218,12 +222,12 @@ void KvCache::restore_snapshot(SequenceState& seq, const PrefixIndex::Snapshot& 
       upload_from(ctx_, src, t);
       src += t.nbytes();
     }
-    for (size_t i = 0; i < pool_->tensors.size(); ++i) {
+    for (size_t i = 0; i < rows_.size(); ++i) {
       if (n_tail > 0) {
-        Tensor dst = pool_->tensors[i].slice_rows(tail_block * bs_, tail_block * bs_ + n_tail);
+        Tensor dst = rows_[i].slice_rows(tail_block * bs_, tail_block * bs_ + n_tail);
         upload_from(ctx_, src, dst);
       }
-      src += pool_->tensors[i].slice_rows(0, bs_).nbytes();
+      src += rows_[i].slice_rows(0, bs_).nbytes();
     }
     host_snaps_.touch(s.loc.slot);
   }

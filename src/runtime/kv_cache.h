@@ -104,6 +104,7 @@ class KvCache {
 
   ops::Context ctx_;
   std::shared_ptr<KvPool> pool_;
+  std::vector<Tensor> rows_;  // views of the pool's tensors and i8 scales: [n_blocks * bs, width] each
   KvCacheOptions opts_;
   int64_t bs_ = 0;
   std::vector<std::vector<int64_t>> state_shapes_;
