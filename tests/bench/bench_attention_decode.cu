@@ -1,0 +1,191 @@
+// Decode-attention micro-benchmark: ops::paged_attention (the split-KV decode kernel and its
+// combine step) on one layer of the 27B-shaped Qwen3.5 (24 query heads, 4 KV heads, head
+// dim 256, blocks of 16 tokens through a shuffled block table), f16 activations, for f16 and
+// int8 K/V, T = 1 and 4 query tokens, contexts 8K / 32K / 128K, both kernel profiles.
+// Each figure: the median over 9 timings (CUDA events) of back-to-back calls that rotate
+// over enough pool copies (>= 256 MiB) that the 50 MB L2 cannot hold them. Bytes = the
+// context's K/V rows (+ int8 scales) + q + out, read once; % copy is against the
+// device-to-device copy bandwidth (bytes read + written) measured in the same run.
+//
+//   bench_attention_decode [--ctx 8192,32768,131072] [--tokens 1,4] [--json FILE]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_util.cuh"
+#include "core/tensor.h"
+#include "ops/memory.h"
+#include "ops/paged_attention.h"
+
+namespace {
+
+using vi::DType;
+using vi::Tensor;
+namespace ops = vi::ops;
+
+__device__ __forceinline__ uint32_t mix(uint64_t i, uint32_t seed) {
+  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<uint32_t>(z ^ (z >> 31));
+}
+
+// Values in [-1, 1) for f16/f32, [-127, 127] for i8, scales in [0.005, 0.01).
+__global__ void fill(void* p, size_t n, DType t, uint32_t seed, bool is_scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float u = (mix(i, seed) >> 8) * (1.0f / 16777216.0f);
+    if (t == DType::I8) static_cast<int8_t*>(p)[i] = static_cast<int8_t>(static_cast<int>(u * 255.0f) - 127);
+    else if (t == DType::F16) static_cast<__half*>(p)[i] = __float2half(2.0f * u - 1.0f);
+    else static_cast<float*>(p)[i] = is_scale ? 0.005f + 0.005f * u : 2.0f * u - 1.0f;
+  }
+}
+
+void fill_tensor(Tensor& t, uint32_t seed, bool is_scale = false) {
+  fill<<<1024, 256>>>(t.data(), static_cast<size_t>(t.numel()), t.dtype(), seed, is_scale);
+  VI_CUDA_LAUNCH_CHECK();
+}
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double copy_bandwidth() {
+  const size_t n = size_t(1) << 30;
+  void *a, *b;
+  VI_CUDA_CHECK(cudaMalloc(&a, n));
+  VI_CUDA_CHECK(cudaMalloc(&b, n));
+  cudaEvent_t e0, e1;
+  VI_CUDA_CHECK(cudaEventCreate(&e0));
+  VI_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int r = 0; r < 10; ++r) {
+    VI_CUDA_CHECK(cudaEventRecord(e0));
+    VI_CUDA_CHECK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice));
+    VI_CUDA_CHECK(cudaEventRecord(e1));
+    VI_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    VI_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (r > 0) ms.push_back(t);
+  }
+  VI_CUDA_CHECK(cudaFree(a));
+  VI_CUDA_CHECK(cudaFree(b));
+  return 2.0 * n / (median(ms) * 1e-3) / 1e9;
+}
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    out.push_back(std::stoll(s.substr(i, j - i)));
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> ctxs = {8192, 32768, 131072}, tokens = {1, 4};
+  std::string json_path;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--ctx") ctxs = parse_list(argv[i + 1]);
+    else if (a == "--tokens") tokens = parse_list(argv[i + 1]);
+    else if (a == "--json") json_path = argv[i + 1];
+  }
+  FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
+  const int64_t Hq = 24, Hkv = 4, D = 256, bs = 16;
+  cudaDeviceProp prop{};
+  VI_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double copy_gbs = copy_bandwidth();
+  std::printf("# %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", prop.name, prop.multiProcessorCount, copy_gbs);
+  std::printf("# one layer: Hq=%lld Hkv=%lld D=%lld, block size %lld, f16 activations\n", (long long)Hq,
+              (long long)Hkv, (long long)D, (long long)bs);
+  std::printf("| profile | KV | context | T | us/call | GB/s | %% copy |\n|---|---|---|---|---|---|---|\n");
+  std::mt19937 rng(1234);
+  for (const char* prof : {"native", "volta"}) {
+    ops::Context g;
+    g.device = vi::Device::CUDA;
+    g.act = DType::F16;
+    g.profile = vi::cuda::parse_profile(prof);
+    for (DType kv : {DType::F16, DType::I8}) {
+      for (int64_t ctx : ctxs) {
+        const int64_t n_blocks = (ctx + 8 + bs - 1) / bs, rows = n_blocks * bs;
+        const double pool_bytes = double(rows) * Hkv * D * 2 * (kv == DType::I8 ? 1 : 2);
+        const int copies = std::max(1, static_cast<int>((256.0 * (1 << 20) + pool_bytes - 1) / pool_bytes));
+        std::vector<ops::KvRows> ks, vs;
+        for (int c = 0; c < copies; ++c) {
+          ops::KvRows k{ops::empty(g, kv, {rows, Hkv, D}), {}}, v{ops::empty(g, kv, {rows, Hkv, D}), {}};
+          fill_tensor(k.data, 11 + c);
+          fill_tensor(v.data, 97 + c);
+          if (kv == DType::I8) {
+            k.scale = ops::empty(g, DType::F32, {rows, Hkv});
+            v.scale = ops::empty(g, DType::F32, {rows, Hkv});
+            fill_tensor(k.scale, 5 + c, true);
+            fill_tensor(v.scale, 7 + c, true);
+          }
+          ks.push_back(k);
+          vs.push_back(v);
+        }
+        std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        Tensor htable = Tensor::empty(DType::I32, {n_blocks});
+        std::copy(perm.begin(), perm.end(), htable.ptr<int32_t>());
+        Tensor table = ops::upload(g, htable);
+        for (int64_t T : tokens) {
+          Tensor q = ops::empty(g, DType::F16, {T, Hq, D}), out = ops::empty(g, DType::F16, {T, Hq, D});
+          fill_tensor(q, 3);
+          const int64_t pos0 = ctx - T;  // the last query sees `ctx` keys
+          auto call = [&](int c) { ops::paged_attention(g, q, ks[c], vs[c], table, bs, pos0, 0.0625f, out); };
+          for (int c = 0; c < copies; ++c) call(c);  // warm-up
+          const int n_calls = std::max(copies, 20);
+          cudaEvent_t e0, e1;
+          VI_CUDA_CHECK(cudaEventCreate(&e0));
+          VI_CUDA_CHECK(cudaEventCreate(&e1));
+          std::vector<float> us;
+          for (int r = 0; r < 9; ++r) {
+            VI_CUDA_CHECK(cudaEventRecord(e0));
+            for (int i = 0; i < n_calls; ++i) call(i % copies);
+            VI_CUDA_CHECK(cudaEventRecord(e1));
+            VI_CUDA_CHECK(cudaEventSynchronize(e1));
+            float ms = 0;
+            VI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            us.push_back(ms * 1e3f / n_calls);
+          }
+          VI_CUDA_CHECK(cudaEventDestroy(e0));
+          VI_CUDA_CHECK(cudaEventDestroy(e1));
+          const double bytes = double(ctx) * Hkv * D * 2 * (kv == DType::I8 ? 1 : 2) +
+                               (kv == DType::I8 ? double(ctx) * Hkv * 2 * 4 : 0.0) + 2.0 * q.nbytes();
+          const float t = median(us);
+          const double gbs = bytes / (t * 1e-6) / 1e9;
+          std::printf("| %s | %s | %lld | %lld | %.1f | %.0f | %.0f%% |\n", prof, vi::dtype_name(kv), (long long)ctx,
+                      (long long)T, t, gbs, 100.0 * gbs / copy_gbs);
+          if (json)
+            std::fprintf(json,
+                         "{\"profile\":\"%s\",\"kv\":\"%s\",\"ctx\":%lld,\"T\":%lld,\"us\":%.2f,\"gbs\":%.1f,"
+                         "\"copy_gbs\":%.1f,\"samples_us\":[%s]}\n",
+                         prof, vi::dtype_name(kv), (long long)ctx, (long long)T, t, gbs, copy_gbs,
+                         [&] {
+                           std::string s;
+                           for (float u : us) s += (s.empty() ? "" : ",") + std::to_string(u);
+                           return s;
+                         }()
+                             .c_str());
+        }
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (json) std::fclose(json);
+  return 0;
+}
