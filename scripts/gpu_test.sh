@@ -48,7 +48,7 @@ bundle() {
   done | sort -u | grep -Ev '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so|/libcu' |
     while read -r lib; do cp -L "$lib" "$root/lib/"; done
   strip --strip-unneeded "$root"/lib/*
-  du -sh "$dst" "$root"
+  du -sh "$root"
 }
 
 # Runs one build's suites ($1: its folder, with bin/ and build.txt); returns the failures.
