@@ -1,9 +1,18 @@
 // `voltinfer bench`: prefill and decode speed with the conditions BENCHMARK.md asks for.
-// Prompts are deterministic (code or Chinese templates cut to an exact token count);
-// each configuration is repeated with several seeds and reported as mean and min–max,
-// as a markdown table on stdout and raw samples as JSON lines (--json FILE).
+//   prefill  -p 512,8192        the deterministic code / Chinese prompt cut to exact token
+//                               counts: tok/s and MFU (FLOPs counted from the ops that ran)
+//   decode   -d 512,8192,131072 ms per round and tok/s at these context lengths, and MBU:
+//                               bytes the round's ops read and write (weights, KV at that
+//                               context, recurrent states) over the round time over the
+//                               device's copy bandwidth, measured in this process
+//   verify   --verify 1,2,4,8   ms for a round that feeds T tokens at once (MTP verification)
+//   --profile-ops               per-op table of a decode round (ops/profiler.h)
+// Every configuration runs -r times; the markdown table gives mean and min–max, --json
+// writes every raw sample as a JSON line. An MBU above 100% is refused as a measurement
+// error, never printed as a result.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <numeric>
 
@@ -13,7 +22,9 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "ops/memory.h"
+#include "ops/profiler.h"
 #include "tools/bench_prompts.h"
+#include "tools/bench_util.h"
 #include "tools/commands.h"
 #include "tools/common.h"
 
@@ -21,102 +32,357 @@ namespace vi::cli {
 
 namespace {
 
+using json = nlohmann::json;
+
 struct BenchArgs {
   ModelFlags model;
-  std::vector<int64_t> prompt_lens = {512};
-  int64_t n_gen = 128;
+  std::vector<int64_t> prompt_lens;  // prefill tests
+  std::vector<int64_t> depths;       // decode tests
+  std::vector<int64_t> verify;       // tokens per verification round
+  int64_t n_gen = 32;
   int reps = 4;
-  std::string style = "code";
-  std::string json_out;
+  std::vector<std::string> styles = {"code"};
+  std::string fill = "synthetic";
+  std::string json_out, md_out;
   int64_t n_batch = 512;
+  bool profile_ops = false;
+  int profile_rounds = 8;
+  double bandwidth_gbs = 0, peak_tflops = 0;
 };
 
 struct Stats {
-  double mean, min, max;
+  double mean = 0, min = 0, max = 0;
 };
 Stats summarize(const std::vector<double>& v) {
+  if (v.empty()) return {};
   double s = std::accumulate(v.begin(), v.end(), 0.0);
   return {s / v.size(), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end())};
 }
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
 
-void run_bench(BenchArgs a) {
-  int64_t longest = *std::max_element(a.prompt_lens.begin(), a.prompt_lens.end());
-  if (a.model.ctx_size == 0) a.model.ctx_size = longest + a.n_gen;
-  Loaded L = load(a.model);
-  VI_CHECK(longest + a.n_gen <= L.n_ctx, "prompt {} + {} generated tokens exceed the context {} (-c)", longest,
-           a.n_gen, L.n_ctx);
-  // Tokenize a long enough text once and cut it to each length.
-  std::vector<int32_t> text;
-  for (size_t chars = 4 * static_cast<size_t>(longest) + 1024; static_cast<int64_t>(text.size()) < longest;
-       chars *= 2)
-    text = L.tokenizer->encode(bench_text(a.style, chars), false, false);
-  const ModelInfo& info = L.model->info();
-  std::ofstream json;
-  if (!a.json_out.empty()) json.open(a.json_out);
-  std::printf("\n| model | params | weights | device | threads | prompt | test | tok/s (mean) | min–max | ms/token |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
-  for (int64_t P : a.prompt_lens) {
-    std::vector<double> pf, dec;
-    for (int rep = 0; rep < a.reps; ++rep) {
-      // Each repetition shifts the prompt window so the runs see different tokens.
-      std::vector<int32_t> prompt(text.begin() + rep % 7, text.begin() + rep % 7 + P);
-      if (static_cast<int64_t>(text.size()) < P + 7) prompt.assign(text.begin(), text.begin() + P);
-      auto seq = L.model->new_sequence(L.n_ctx);
-      Timer t;
-      Tensor logits = prefill(*L.model, L.ctx, *seq, prompt, a.n_batch);
-      ops::synchronize(L.ctx);
-      double prefill_s = t.s();
-      // Greedy decode of n_gen tokens (the first sampled token is excluded from the timing
-      // by starting the clock after it, as BENCHMARK.md prescribes).
-      Sampler sampler(SamplingParams{.temperature = 0});
-      std::vector<int32_t> hist = prompt;
-      int32_t tok = sampler.sample({logits.ptr<float>(), static_cast<size_t>(info.n_vocab)}, hist).token;
-      t.reset();
-      for (int64_t i = 0; i < a.n_gen; ++i) {
-        L.model->forward(L.ctx, {&tok, 1}, *seq, logits, false);
-        hist.push_back(tok);
-        tok = sampler.sample({logits.ptr<float>(), static_cast<size_t>(info.n_vocab)}, hist).token;
-      }
-      ops::synchronize(L.ctx);
-      double decode_s = t.s();
-      pf.push_back(P / prefill_s);
-      dec.push_back(a.n_gen / decode_s);
-      if (json.is_open()) {
-        json << nlohmann::json{{"model", info.name},      {"arch", info.arch},
-                               {"params", info.n_params}, {"weight_bytes", info.weight_bytes},
-                               {"device", a.model.device}, {"threads", ThreadPool::global().size()},
-                               {"prompt_style", a.style}, {"prompt_tokens", P},
-                               {"gen_tokens", a.n_gen},   {"rep", rep},
-                               {"prefill_s", prefill_s},  {"decode_s", decode_s}}
-                    .dump()
-             << "\n";
-      }
-    }
-    auto row = [&](const char* test, const std::vector<double>& v) {
-      Stats s = summarize(v);
-      std::printf("| %s | %.1fM | %.1f MB | %s | %d | %s %lld | %s | %.1f | %.1f–%.1f | %.2f |\n", info.name.c_str(),
-                  info.n_params / 1e6, info.weight_bytes / 1e6, a.model.device.c_str(), ThreadPool::global().size(),
-                  a.style.c_str(), static_cast<long long>(P), test, s.mean, s.min, s.max, 1000.0 / s.mean);
-    };
-    row(("prefill " + std::to_string(P)).c_str(), pf);
-    row(("decode " + std::to_string(a.n_gen) + " @" + std::to_string(P)).c_str(), dec);
+int32_t argmax(const Tensor& logits, int64_t row) {
+  const float* p = logits.ptr<float>() + row * logits.cols();
+  return static_cast<int32_t>(std::max_element(p, p + logits.cols()) - p);
+}
+
+// Bytes of a round that touch device memory: every op but the logits' trip to the host.
+double device_bytes(const ops::OpProfiler::Summary& s) {
+  double b = 0;
+  for (const auto& r : s.rows)
+    if (r.op != "download") b += r.bytes;
+  return b;
+}
+
+class Bench {
+ public:
+  explicit Bench(const BenchArgs& a) : a_(a) {}
+  void run();
+
+ private:
+  std::vector<int32_t> prompt_tokens(const std::string& style, int64_t n, int shift);
+  void prefill_test(const std::string& style, int64_t P);
+  void decode_test(const std::string& style, int64_t depth);
+  // A fresh sequence holding `depth` tokens of context (synthetic or prefilled).
+  std::unique_ptr<SequenceState> filled_sequence(const std::string& style, int64_t depth, int rep, int32_t& next);
+  json conditions() const;
+  void emit(json j);
+  void row(const std::string& test, const std::string& style, const std::vector<double>& per_s, const std::string& unit,
+           const std::string& extra);
+  // MBU in percent, or a negative value when it would exceed 100% (a measurement error).
+  double mbu(double bytes, double round_s) const { return 100.0 * bytes / round_s / (ceil_.copy_gbs * 1e9); }
+  std::string mbu_text(double pct) const {
+    return pct > 100.0 ? fmt::format("refused ({:.0f}% > 100%: measurement error)", pct) : fmt::format("{:.1f}%", pct);
   }
-  std::printf("\n%d repetitions per row; decode is greedy, timed after the first sampled token.\n", a.reps);
+
+  BenchArgs a_;
+  Loaded L_;
+  Ceilings ceil_;
+  std::string device_, profile_, wformat_, kv_dtype_;
+  std::map<std::string, std::vector<int32_t>> text_;  // tokenized prompt text per style
+  std::ofstream json_;
+  std::string table_, profiles_;
+};
+
+std::vector<int32_t> Bench::prompt_tokens(const std::string& style, int64_t n, int shift) {
+  std::vector<int32_t>& text = text_[style];
+  for (size_t chars = 4 * static_cast<size_t>(n + shift) + 1024; static_cast<int64_t>(text.size()) < n + shift;
+       chars *= 2)
+    text = L_.tokenizer->encode(bench_text(style, chars), false, false);
+  return {text.begin() + shift, text.begin() + shift + n};
+}
+
+json Bench::conditions() const {
+  const ModelInfo& info = L_.model->info();
+  return json{{"model", info.name},
+              {"arch", info.arch},
+              {"params", info.n_params},
+              {"weight_bytes", info.weight_bytes},
+              {"weight_format", wformat_},
+              {"device", device_},
+              {"kernel_profile", profile_},
+              {"act_dtype", dtype_name(L_.ctx.act)},
+              {"kv_dtype", kv_dtype_},
+              {"threads", ThreadPool::global().size()},
+              {"speculation", "none"},
+              {"concurrency", 1},
+              {"cache", "cold"},
+              {"copy_gbs", ceil_.copy_gbs},
+              {"copy_gbs_how", ceil_.copy_how},
+              {"tensor_tflops", ceil_.tensor_tflops},
+              {"tensor_tflops_how", ceil_.tensor_how}};
+}
+
+void Bench::emit(json j) {
+  if (!json_.is_open()) return;
+  json c = conditions();
+  c.update(j);
+  json_ << c.dump() << "\n";
+  json_.flush();
+}
+
+void Bench::row(const std::string& test, const std::string& style, const std::vector<double>& v,
+                const std::string& unit, const std::string& extra) {
+  Stats s = summarize(v);
+  table_ += fmt::format("| {} | {} | {} | {} | {:.1f} {} | {:.1f}–{:.1f} | {} |\n", device_, profile_, test, style,
+                        s.mean, unit, s.min, s.max, extra);
+}
+
+std::unique_ptr<SequenceState> Bench::filled_sequence(const std::string& style, int64_t depth, int rep,
+                                                      int32_t& next) {
+  auto seq = L_.model->new_sequence(L_.n_ctx);
+  kv_dtype_ = kv_dtype_name(*seq);
+  // The token fed first after the context (a synthetic context needs no other text).
+  std::vector<int32_t> toks = prompt_tokens(style, a_.fill == "synthetic" ? 1 : depth + 1, rep % 7);
+  next = toks.back();
+  if (a_.fill == "synthetic") {
+    fill_context_synthetic(L_.ctx, *seq, depth, 1000 + rep);
+  } else if (depth > 0) {
+    toks.pop_back();
+    prefill(*L_.model, L_.ctx, *seq, toks, a_.n_batch);
+  }
+  return seq;
+}
+
+void Bench::prefill_test(const std::string& style, int64_t P) {
+  std::vector<double> tps, mfu;
+  ops::OpProfiler counter(L_.ctx.device, /*timed=*/false);  // FLOPs of the ops that ran
+  for (int rep = 0; rep < a_.reps; ++rep) {
+    std::vector<int32_t> prompt = prompt_tokens(style, P, rep % 7);
+    auto seq = L_.model->new_sequence(L_.n_ctx);
+    kv_dtype_ = kv_dtype_name(*seq);
+    counter.reset();
+    L_.ctx.profiler = &counter;
+    counter.begin_round(L_.ctx);
+    Timer t;
+    Tensor logits = prefill(*L_.model, L_.ctx, *seq, prompt, a_.n_batch);
+    ops::synchronize(L_.ctx);
+    const double s = t.s();
+    counter.end_round(L_.ctx);
+    L_.ctx.profiler = nullptr;
+    const double flops = counter.summary().flops;
+    tps.push_back(P / s);
+    const double pct = ceil_.tensor_tflops > 0 ? 100.0 * flops / s / (ceil_.tensor_tflops * 1e12) : -1;
+    if (pct >= 0) mfu.push_back(pct);
+    emit({{"test", "prefill"}, {"prompt_style", style}, {"prompt_tokens", P}, {"batch", a_.n_batch}, {"rep", rep},
+          {"prefill_s", s}, {"tok_s", P / s}, {"flops", flops}, {"mfu_pct", pct >= 0 ? json(pct) : json(nullptr)}});
+  }
+  Stats m = summarize(mfu);
+  row(fmt::format("prefill {}", P), style, tps, "tok/s",
+      mfu.empty() ? "MFU n/a (no tensor peak)" : fmt::format("MFU {:.1f}% ({:.1f}–{:.1f})", m.mean, m.min, m.max));
+}
+
+void Bench::decode_test(const std::string& style, int64_t depth) {
+  std::vector<double> round_ms_rep, tps_rep, mbu_rep;
+  double bytes_round = 0;
+  std::map<int64_t, std::vector<double>> verify_ms;
+  for (int rep = 0; rep < a_.reps; ++rep) {
+    int32_t tok = 0;
+    auto seq = filled_sequence(style, depth, rep, tok);
+    Tensor logits;
+    for (int w = 0; w < 2; ++w) {  // warm-up rounds (first-use allocations, caches)
+      L_.model->forward(L_.ctx, {&tok, 1}, *seq, logits, false);
+      tok = argmax(logits, 0);
+    }
+    // Bytes of one round, counted from the ops it runs (weights, KV, states, activations).
+    ops::OpProfiler counter(L_.ctx.device, /*timed=*/false);
+    L_.ctx.profiler = &counter;
+    counter.begin_round(L_.ctx);
+    L_.model->forward(L_.ctx, {&tok, 1}, *seq, logits, false);
+    counter.end_round(L_.ctx);
+    L_.ctx.profiler = nullptr;
+    tok = argmax(logits, 0);
+    bytes_round = device_bytes(counter.summary());
+
+    std::vector<double> ms;
+    ops::synchronize(L_.ctx);
+    Timer all;
+    for (int64_t i = 0; i < a_.n_gen; ++i) {
+      Timer t;
+      L_.model->forward(L_.ctx, {&tok, 1}, *seq, logits, false);  // ends with the logits on the host
+      ms.push_back(t.ms());
+      tok = argmax(logits, 0);
+    }
+    const double total_s = all.s();
+    const double mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
+    const double pct = mbu(bytes_round, mean_ms / 1e3);
+    round_ms_rep.push_back(mean_ms);
+    tps_rep.push_back(a_.n_gen / total_s);
+    mbu_rep.push_back(pct);
+    emit({{"test", "decode"}, {"fill", a_.fill}, {"prompt_style", style}, {"context", depth}, {"rounds", a_.n_gen},
+          {"rep", rep}, {"round_ms", ms}, {"round_ms_mean", mean_ms}, {"round_ms_median", median(ms)},
+          {"tok_s", a_.n_gen / total_s}, {"bytes_per_round", bytes_round},
+          {"mbu_pct", pct <= 100 ? json(pct) : json(nullptr)},
+          {"mbu_error", pct <= 100 ? json(nullptr) : json(fmt::format("computed {:.1f}% > 100%", pct))}});
+
+    // Verification rounds: T tokens at once, logits for each (what MTP k = T-1 will run).
+    for (int64_t T : a_.verify) {
+      std::vector<double> v;
+      std::vector<int32_t> toks(static_cast<size_t>(T), tok);
+      for (int r = 0; r < 4; ++r) {
+        if (seq->n_past() + T > seq->capacity()) break;
+        Timer t;
+        L_.model->forward(L_.ctx, toks, *seq, logits, true);
+        if (r > 0) v.push_back(t.ms());  // the first of each width warms its buffers
+        for (int64_t j = 0; j < T; ++j) toks[j] = argmax(logits, j);
+      }
+      if (v.empty()) continue;
+      verify_ms[T].push_back(median(v));
+      emit({{"test", "verify"}, {"fill", a_.fill}, {"prompt_style", style}, {"context", depth}, {"tokens", T},
+            {"rep", rep}, {"round_ms", v}, {"round_ms_median", median(v)}});
+    }
+
+    if (a_.profile_ops && rep == 0) {
+      ops::OpProfiler prof(L_.ctx.device);
+      L_.ctx.profiler = &prof;
+      for (int r = 0; r < a_.profile_rounds; ++r) {
+        if (seq->n_past() + 1 > seq->capacity()) break;
+        prof.begin_round(L_.ctx);
+        L_.model->forward(L_.ctx, {&tok, 1}, *seq, logits, false);
+        prof.end_round(L_.ctx);
+        tok = argmax(logits, 0);
+      }
+      L_.ctx.profiler = nullptr;
+      const ops::OpProfiler::Summary s = prof.summary();
+      std::string head = fmt::format(
+          "\n### Decode round at context {} — {}, profile {}, {}, KV {}\n\n"
+          "Per-op times with CUDA events (CPU: wall clock) around every op entry point, mean of {} profiled "
+          "rounds (the events add host work, so the round is slower than unprofiled: {:.2f} ms vs {:.2f} ms). "
+          "GB/s = op bytes / op time; share = op time / profiled round wall time.\n\n",
+          depth, device_, profile_, wformat_, kv_dtype_, s.rounds, s.wall_us / 1e3, mean_ms);
+      profiles_ += head + prof.markdown();
+      json rows = json::array();
+      for (const auto& r : s.rows)
+        rows.push_back({{"op", r.op}, {"dtype", r.dtype}, {"shape", r.shape}, {"calls", r.calls}, {"us", r.us},
+                        {"bytes", r.bytes}, {"flops", r.flops}});
+      emit({{"test", "profile"}, {"fill", a_.fill}, {"context", depth}, {"rounds", s.rounds},
+            {"round_wall_us", s.wall_us}, {"round_device_us", s.device_us}, {"op_us", s.op_us}, {"ops", rows}});
+    }
+  }
+  Stats r = summarize(round_ms_rep), m = summarize(mbu_rep);
+  std::string extra = fmt::format("{:.2f} ms/round ({:.2f}–{:.2f}); {:.2f} GB/round; MBU {}", r.mean, r.min, r.max,
+                                  bytes_round / 1e9, m.max > 100 ? mbu_text(m.max) : fmt::format("{:.1f}% ({:.1f}–{:.1f})", m.mean, m.min, m.max));
+  row(fmt::format("decode {} @{}", a_.n_gen, depth), a_.fill == "synthetic" ? "synthetic" : style, tps_rep, "tok/s",
+      extra);
+  for (auto& [T, v] : verify_ms) {
+    Stats s = summarize(v);
+    const double base = verify_ms.count(1) ? summarize(verify_ms[1]).mean : 0;
+    table_ += fmt::format("| {} | {} | verify {} tokens @{} | {} | {:.2f} ms/round | {:.2f}–{:.2f} | {} |\n", device_,
+                          profile_, T, depth, a_.fill == "synthetic" ? "synthetic" : style, s.mean, s.min, s.max,
+                          base > 0 ? fmt::format("{:.2f}x the 1-token round", s.mean / base) : "");
+  }
+}
+
+void Bench::run() {
+  int64_t longest = 0;
+  for (int64_t p : a_.prompt_lens) longest = std::max(longest, p);
+  const int64_t verify_tokens = 4 * std::accumulate(a_.verify.begin(), a_.verify.end(), int64_t{0});
+  for (int64_t d : a_.depths)
+    longest = std::max(longest, d + 3 + a_.n_gen + verify_tokens + (a_.profile_ops ? a_.profile_rounds : 0));
+  if (a_.model.ctx_size == 0) a_.model.ctx_size = longest + 16;
+  L_ = load(a_.model);
+  VI_CHECK(longest <= L_.n_ctx, "the tests need a context of {} tokens but -c is {}", longest, L_.n_ctx);
+  device_ = device_label(L_.ctx);
+  profile_ = profile_label(L_.ctx);
+  wformat_ = weight_format_summary(*L_.weights);
+  ceil_ = measure_ceilings(L_.ctx, a_.bandwidth_gbs, a_.peak_tflops);
+  if (!a_.json_out.empty()) json_.open(a_.json_out, std::ios::app);
+  emit({{"test", "ceilings"}});
+
+  for (const std::string& style : a_.styles)
+    for (int64_t P : a_.prompt_lens) prefill_test(style, P);
+  // A synthetic context has no text: one decode series suffices for all styles.
+  const std::vector<std::string> decode_styles =
+      a_.fill == "synthetic" ? std::vector<std::string>{a_.styles.front()} : a_.styles;
+  for (const std::string& style : decode_styles)
+    for (int64_t d : a_.depths) decode_test(style, d);
+
+  const ModelInfo& info = L_.model->info();
+  std::string out = fmt::format(
+      "\n{} ({}, {:.2f}B params, {:.2f} GB of weights: {}), {} activations, KV {}, one sequence, no speculation, "
+      "cold\n"
+      "ceilings: copy {:.0f} GB/s [{}]; tensor {} [{}]\n"
+      "decode context: {}\n\n"
+      "| device | profile | test | prompt | mean | min–max | notes |\n"
+      "| --- | --- | --- | --- | ---: | ---: | --- |\n",
+      info.name, info.arch, info.n_params / 1e9, info.weight_bytes / 1e9, wformat_, dtype_name(L_.ctx.act), kv_dtype_,
+      ceil_.copy_gbs, ceil_.copy_how, ceil_.tensor_tflops > 0 ? fmt::format("{:.0f} TFLOP/s", ceil_.tensor_tflops) : "n/a",
+      ceil_.tensor_how,
+      a_.fill == "synthetic"
+          ? "synthetic fill (random K/V rows and recurrent states written into the cache, no prefill)"
+          : fmt::format("prefill of the {} prompt in batches of {}", a_.styles.front(), a_.n_batch));
+  out += table_;
+  out += fmt::format(
+      "\n{} repetitions per row; decode rounds are greedy single-token forward passes timed on the host after two "
+      "warm-up rounds (tok/s includes the host argmax between rounds); MBU = bytes the round's ops read and write / "
+      "mean round time / copy bandwidth; MFU = FLOPs of the ops that ran / prefill time / tensor rate.\n",
+      a_.reps);
+  out += profiles_;
+  std::fputs(out.c_str(), stdout);
+  if (!a_.md_out.empty()) {
+    std::ofstream md(a_.md_out, std::ios::app);
+    md << out;
+  }
 }
 
 }  // namespace
 
 void register_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed (deterministic prompts, repeated runs)");
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Measure prefill and decode speed, MBU and MFU (deterministic prompts, repeated runs)");
   a->model.add(*cmd);
-  cmd->add_option("-p,--n-prompt", a->prompt_lens, "Prompt lengths in tokens (several allowed)")->delimiter(',');
-  cmd->add_option("-n,--n-gen", a->n_gen, "Tokens to decode per run")->check(CLI::PositiveNumber);
+  cmd->add_option("-p,--n-prompt", a->prompt_lens, "Prefill tests: prompt lengths in tokens (e.g. 512,8192)")
+      ->delimiter(',');
+  cmd->add_option("-d,--depth", a->depths, "Decode tests: context lengths in tokens (e.g. 512,8192,131072)")
+      ->delimiter(',');
+  cmd->add_option("--verify", a->verify, "Round time for T tokens fed at once at each depth (e.g. 1,2,4,8)")
+      ->delimiter(',');
+  cmd->add_option("-n,--n-gen", a->n_gen, "Decode rounds timed per run")->check(CLI::PositiveNumber);
   cmd->add_option("-r,--repetitions", a->reps, "Runs per configuration")->check(CLI::PositiveNumber);
-  cmd->add_option("--prompt-style", a->style, "code or zh (Chinese prose)")->check(CLI::IsMember({"code", "zh"}));
-  cmd->add_option("--json", a->json_out, "Write every raw sample as JSON lines to this file");
+  cmd->add_option("--prompt-style", a->styles, "code and/or zh (Chinese prose), e.g. code,zh")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"code", "zh"}));
+  cmd->add_option("--fill", a->fill,
+                  "How decode contexts are filled: synthetic (random K/V and states, cheap) or prefill")
+      ->check(CLI::IsMember({"synthetic", "prefill"}));
+  cmd->add_option("--json", a->json_out, "Append every raw sample as a JSON line to this file");
+  cmd->add_option("--md", a->md_out, "Append the markdown tables to this file");
   cmd->add_option("-b,--batch-size", a->n_batch, "Prompt tokens per forward pass")->check(CLI::PositiveNumber);
-  cmd->callback([a] { run_bench(*a); });
+  cmd->add_flag("--profile-ops", a->profile_ops, "Per-op table of decode rounds (also VI_PROFILE_OPS=1)");
+  cmd->add_option("--profile-rounds", a->profile_rounds, "Rounds averaged in the per-op table")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--bandwidth-gbs", a->bandwidth_gbs, "Copy bandwidth for MBU (default: measured now)");
+  cmd->add_option("--peak-tflops", a->peak_tflops, "Tensor-core rate for MFU (default: measured now with cuBLAS)");
+  cmd->callback([a] {
+    BenchArgs args = *a;
+    if (const char* e = std::getenv("VI_PROFILE_OPS"); e && std::string(e) == "1") args.profile_ops = true;
+    if (args.prompt_lens.empty() && args.depths.empty()) args.prompt_lens = {512};
+    if (args.depths.empty()) args.depths = args.prompt_lens;  // as before -d existed: decode after each prompt
+    Bench(args).run();
+  });
 }
 
 }  // namespace vi::cli

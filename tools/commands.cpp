@@ -8,6 +8,7 @@ void register_commands(CLI::App& app) {
   register_perplexity(app);
   register_logits(app);
   register_bench(app);
+  register_hwcheck(app);
   register_serve(app);
   register_make_model(app);
 }

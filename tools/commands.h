@@ -12,6 +12,7 @@ void register_chat(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_hwcheck(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_make_model(CLI::App& app);
 

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# GPU benchmark of the CUDA backend on random-weight 27B-shaped Qwen3.5 models, in two steps
+# so the slow compile happens off the GPU:
+#
+#   scripts/gpu_bench.sh bundle BUILD_DIR BUNDLE_DIR   (build machine) voltinfer and the shared
+#       libraries it needs, as BUNDLE_DIR/bundle.tar.xz.
+#   scripts/gpu_bench.sh run BUNDLE_DIR [OUT_DIR]      (GPU machine, repository root)
+#       1. hwcheck (table + JSON);
+#       2. make-model 27B Q4_K and Q8_0 (seeded random weights, the real shapes);
+#       3. for each model and kernel profile (native, volta): bench — prefill, decode at
+#          several contexts (synthetic fill), verification rounds of 1/2/4/8 tokens, and the
+#          per-op profile of a decode round;
+#       4. the plot (scripts/plot_bench.py) and a summary.
+#     Every step runs under its own timeout and a step that fails does not stop the others;
+#     the whole run is sized for about 6 minutes on an H200. Outputs in OUT_DIR (default
+#     $OUT): hwcheck.{txt,json}, make.log, bench.log, bench.jsonl, bench.md, bench.png, summary.txt
+#     (eight files: what the device tool brings back).
+#
+# Knobs (environment): DTYPES (q4_k q8_0), PROFILES (native volta), DEPTHS (512,8192,32768,131072),
+# PREFILL (4096), VERIFY (1,2,4,8), NGEN (32), REPS (2), STEP_TIMEOUT (seconds per bench, 150).
+set -uo pipefail
+
+bundle() {
+  local build=$1 dst=$2 tmp
+  tmp=$(mktemp -d)
+  mkdir -p "$tmp/bin" "$tmp/lib" "$dst"
+  cp "$build/voltinfer" "$tmp/bin/" && strip --strip-unneeded "$tmp/bin/voltinfer"
+  # Shared libraries outside glibc/libstdc++ and the CUDA toolkit travel with the binary.
+  ldd "$tmp/bin/voltinfer" | awk '/=> \// {print $3}' | sort -u |
+    grep -Ev '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so|/libcu' |
+    while read -r lib; do cp -L "$lib" "$tmp/lib/"; done
+  strip --strip-unneeded "$tmp"/lib/* 2>/dev/null
+  # Compressed: ICU's data alone is ~30 MB, the working tree that travels is limited.
+  tar -C "$tmp" -cJf "$dst/bundle.tar.xz" bin lib
+  rm -rf "$tmp"
+  du -sh "$dst"
+}
+
+run() {
+  local b=$1 out=${2:-${OUT:-/tmp/gpu_bench}}
+  mkdir -p "$out"
+  if [ -f "$b/bundle.tar.xz" ]; then
+    mkdir -p /tmp/vi_bundle && tar -C /tmp/vi_bundle -xJf "$b/bundle.tar.xz" && b=/tmp/vi_bundle
+  fi
+  local cublas_dir
+  cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null)
+  export LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
+  local vi="$b/bin/voltinfer" models=${MODEL_DIR:-/tmp/vi_models}
+  local dtypes=${DTYPES:-q4_k q8_0} profiles=${PROFILES:-native volta}
+  local depths=${DEPTHS:-512,8192,32768,131072} prefill=${PREFILL:-4096} verify=${VERIFY:-1,2,4,8}
+  local ngen=${NGEN:-32} reps=${REPS:-2} step_timeout=${STEP_TIMEOUT:-150}
+  mkdir -p "$models"
+  local t0=$SECONDS
+  {
+    date -u +"date: %Y-%m-%d %H:%M UTC"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,power.draw --format=csv,noheader |
+      sed 's/^/gpu: /'
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo ' (+ local changes)')"
+  } > "$out/summary.txt"
+
+  timeout 90 "$vi" hwcheck > "$out/hwcheck.txt" 2>&1
+  echo "hwcheck: rc=$?" >> "$out/summary.txt"
+  timeout 90 "$vi" hwcheck --json > "$out/hwcheck.json" 2>> "$out/hwcheck.txt"
+  local bw
+  bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["devices"][0]["copy_gbs"]["median"])' \
+       "$out/hwcheck.json" 2>/dev/null || echo 0)
+  echo "copy bandwidth for MBU: ${bw} GB/s (hwcheck)" >> "$out/summary.txt"
+  local bw_flag=()
+  [ "${bw%.*}" -gt 0 ] 2>/dev/null && bw_flag=(--bandwidth-gbs "$bw")
+
+  for dt in $dtypes; do
+    local m="$models/q27-$dt.gguf"
+    if [ ! -s "$m" ]; then
+      timeout 120 "$vi" make-model --arch qwen3_5 --preset 27b --dtype "$dt" --seed 1 -o "$m" >> "$out/make.log" 2>&1
+      echo "make-model $dt: rc=$? ($((SECONDS - t0)) s)" >> "$out/summary.txt"
+    fi
+    [ -s "$m" ] || continue
+    for prof in $profiles; do
+      echo "=== bench $dt $prof" >> "$out/bench.log"
+      timeout "$step_timeout" stdbuf -oL -eL "$vi" bench -m "$m" --device cuda --kernel-profile "$prof" \
+        -p "$prefill" -d "$depths" --verify "$verify" -n "$ngen" -r "$reps" --profile-ops --profile-rounds 4 \
+        "${bw_flag[@]}" --json "$out/bench.jsonl" --md "$out/bench.md" >> "$out/bench.log" 2>&1
+      echo "bench $dt $prof: rc=$? ($((SECONDS - t0)) s)" >> "$out/summary.txt"
+    done
+    rm -f "$m"  # the disk holds one 27B model comfortably, not all of them
+  done
+  python3 scripts/plot_bench.py "$out/bench.jsonl" "$out/bench.png" >> "$out/summary.txt" 2>&1
+  # The decode rows of every table, last, so the reply's tail shows them.
+  grep -hE '^\| .* (decode|verify|prefill) ' "$out/bench.log" | cut -c1-200 >> "$out/summary.txt"
+  echo "total: $((SECONDS - t0)) s" >> "$out/summary.txt"
+  cat "$out/summary.txt"
+}
+
+case "${1:-}" in
+  bundle) bundle "$2" "$3" ;;
+  run) run "$2" "${3:-}" ;;
+  *) sed -n '2,22p' "$0"; exit 2 ;;
+esac
