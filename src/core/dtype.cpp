@@ -21,6 +21,7 @@ constexpr DTypeInfo kInfo[] = {
     {"q4_k", kQKK, sizeof(BlockQ4_K), true},
     {"q5_k", kQKK, sizeof(BlockQ5_K), true},
     {"q6_k", kQKK, sizeof(BlockQ6_K), true},
+    {"q8_0r", 8 * kQK, sizeof(BlockQ8_0R), true},
 };
 static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(DType::kCount));
 }  // namespace

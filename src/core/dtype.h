@@ -21,6 +21,8 @@ enum class DType : uint8_t {
   Q4_K,
   Q5_K,
   Q6_K,
+  // Device layouts made at load by ops::prepare_matmul_weight (never in a file):
+  Q8_0R,  // Q8_0 regrouped by 8 blocks (BlockQ8_0R): aligned 16-byte loads for the GEMV
   kCount
 };
 
@@ -78,7 +80,14 @@ struct BlockQ6_K {
   int8_t scales[kQKK / 16];  // 8-bit scales of 16-value groups
   uint16_t d;              // super-block scale (fp16)
 };
+// Eight Q8_0 blocks of one row with their values first and scales after, so each block's
+// 32 values start on a 16-byte boundary; same bytes per row as Q8_0 (row K % 256 == 0).
+struct BlockQ8_0R {
+  int8_t qs[8 * kQK];  // values of blocks 0..7
+  uint16_t d[8];       // their scales (fp16)
+};
 static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ8_0R) == 8 * sizeof(BlockQ8_0));
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ4_K) == 144);

@@ -1,11 +1,13 @@
 #include "models/loader.h"
 
 #include <cstring>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/quant.h"
 #include "ops/copy.h"
 #include "ops/memory.h"
+#include "ops/prepare_matmul_weight.h"
 
 namespace vi {
 
@@ -65,10 +67,28 @@ void WeightLoader::finish() {
   if (progress_) progress_(total_bytes_, total_bytes_);
 }
 
+namespace {
+
+// The token embedding is read by row lookups, not by matmul, so it keeps its file layout
+// (also when the output head is tied to it: the head then reads the file layout too).
+bool is_token_embedding(const std::string& name) {
+  auto ends_with = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends_with("token_embd.weight") || ends_with("embed_tokens.weight");
+}
+
+}  // namespace
+
 void to_device(ops::Context& ctx, std::initializer_list<Tensor*> ts) {
   if (ctx.device == Device::CPU) return;
-  for (Tensor* t : ts)
-    if (t->data() != nullptr) *t = ops::upload(ctx, *t);
+  for (Tensor* t : ts) {
+    if (t->data() == nullptr) continue;
+    *t = ops::upload(ctx, *t);
+    // Every other 2-D weight is a matmul weight: repacked once here into the layout the
+    // device's GEMV reads fastest (ops/prepare_matmul_weight.h; unchanged where it has none).
+    if (t->ndim() == 2 && !is_token_embedding(t->name())) *t = ops::prepare_matmul_weight(ctx, *t);
+  }
 }
 
 void zero_fill(ops::Context& ctx, Tensor& t) {

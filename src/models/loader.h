@@ -58,7 +58,8 @@ class WeightLoader {
 };
 
 // Moves weights to ctx's device in place (a no-op on the CPU); tensors never loaded
-// (optional weights a model lacks) are skipped.
+// (optional weights a model lacks) are skipped. 2-D weights other than the token embedding
+// are matmul weights and get the device's layout (ops::prepare_matmul_weight).
 void to_device(ops::Context& ctx, std::initializer_list<Tensor*> ts);
 
 // Sets every byte of t to zero on whatever device it lives (recurrent states at a reset).

@@ -1,6 +1,7 @@
-// Device-side decoding of one weight value from a row of any weight dtype (F32, F16, BF16
-// and the ggml blocks Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; layouts in core/dtype.h and the
-// reference dequantizers in core/quant.cpp). Shared by embedding and matmul.
+// Device-side decoding of one weight value from a row of any weight dtype (F32, F16, BF16,
+// the ggml blocks Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, and the device layout Q8_0R that
+// ops::prepare_matmul_weight makes; layouts in core/dtype.h and the reference dequantizers
+// in core/quant.cpp). Shared by embedding and matmul.
 #pragma once
 
 #include <type_traits>
@@ -32,6 +33,10 @@ __device__ __forceinline__ float dq(const uint8_t* row, int64_t i) {
   } else if constexpr (W == DType::Q8_0) {
     const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + i / kQK;
     return half_bits_to_f32(b->d) * static_cast<float>(b->qs[i % kQK]);
+  } else if constexpr (W == DType::Q8_0R) {
+    const BlockQ8_0R* b = reinterpret_cast<const BlockQ8_0R*>(row) + i / (8 * kQK);
+    const int v = static_cast<int>(i % (8 * kQK));
+    return half_bits_to_f32(b->d[v / kQK]) * static_cast<float>(b->qs[v]);
   } else if constexpr (W == DType::Q4_0) {
     const BlockQ4_0* b = reinterpret_cast<const BlockQ4_0*>(row) + i / kQK;
     const int l = static_cast<int>(i % kQK);
@@ -63,6 +68,23 @@ __device__ __forceinline__ float dq(const uint8_t* row, int64_t i) {
 }
 
 
+// Eight bytes at p, whose address is a multiple of A (2, 4 or 8), in as few loads as that
+// allows (the ggml blocks of 18, 20, 34 and 210 bytes only keep their runs 2- or 4-aligned).
+template <int A>
+__device__ __forceinline__ uint2 load8(const uint8_t* p) {
+  if constexpr (A >= 8) {
+    return *reinterpret_cast<const uint2*>(p);
+  } else if constexpr (A == 4) {
+    const uint32_t* q = reinterpret_cast<const uint32_t*>(p);
+    return make_uint2(q[0], q[1]);
+  } else {
+    static_assert(A == 2, "load8: alignment 2, 4 or 8");
+    const uint16_t* q = reinterpret_cast<const uint16_t*>(p);
+    return make_uint2(q[0] | (uint32_t(q[1]) << 16), q[2] | (uint32_t(q[3]) << 16));
+  }
+}
+__device__ __forceinline__ int byte_of(uint2 v, int k) { return ((k < 4 ? v.x : v.y) >> (8 * (k & 3))) & 0xFF; }
+
 // Values i0 .. i0+7 of a row (i0 a multiple of 8, so all eight share one block and one
 // scale group): the block header and scales are decoded once for the eight.
 template <DType W>
@@ -74,20 +96,30 @@ __device__ __forceinline__ void dq8(const uint8_t* row, int64_t i0, float* out) 
     const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + i0 / kQK;
     const int l0 = static_cast<int>(i0 % kQK);
     const float d = half_bits_to_f32(b->d);
+    const uint2 q = load8<2>(reinterpret_cast<const uint8_t*>(b->qs) + l0);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) out[k] = d * static_cast<float>(b->qs[l0 + k]);
+    for (int k = 0; k < 8; ++k) out[k] = d * static_cast<float>(static_cast<int8_t>(byte_of(q, k)));
+  } else if constexpr (W == DType::Q8_0R) {
+    const BlockQ8_0R* b = reinterpret_cast<const BlockQ8_0R*>(row) + i0 / (8 * kQK);
+    const int v0 = static_cast<int>(i0 % (8 * kQK));
+    const float d = half_bits_to_f32(b->d[v0 / kQK]);
+    // Eight int8 values on an 8-byte boundary: one load.
+    const int2 q = *reinterpret_cast<const int2*>(b->qs + v0);
+    const int8_t* qv = reinterpret_cast<const int8_t*>(&q);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) out[k] = d * static_cast<float>(qv[k]);
   } else if constexpr (W == DType::Q4_0 || W == DType::Q4_1) {
     using B = std::conditional_t<W == DType::Q4_0, BlockQ4_0, BlockQ4_1>;
     const B* b = reinterpret_cast<const B*>(row) + i0 / kQK;
     const int l0 = static_cast<int>(i0 % kQK);
     const float d = half_bits_to_f32(b->d);
-    const uint8_t* q = b->qs + (l0 < 16 ? l0 : l0 - 16);
+    const uint2 q = load8<W == DType::Q4_0 ? 2 : 4>(b->qs + (l0 < 16 ? l0 : l0 - 16));
     const int shift = l0 < 16 ? 0 : 4;
     float m = -8.0f * d;
     if constexpr (W == DType::Q4_1) m = half_bits_to_f32(b->m);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const float qv = static_cast<float>((q[k] >> shift) & 0xF);
+      const float qv = static_cast<float>((byte_of(q, k) >> shift) & 0xF);
       if constexpr (W == DType::Q4_1) out[k] = qv * d + m;
       else out[k] = d * (qv - 8.0f);
     }
@@ -99,24 +131,26 @@ __device__ __forceinline__ void dq8(const uint8_t* row, int64_t i0, float* out) 
     k4_scale_min(j, b->scales, sc, m);
     const float dl = half_bits_to_f32(b->d) * static_cast<float>(sc);
     const float ml = half_bits_to_f32(b->dmin) * static_cast<float>(m);
-    const uint8_t* q = b->qs + 32 * (j / 2) + l0;
+    const uint2 q = load8<8>(b->qs + 32 * (j / 2) + l0);
+    uint2 qh = make_uint2(0, 0);
+    if constexpr (W == DType::Q5_K) qh = load8<8>(b->qh + l0);
     const int shift = (j % 2) * 4;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      int qv = (q[k] >> shift) & 0xF;
-      if constexpr (W == DType::Q5_K) qv |= ((b->qh[l0 + k] >> j) & 1) << 4;
+      int qv = (byte_of(q, k) >> shift) & 0xF;
+      if constexpr (W == DType::Q5_K) qv |= ((byte_of(qh, k) >> j) & 1) << 4;
       out[k] = dl * static_cast<float>(qv) - ml;
     }
   } else {
     const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(row) + i0 / kQKK;
     const int v0 = static_cast<int>(i0 % kQKK), n = v0 / 128, kk = (v0 % 128) / 32, l0 = v0 % 32;
     const float dl = half_bits_to_f32(b->d) * static_cast<float>(b->scales[v0 / 16]);
-    const uint8_t* ql = b->ql + 64 * n + l0 + 32 * (kk & 1);
-    const uint8_t* qh = b->qh + 32 * n + l0;
+    const uint2 ql = load8<2>(b->ql + 64 * n + l0 + 32 * (kk & 1));
+    const uint2 qh = load8<2>(b->qh + 32 * n + l0);
     const int lshift = 4 * (kk >> 1), hshift = 2 * kk;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const int qv = ((ql[k] >> lshift) & 0xF) | (((qh[k] >> hshift) & 3) << 4);
+      const int qv = ((byte_of(ql, k) >> lshift) & 0xF) | (((byte_of(qh, k) >> hshift) & 3) << 4);
       out[k] = dl * static_cast<float>(qv - 32);
     }
   }
@@ -135,11 +169,12 @@ void dispatch_weight(const char* op, DType t, F&& f) {
     case DType::Q4_K: f(std::integral_constant<DType, DType::Q4_K>{}); break;
     case DType::Q5_K: f(std::integral_constant<DType, DType::Q5_K>{}); break;
     case DType::Q6_K: f(std::integral_constant<DType, DType::Q6_K>{}); break;
+    case DType::Q8_0R: f(std::integral_constant<DType, DType::Q8_0R>{}); break;
     default: VI_FAIL("op '{}' on cuda: no kernel for weight dtype {}", op, dtype_name(t));
   }
 }
 
 constexpr DType kWeightDTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                                   DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+                                   DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0R};
 
 }  // namespace vi::cuda

@@ -1,0 +1,347 @@
+// Tensor-core decode GEMV: see gemv_mma.cuh for the plan. Numerics: each weight value is
+// dequantized to f16 (q exact, times its f16 scale, minus its f16 min: one rounding of
+// 2^-11 relative), products and sums are fp32 inside mma, the output is rounded to f16.
+#include "backends/cuda/device.cuh"
+#include "backends/cuda/gemv_mma.cuh"
+
+namespace vi::cuda {
+namespace {
+
+constexpr int kWarps = 8;          // warps per block; they split K
+constexpr int kUnitsPerStep = 4;   // lanes per row in one mma row group: 4 units of 32 values
+
+__device__ __forceinline__ __half2 as_h2(uint32_t v) { return *reinterpret_cast<__half2*>(&v); }
+__device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
+
+// A unit is 32 values of one row that one lane turns into the A fragments of 8 mma steps:
+// h[2j] = values (4j, 4j+1), h[2j+1] = values (4j+2, 4j+3) as f16 pairs, and the activations
+// that meet them are the 4 consecutive values at xpos(u, j) (one 8-byte load). The order of
+// the 32 values inside the unit is whatever the weight layout makes cheap to unpack.
+template <DType W>
+struct Unit;
+
+// Scales and mins of sub-blocks 2p and 2p + 1 of a Q4_K/Q5_K block from its 16-byte header,
+// as f16 pairs: (s_a, s_a), (-m_a, -m_a) for the low-nibble sub-block and (s_b / 16, s_b / 16),
+// (-m_b, -m_b) for the high-nibble one (its values come out as 1024 + 16 q).
+struct K4Scales {
+  __half2 sa, ma, sb, mb;
+};
+__device__ __forceinline__ K4Scales k4_scales(const uint4& hdr, int p) {
+  const uint32_t w0 = hdr.y, w1 = hdr.z, w2 = hdr.w;  // scales[0..3], [4..7], [8..11]
+  // The 6-bit scales and mins of sub-blocks 4..7 are split between bytes 0..7 and 8..11.
+  const uint32_t scs = p >= 2 ? (w2 & 0x0F0F0F0Fu) | ((w0 >> 2) & 0x30303030u) : w0 & 0x3F3F3F3Fu;
+  const uint32_t mns = p >= 2 ? ((w2 >> 4) & 0x0F0F0F0Fu) | ((w1 >> 2) & 0x30303030u) : w1 & 0x3F3F3F3Fu;
+  const uint32_t sel = (p & 1) ? 0x4342u : 0x4140u;  // bytes (2p, 2p+1) % 4, each under 0x64
+  const __half2 k1024 = __float2half2_rn(1024.0f);
+  const __half2 dd = as_h2(hdr.x);  // (d, dmin)
+  // 0x64XX as f16 is 1024 + XX exactly: small integers to f16 without a conversion.
+  const __half2 sc = __hmul2(__hsub2(as_h2(__byte_perm(scs, 0x64646464u, sel)), k1024), __low2half2(dd));
+  const __half2 mn = __hmul2(__hsub2(as_h2(__byte_perm(mns, 0x64646464u, sel)), k1024), __high2half2(dd));
+  K4Scales k;
+  k.sa = __low2half2(sc);
+  k.ma = __hneg2(__low2half2(mn));
+  k.sb = __hmul2(__high2half2(sc), __float2half2_rn(0.0625f));  // exact in f16
+  k.mb = __hneg2(__high2half2(mn));
+  return k;
+}
+
+// Q4_K in its file layout: unit u is 16 bytes of qs of super-block u / 8 (byte l holds value
+// l of sub-block 2p in its low nibble and of sub-block 2p + 1 in its high nibble), plus the
+// block's 16-byte header (d, dmin, 12 bytes of 6-bit scales and mins).
+template <>
+struct Unit<DType::Q4_K> {
+  struct Raw {
+    uint4 q, hdr;
+  };
+  __device__ static void load(const uint8_t* row, int u, Raw& r) {
+    const uint8_t* b = row + (u >> 3) * sizeof(BlockQ4_K);
+    r.hdr = __ldcs(reinterpret_cast<const uint4*>(b));
+    r.q = __ldcs(reinterpret_cast<const uint4*>(b + 16 + 16 * (u & 7)));
+  }
+  __device__ static int xpos(int u, int j) {
+    const int a0 = (u >> 3) * kQKK + ((u & 7) >> 1) * 64 + (u & 1) * 16;  // low-nibble run
+    return a0 + (j < 4 ? 4 * j : 32 + 4 * (j - 4));
+  }
+  __device__ static void decode(const Raw& r, int u, uint32_t h[16]) {
+    const K4Scales k4 = k4_scales(r.hdr, static_cast<int>(u & 7) >> 1);  // sub-blocks 2p, 2p + 1
+    const __half2 k1024 = __float2half2_rn(1024.0f);
+    const uint32_t q[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const uint32_t t = __byte_perm(q[m], 0, k ? 0x4342u : 0x4140u);  // bytes 2k, 2k+1 in halves
+        const __half2 a = as_h2((t & 0x000F000Fu) | 0x64006400u);
+        const __half2 b = as_h2((t & 0x00F000F0u) | 0x64006400u);
+        h[2 * m + k] = as_u32(__hfma2(__hsub2(a, k1024), k4.sa, k4.ma));
+        h[8 + 2 * m + k] = as_u32(__hfma2(__hsub2(b, k1024), k4.sb, k4.mb));
+      }
+    }
+  }
+};
+
+// Q5_K in its file layout: as Q4_K, plus the fifth bits: qh byte l holds bit j for value l of
+// sub-block j, so the unit's 16 qh bytes are one more aligned 16-byte load.
+template <>
+struct Unit<DType::Q5_K> {
+  struct Raw {
+    uint4 q, qh, hdr;
+  };
+  __device__ static void load(const uint8_t* row, int u, Raw& r) {
+    const uint8_t* b = row + (u >> 3) * sizeof(BlockQ5_K);
+    r.hdr = __ldcs(reinterpret_cast<const uint4*>(b));
+    r.qh = __ldcs(reinterpret_cast<const uint4*>(b + 16 + 16 * (u & 1)));
+    r.q = __ldcs(reinterpret_cast<const uint4*>(b + 48 + 16 * (u & 7)));
+  }
+  __device__ static int xpos(int u, int j) { return Unit<DType::Q4_K>::xpos(u, j); }
+  __device__ static void decode(const Raw& r, int u, uint32_t h[16]) {
+    const int p = static_cast<int>(u & 7) >> 1;
+    const K4Scales k4 = k4_scales(r.hdr, p);
+    const __half2 k1024 = __float2half2_rn(1024.0f);
+    const uint32_t q[4] = {r.q.x, r.q.y, r.q.z, r.q.w}, qh[4] = {r.qh.x, r.qh.y, r.qh.z, r.qh.w};
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const uint32_t t = __byte_perm(q[m], 0, k ? 0x4342u : 0x4140u);
+        const uint32_t th = __byte_perm(qh[m], 0, k ? 0x4342u : 0x4140u);
+        // Fifth bit to value 16 (low-nibble sub-block) or 256 = 16 * 16 (high-nibble one).
+        const __half2 a = as_h2((t & 0x000F000Fu) | 0x64006400u | (((th >> (2 * p)) & 0x00010001u) << 4));
+        const __half2 b = as_h2((t & 0x00F000F0u) | 0x64006400u | (((th >> (2 * p + 1)) & 0x00010001u) << 8));
+        h[2 * m + k] = as_u32(__hfma2(__hsub2(a, k1024), k4.sa, k4.ma));
+        h[8 + 2 * m + k] = as_u32(__hfma2(__hsub2(b, k1024), k4.sb, k4.mb));
+      }
+    }
+  }
+};
+
+// Q8_0R (core/dtype.h): unit u is Q8_0 block u, its 32 int8 values 16-byte aligned.
+template <>
+struct Unit<DType::Q8_0R> {
+  struct Raw {
+    uint4 q0, q1;
+    unsigned short d;
+  };
+  __device__ static void load(const uint8_t* row, int u, Raw& r) {
+    const BlockQ8_0R* b = reinterpret_cast<const BlockQ8_0R*>(row) + (u >> 3);
+    const uint4* q = reinterpret_cast<const uint4*>(b->qs + 32 * (u & 7));
+    r.q0 = __ldcs(q);
+    r.q1 = __ldcs(q + 1);
+    r.d = __ldcs(reinterpret_cast<const unsigned short*>(b->d + (u & 7)));
+  }
+  __device__ static int xpos(int u, int j) { return 32 * u + 4 * j; }
+  __device__ static void decode(const Raw& r, int, uint32_t h[16]) {
+    const __half2 d = __half2half2(__ushort_as_half(r.d));
+    const __half2 k1152 = __float2half2_rn(1152.0f);
+    const uint32_t q[8] = {r.q0.x, r.q0.y, r.q0.z, r.q0.w, r.q1.x, r.q1.y, r.q1.z, r.q1.w};
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      const uint32_t v = q[m] ^ 0x80808080u;  // int8 q -> unsigned q + 128
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const __half2 a = as_h2(__byte_perm(v, 0x64646464u, k ? 0x4342u : 0x4140u));  // 1152 + q
+        h[2 * m + k] = as_u32(__hmul2(__hsub2(a, k1152), d));
+      }
+    }
+  }
+};
+
+// F16: unit u is values 32u .. 32u + 31, already in fragment order.
+template <>
+struct Unit<DType::F16> {
+  struct Raw {
+    uint4 q[4];
+  };
+  __device__ static void load(const uint8_t* row, int u, Raw& r) {
+    const uint4* p = reinterpret_cast<const uint4*>(row) + 4 * u;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.q[i] = __ldcs(p + i);
+  }
+  __device__ static int xpos(int u, int j) { return 32 * u + 4 * j; }
+  __device__ static void decode(const Raw& r, int, uint32_t h[16]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      h[4 * i] = r.q[i].x;
+      h[4 * i + 1] = r.q[i].y;
+      h[4 * i + 2] = r.q[i].z;
+      h[4 * i + 3] = r.q[i].w;
+    }
+  }
+};
+
+// d += a · b for one m16n8k16 tile (a: 16 x 16 f16 row-major fragment, b: 16 x 8 f16).
+__device__ __forceinline__ void mma_16816(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+  __trap();  // gemv_mma_supports never picks this kernel below sm_80
+#endif
+}
+
+// Grid: ceil(N / (16 * TILES)) blocks of 32 * kWarps threads. Lane (g = lane / 4, c = lane % 4)
+// reads rows n0 + 16 t + g and n0 + 16 t + g + 8 of each tile t, unit 4 s + c of each step s,
+// and the activations of token g; its accumulators hold rows (g, g + 8) x tokens (2c, 2c + 1).
+// MINB: blocks per SM the registers are budgeted for (2: 128 registers a thread). XSTAGE: the
+// activations are loaded with the weights one step ahead (else when the step multiplies:
+// fewer registers, the L2 latency exposed).
+template <DType W, int TILES, int MINB, bool XSTAGE>
+__global__ void __launch_bounds__(32 * kWarps, MINB)
+    gemv_mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
+                    __half* __restrict__ y, int n_tok, int64_t N, int64_t K) {
+  using U = Unit<W>;
+  // One step's operands: the weight units of this lane's 2 * TILES rows and the activations.
+  struct Stage {
+    typename U::Raw raw[TILES][2];
+    uint2 xv[XSTAGE ? 8 : 1];
+  };
+  __shared__ float red[kWarps][TILES][4][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int64_t n0 = int64_t(blockIdx.x) * 16 * TILES;
+  const int units = static_cast<int>(K / 32), steps = (units + kUnitsPerStep - 1) / kUnitsPerStep;
+  // Rows past N read row N - 1 (their results are never stored); a unit past K reads the last
+  // unit, and meets zero activations. So every load is unconditional and always in bounds.
+  const uint8_t* rows[TILES][2];
+#pragma unroll
+  for (int t = 0; t < TILES; ++t)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) rows[t][hh] = w + static_cast<size_t>(min(n0 + 16 * t + g + 8 * hh, N - 1)) * row_bytes;
+  const bool tok_ok = g < n_tok;
+  const __half* xg = x + static_cast<int64_t>(tok_ok ? g : 0) * K;
+
+  auto load_x = [&](int s, uint2 (&xv)[8]) {
+    const int u = kUnitsPerStep * s + c, uc = min(u, units - 1);
+    const bool live = tok_ok && u < units;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) xv[j] = live ? __ldg(reinterpret_cast<const uint2*>(xg + U::xpos(uc, j))) : make_uint2(0, 0);
+  };
+  auto load = [&](int s, Stage& st) {
+    const int u = kUnitsPerStep * s + c, uc = min(u, units - 1);
+#pragma unroll
+    for (int t = 0; t < TILES; ++t)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) U::load(rows[t][hh], uc, st.raw[t][hh]);
+    if constexpr (XSTAGE) load_x(s, st.xv);
+  };
+  // Two accumulator sets per tile (even and odd k-steps) halve the chain of dependent mma.
+  float acc[TILES][2][4];
+#pragma unroll
+  for (int t = 0; t < TILES; ++t)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[t][i / 4][i % 4] = 0.0f;
+  auto compute = [&](int s, const Stage& st) {
+    const int uc = min(kUnitsPerStep * s + c, units - 1);
+    uint2 xv[8];
+    if constexpr (XSTAGE) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) xv[j] = st.xv[j];
+    } else {
+      load_x(s, xv);
+    }
+#pragma unroll
+    for (int t = 0; t < TILES; ++t) {
+      uint32_t lo[16], hi[16];
+      U::decode(st.raw[t][0], uc, lo);
+      U::decode(st.raw[t][1], uc, hi);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        mma_16816(acc[t][j & 1], lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1], xv[j].x, xv[j].y);
+    }
+  };
+  // Two stages in flight per warp, ping-ponged without register copies: while one step
+  // multiplies, the loads of the step after it are already out.
+  Stage st0, st1;
+  if (warp < steps) load(warp, st0);
+  for (int s = warp; s < steps; s += 2 * kWarps) {
+    if (s + kWarps < steps) load(s + kWarps, st1);
+    compute(s, st0);
+    if (s + 2 * kWarps < steps) load(s + 2 * kWarps, st0);
+    if (s + kWarps < steps) compute(s + kWarps, st1);
+  }
+
+  // Sum the warps' partial results (they covered different K steps of the same rows).
+#pragma unroll
+  for (int t = 0; t < TILES; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) red[warp][t][i][lane] = acc[t][0][i] + acc[t][1][i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < TILES * 4 * 32; i += blockDim.x) {
+    const int t = i / 128, r = (i / 32) % 4, l = i % 32;
+    float sum = 0.0f;
+#pragma unroll
+    for (int wv = 0; wv < kWarps; ++wv) sum += red[wv][t][r][l];
+    const int64_t n = n0 + 16 * t + (l >> 2) + 8 * (r >> 1);
+    const int tok = 2 * (l & 3) + (r & 1);
+    if (n < N && tok < n_tok) y[static_cast<int64_t>(tok) * N + n] = __float2half_rn(sum);
+  }
+}
+
+template <DType W, int TILES, int MINB, bool XSTAGE>
+void launch_k(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  const unsigned blocks = static_cast<unsigned>((N + 16 * TILES - 1) / (16 * TILES));
+  gemv_mma_kernel<W, TILES, MINB, XSTAGE><<<blocks, 32 * kWarps, 0, stream_of(ctx)>>>(
+      w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(), static_cast<int>(x.rows()), N, K);
+  VI_CUDA_LAUNCH_CHECK();
+}
+
+template <DType W>
+void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvMmaShape shape) {
+  if (shape.tiles == 0) shape = gemv_mma_default_shape(w, x.rows());
+  const int key = shape.tiles * 100 + shape.min_blocks * 10 + (shape.stage_x ? 1 : 0);
+  switch (key) {
+    case 221: launch_k<W, 2, 2, true>(ctx, x, w, y); break;
+    case 220: launch_k<W, 2, 2, false>(ctx, x, w, y); break;
+    case 211: launch_k<W, 2, 1, true>(ctx, x, w, y); break;
+    case 121: launch_k<W, 1, 2, true>(ctx, x, w, y); break;
+    case 130: launch_k<W, 1, 3, false>(ctx, x, w, y); break;
+    default:
+      VI_FAIL("gemv_mma: no kernel for {} row tiles at {} blocks per SM{}", shape.tiles, shape.min_blocks,
+              shape.stage_x ? "" : " without staged activations");
+  }
+}
+
+bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+}  // namespace
+
+bool gemv_mma_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
+  const DType wt = w.dtype();
+  if (volta_profile(ctx) || current_device().code_cc < 80) return false;
+  if (x.dtype() != DType::F16 || x.rows() < 1 || x.rows() > 8) return false;
+  if (wt != DType::Q4_K && wt != DType::Q5_K && wt != DType::Q8_0R && wt != DType::F16) return false;
+  const int64_t K = w.dim(1);
+  // Whole 32-value units; 16-byte aligned rows (always true for Q4_K and Q8_0R rows).
+  return K % 32 == 0 && K < (int64_t(1) << 31) && w.row_bytes() % 16 == 0 && aligned(w.data(), 16) && aligned(x.data(), 8);
+}
+
+GemvMmaShape gemv_mma_default_shape(const Tensor& w, int64_t n_tok) {
+  // The fastest shape measured on the H200 at the 27B shapes for T = 1, 2, 4, 8 (docs/notes/
+  // gemv.md, run 4; all shapes give the same bits). Two row tiles per warp halve the activation
+  // reads per weight byte and give each warp two independent mma chains, but take registers:
+  // without staged activations they fit 2 blocks per SM. Q4_K gains from that on deep matrices
+  // at every T and on all from T = 5; Q8_0R (little unpacking, so it wants bytes in flight)
+  // runs one tile at 3 blocks per SM up to T = 2 and two tiles beyond; F16 and Q5_K keep one
+  // tile at 2 blocks per SM except at T > 4 on deep matrices (two tiles, 1 block per SM).
+  const DType wt = w.dtype();
+  const bool deep = w.dim(0) >= 8192;
+  if (wt == DType::Q4_K) return deep || n_tok > 4 ? GemvMmaShape{2, 2, false} : GemvMmaShape{1, 2, true};
+  if (wt == DType::Q8_0R) return n_tok <= 2 ? GemvMmaShape{1, 3, false} : GemvMmaShape{2, 2, false};
+  return n_tok > 4 && deep ? GemvMmaShape{2, 1, true} : GemvMmaShape{1, 2, true};
+}
+
+void gemv_mma(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvMmaShape shape) {
+  switch (w.dtype()) {
+    case DType::Q4_K: launch<DType::Q4_K>(ctx, x, w, y, shape); break;
+    case DType::Q5_K: launch<DType::Q5_K>(ctx, x, w, y, shape); break;
+    case DType::Q8_0R: launch<DType::Q8_0R>(ctx, x, w, y, shape); break;
+    case DType::F16: launch<DType::F16>(ctx, x, w, y, shape); break;
+    default: VI_FAIL("op 'matmul' on cuda: the tensor-core GEMV has no kernel for weight dtype {}", dtype_name(w.dtype()));
+  }
+}
+
+}  // namespace vi::cuda

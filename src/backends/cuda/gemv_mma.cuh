@@ -1,0 +1,33 @@
+// The tensor-core decode GEMV (native profile, sm_80+): y[T, N] = x[T, K] · w[N, K]ᵀ for
+// T <= 8 tokens with f16 activations. Weight rows are dequantized to f16 in registers and
+// multiplied with mma.m16n8k16 (16 weight rows x 8 tokens per instruction, fp32 accumulation),
+// so a call costs the same for 1 and for 8 tokens: it is bounded by streaming the weight.
+//
+// Layout of the work (gemv_mma.cu): a block of 8 warps owns 16 * TILES rows; the warps split K
+// in steps of 128 values (warp w takes steps w, w + 8, ...), each lane reads one 16..64-byte
+// unit of 32 values per row per step with 16-byte loads, and the block sums the 8 partial
+// results through shared memory. Weight dtypes: Q4_K and Q5_K (file layouts), Q8_0R (the Q8_0 repack
+// of ops::prepare_matmul_weight) and F16; the rest use the CUDA-core GEMV in matmul.cu.
+#pragma once
+
+#include "ops/registry.h"  // host-only: the op tests and the benchmark include this header
+
+namespace vi::cuda {
+
+// How the work is cut: row tiles of 16 per warp, the blocks per SM the registers are budgeted
+// for, and whether activations load a step ahead with the weights. Compiled: {2, 2, both},
+// {2, 1, staged}, {1, 2, staged}, {1, 3, not staged}. tiles 0: gemv_mma_default_shape.
+struct GemvMmaShape {
+  int tiles = 0;
+  int min_blocks = 0;
+  bool stage_x = true;
+};
+GemvMmaShape gemv_mma_default_shape(const Tensor& w, int64_t n_tok);
+
+// Whether gemv_mma can take this call (profile, device, dtypes, T, alignment).
+bool gemv_mma_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
+// x: [T, K] f16, T <= 8; w: [N, K]; y: [T, N] f16. Call only where gemv_mma_supports. A shape
+// other than the default is for benchmarks (tests/bench/bench_cuda_gemv.cu --variants).
+void gemv_mma(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvMmaShape shape = {});
+
+}  // namespace vi::cuda

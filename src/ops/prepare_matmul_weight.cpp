@@ -1,0 +1,22 @@
+// prepare_matmul_weight entry point: shape/device checks, then the device's repack (or none).
+#include "ops/prepare_matmul_weight.h"
+
+#include "ops/op_checks.h"
+
+namespace vi::ops {
+
+OpTable<PrepareMatmulWeightFn>& prepare_matmul_weight_table() {
+  static OpTable<PrepareMatmulWeightFn> table("prepare_matmul_weight");
+  return table;
+}
+
+Tensor prepare_matmul_weight(Context& ctx, const Tensor& w) {
+  check_same_device("prepare_matmul_weight", ctx, {&w});
+  VI_CHECK(w.ndim() == 2, "op 'prepare_matmul_weight': weight {} must be 2-D [N, K]", describe(w));
+  // The CPU kernels read the file layouts directly: identity there, and for any dtype a
+  // device has no repack for.
+  if (!prepare_matmul_weight_table().supports(ctx.device, w.dtype())) return w;
+  return prepare_matmul_weight_table().get(ctx.device, w.dtype())(ctx, w);
+}
+
+}  // namespace vi::ops

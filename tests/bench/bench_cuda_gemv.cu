@@ -1,0 +1,299 @@
+// Decode GEMV micro-benchmark: ops::matmul with T = 1, 2, 4, 8 tokens (f16 activations) on the
+// weight shapes of the 27B-shaped Qwen3.5 (hidden 5120, d_ff 17408, vocab 248320), for every
+// weight dtype, in both kernel profiles, on weights prepared as the loader prepares them
+// (ops::prepare_matmul_weight). Each figure: the median over 9 replays of a CUDA graph of
+// back-to-back calls that rotate over enough weight copies (>= 256 MiB) that the 50 MB L2
+// cannot hold them, timed with CUDA events. Bytes = weight + x + y. The device-to-device copy
+// bandwidth (bytes read + written) is measured in the same run; % copy is against it.
+// Weights are random bytes with finite fp16/bf16/f32 scales and values (never zeros).
+//
+//   bench_cuda_gemv [--dtypes q4_k,q8_0,...] [--tokens 1,2,4,8] [--profiles native,volta]
+//                   [--shapes 17408x5120,...] [--json FILE] [--variants]
+// --variants: also time every work shape of the tensor-core GEMV (row tiles per warp x blocks
+// per SM) and check that each gives the same outputs as the default one.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_util.cuh"
+#include "backends/cuda/gemv_mma.cuh"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "ops/matmul.h"
+#include "ops/memory.h"
+#include "ops/prepare_matmul_weight.h"
+
+namespace {
+
+using vi::DType;
+using vi::Tensor;
+namespace ops = vi::ops;
+
+__device__ __forceinline__ uint32_t mix(uint64_t i, uint32_t seed) {
+  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<uint32_t>(z ^ (z >> 31));
+}
+
+__global__ void fill_bytes(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = static_cast<uint8_t>(mix(i, seed));
+}
+
+// Overwrites the fp16 fields at byte offsets off0 (and off1 if >= 0) of every block with
+// small positive values (about 1e-3), so scales and F16 values are finite and realistic.
+__global__ void patch_half(uint8_t* p, size_t n_blocks, int block_bytes, int off0, int off1, uint32_t seed) {
+  for (size_t b = blockIdx.x * size_t(blockDim.x) + threadIdx.x; b < n_blocks; b += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t r = mix(b, seed);
+    const uint16_t h0 = static_cast<uint16_t>(0x1400u | (r & 0x3FFu) | ((r >> 10) & 0x8000u) * (block_bytes == 2));
+    memcpy(p + b * block_bytes + off0, &h0, 2);
+    if (off1 >= 0) {
+      const uint16_t h1 = static_cast<uint16_t>(0x1400u | ((r >> 16) & 0x3FFu));
+      memcpy(p + b * block_bytes + off1, &h1, 2);
+    }
+  }
+}
+
+__global__ void patch_bf16(uint16_t* p, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = static_cast<uint16_t>((p[i] & 0x807Fu) | 0x3B00u);  // about +-2e-3
+}
+__global__ void patch_f32(uint32_t* p, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = (p[i] & 0x807FFFFFu) | 0x3B000000u;
+}
+
+void fill_weight(Tensor& w, uint32_t seed) {
+  uint8_t* p = w.ptr<uint8_t>();
+  const size_t n = w.nbytes();
+  fill_bytes<<<2048, 256>>>(p, n, seed);
+  const auto& info = vi::dtype_info(w.dtype());
+  const size_t blocks = n / info.block_bytes;
+  switch (w.dtype()) {
+    case DType::F16: patch_half<<<2048, 256>>>(p, blocks, 2, 0, -1, seed); break;
+    case DType::BF16: patch_bf16<<<2048, 256>>>(w.ptr<uint16_t>(), n / 2); break;
+    case DType::F32: patch_f32<<<2048, 256>>>(w.ptr<uint32_t>(), n / 4); break;
+    case DType::Q8_0: case DType::Q4_0: patch_half<<<2048, 256>>>(p, blocks, info.block_bytes, 0, -1, seed); break;
+    case DType::Q4_1: case DType::Q4_K: case DType::Q5_K:
+      patch_half<<<2048, 256>>>(p, blocks, info.block_bytes, 0, 2, seed);
+      break;
+    case DType::Q6_K: patch_half<<<2048, 256>>>(p, blocks, info.block_bytes, 208, -1, seed); break;
+    default: std::fprintf(stderr, "no filler for %s\n", vi::dtype_name(w.dtype())); std::exit(2);
+  }
+  VI_CUDA_CHECK(cudaGetLastError());
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    if (j > i) out.push_back(s.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Device-to-device copy bandwidth (read + write bytes / time) over 1 GiB, median of 9.
+double copy_bandwidth(cudaStream_t s) {
+  const size_t n = size_t(1) << 30;
+  void *a, *b;
+  VI_CUDA_CHECK(cudaMalloc(&a, n));
+  VI_CUDA_CHECK(cudaMalloc(&b, n));
+  fill_bytes<<<2048, 256, 0, s>>>(static_cast<uint8_t*>(a), n, 7);
+  cudaEvent_t e0, e1;
+  VI_CUDA_CHECK(cudaEventCreate(&e0));
+  VI_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int r = 0; r < 10; ++r) {
+    VI_CUDA_CHECK(cudaEventRecord(e0, s));
+    VI_CUDA_CHECK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, s));
+    VI_CUDA_CHECK(cudaEventRecord(e1, s));
+    VI_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t;
+    VI_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (r > 0) ms.push_back(t);
+  }
+  VI_CUDA_CHECK(cudaFree(a));
+  VI_CUDA_CHECK(cudaFree(b));
+  return 2.0 * n / (median(ms) * 1e-3) / 1e9;
+}
+
+struct Shape {
+  const char* what;
+  int64_t N, K;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dtypes = "q4_k,q8_0,q4_0,q4_1,q5_k,q6_k,f16,bf16,f32", tokens = "1,2,4,8", profiles = "native,volta";
+  std::string json, shape_filter;
+  bool variants = false;
+  for (int i = 1; i < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--variants") {
+      variants = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) { std::fprintf(stderr, "option %s needs a value\n", a.c_str()); return 2; }
+    if (a == "--dtypes") dtypes = argv[i + 1];
+    else if (a == "--tokens") tokens = argv[i + 1];
+    else if (a == "--profiles") profiles = argv[i + 1];
+    else if (a == "--json") json = argv[i + 1];
+    else if (a == "--shapes") shape_filter = argv[i + 1];
+    else { std::fprintf(stderr, "unknown option %s\n", a.c_str()); return 2; }
+  }
+  const Shape shapes[] = {{"attn/GDN 5120x5120", 5120, 5120},
+                          {"GDN z 6144x5120", 6144, 5120},
+                          {"ffn up/gate", 17408, 5120},
+                          {"ffn down", 5120, 17408},
+                          {"lm head", 248320, 5120}};
+  cudaStream_t stream;
+  VI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaDeviceProp prop;
+  VI_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double copy_gbs = copy_bandwidth(stream);
+  std::printf("device: %s, %d SMs; device-to-device copy: %.0f GB/s (read + write)\n", prop.name,
+              prop.multiProcessorCount, copy_gbs);
+  FILE* jf = json.empty() ? nullptr : std::fopen(json.c_str(), "w");
+  std::printf("%-7s %-6s %-20s %7s %6s %2s %9s %8s %7s\n", "profile", "dtype", "shape", "N", "K", "T", "us",
+              "GB/s", "%copy");
+  cudaEvent_t e0, e1;
+  VI_CUDA_CHECK(cudaEventCreate(&e0));
+  VI_CUDA_CHECK(cudaEventCreate(&e1));
+  for (const std::string& dn : split(dtypes)) {
+    const DType dt = vi::dtype_from_name(dn);
+    for (const Shape& sh : shapes) {
+      const std::string nk = std::to_string(sh.N) + "x" + std::to_string(sh.K);
+      const std::vector<std::string> wanted = split(shape_filter);
+      if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), nk) == wanted.end()) continue;
+      ops::Context ctx;
+      ctx.device = vi::Device::CUDA;
+      ctx.stream = stream;
+      ctx.act = DType::F16;
+      ctx.profile = ops::KernelProfile::kNative;
+      const size_t wbytes = vi::dtype_row_bytes(dt, sh.K) * sh.N;
+      const int copies = static_cast<int>(std::max<size_t>(2, ((size_t(256) << 20) + wbytes - 1) / wbytes));
+      std::vector<Tensor> ws;
+      for (int c = 0; c < copies; ++c) {
+        Tensor w = ops::empty(ctx, dt, {sh.N, sh.K});
+        fill_weight(w, 1234u + c);
+        ws.push_back(ops::prepare_matmul_weight(ctx, w));
+      }
+      Tensor x = ops::empty(ctx, DType::F16, {8, sh.K});
+      fill_weight(x, 99);  // f16 values about 1e-3 (finite, nonzero)
+      Tensor y = ops::empty(ctx, DType::F16, {8, sh.N});
+      VI_CUDA_CHECK(cudaDeviceSynchronize());
+      for (const std::string& pn : split(profiles)) {
+        ctx.profile = pn == "volta" ? ops::KernelProfile::kVolta : ops::KernelProfile::kNative;
+        for (const std::string& ts : split(tokens)) {
+          const int64_t T = std::stoll(ts);
+          Tensor xt = x.slice_rows(0, T), yt = y.slice_rows(0, T);
+          // Calls per graph: about 2 ms of work, at least one pass over the copies.
+          auto run_graph = [&](int calls) {
+            cudaGraph_t graph;
+            cudaGraphExec_t exec;
+            VI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+            for (int i = 0; i < calls; ++i) ops::matmul(ctx, xt, ws[i % copies], yt);
+            VI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+            VI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            std::vector<float> per_call;
+            for (int r = 0; r < 10; ++r) {
+              VI_CUDA_CHECK(cudaEventRecord(e0, stream));
+              VI_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+              VI_CUDA_CHECK(cudaEventRecord(e1, stream));
+              VI_CUDA_CHECK(cudaEventSynchronize(e1));
+              float t;
+              VI_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+              if (r > 0) per_call.push_back(t * 1000.0f / calls);
+            }
+            VI_CUDA_CHECK(cudaGraphExecDestroy(exec));
+            VI_CUDA_CHECK(cudaGraphDestroy(graph));
+            return median(per_call);
+          };
+          if (variants && pn == "native" && vi::cuda::gemv_mma_supports(ctx, xt, ws[0])) {
+            ops::matmul(ctx, xt, ws[0], yt);
+            VI_CUDA_CHECK(cudaStreamSynchronize(stream));
+            const Tensor ref = ops::download(ctx, yt);
+            const vi::cuda::GemvMmaShape def = vi::cuda::gemv_mma_default_shape(ws[0], T);
+            for (vi::cuda::GemvMmaShape v : {vi::cuda::GemvMmaShape{1, 2, true}, vi::cuda::GemvMmaShape{1, 3, false},
+                                             vi::cuda::GemvMmaShape{2, 1, true}, vi::cuda::GemvMmaShape{2, 2, true},
+                                             vi::cuda::GemvMmaShape{2, 2, false}}) {
+              vi::cuda::gemv_mma(ctx, xt, ws[0], yt, v);
+              VI_CUDA_CHECK(cudaStreamSynchronize(stream));
+              const Tensor got = ops::download(ctx, yt);
+              int64_t diff = 0;
+              for (int64_t i = 0; i < got.numel(); ++i) diff += got.ptr<uint16_t>()[i] != ref.ptr<uint16_t>()[i];
+              auto time_variant = [&](int calls) {
+                cudaGraph_t graph;
+                cudaGraphExec_t exec;
+                VI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+                for (int i = 0; i < calls; ++i) vi::cuda::gemv_mma(ctx, xt, ws[i % copies], yt, v);
+                VI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+                VI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+                std::vector<float> per_call;
+                for (int r = 0; r < 10; ++r) {
+                  VI_CUDA_CHECK(cudaEventRecord(e0, stream));
+                  VI_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+                  VI_CUDA_CHECK(cudaEventRecord(e1, stream));
+                  VI_CUDA_CHECK(cudaEventSynchronize(e1));
+                  float t;
+                  VI_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+                  if (r > 0) per_call.push_back(t * 1000.0f / calls);
+                }
+                VI_CUDA_CHECK(cudaGraphExecDestroy(exec));
+                VI_CUDA_CHECK(cudaGraphDestroy(graph));
+                return median(per_call);
+              };
+              const float e = time_variant(copies);
+              const int calls = std::max(copies, std::min(2000, static_cast<int>(2000.0f / std::max(e, 1.0f))));
+              const float vus = calls == copies ? e : time_variant(calls);
+              const double vgbs = (double(wbytes) + 2.0 * T * sh.K + 2.0 * T * sh.N) / (vus * 1e-6) / 1e9;
+              std::printf("variant %-6s %-20s %7lld %6lld %2lld tiles %d blocks/SM %d x %s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
+                          vi::dtype_name(ws[0].dtype()), sh.what, (long long)sh.N, (long long)sh.K, (long long)T, v.tiles,
+                          v.min_blocks, v.stage_x ? "staged" : "late",
+                          v.tiles == def.tiles && v.min_blocks == def.min_blocks && v.stage_x == def.stage_x ? " (default)" : "", vus,
+                          100.0 * vgbs / copy_gbs, (long long)diff);
+              if (jf)
+                std::fprintf(jf,
+                             "{\"variant\":\"t%d_b%d_x%d\",\"dtype\":\"%s\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
+                             "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
+                             v.tiles, v.min_blocks, v.stage_x ? 1 : 0, dn.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs,
+                             copy_gbs, (long long)diff);
+            }
+          }
+          const float est = run_graph(copies);
+          const int calls = std::max(copies, std::min(2000, static_cast<int>(2000.0f / std::max(est, 1.0f))));
+          const float us = calls == copies ? est : run_graph(calls);
+          const double bytes = double(wbytes) + 2.0 * T * sh.K + 2.0 * T * sh.N;
+          const double gbs = bytes / (us * 1e-6) / 1e9;
+          std::printf("%-7s %-6s %-20s %7lld %6lld %2lld %9.1f %8.0f %6.1f%%\n", pn.c_str(),
+                      vi::dtype_name(ws[0].dtype()), sh.what, (long long)sh.N, (long long)sh.K, (long long)T, us, gbs,
+                      100.0 * gbs / copy_gbs);
+          std::fflush(stdout);
+          if (jf)
+            std::fprintf(jf,
+                         "{\"profile\":\"%s\",\"dtype\":\"%s\",\"stored\":\"%s\",\"N\":%lld,\"K\":%lld,\"T\":%lld,"
+                         "\"us\":%.2f,\"bytes\":%.0f,\"gbs\":%.1f,\"copy_gbs\":%.1f,\"calls\":%d,\"copies\":%d}\n",
+                         pn.c_str(), dn.c_str(), vi::dtype_name(ws[0].dtype()), (long long)sh.N, (long long)sh.K,
+                         (long long)T, us, bytes, gbs, copy_gbs, calls, copies);
+        }
+      }
+    }
+  }
+  if (jf) std::fclose(jf);
+  return 0;
+}

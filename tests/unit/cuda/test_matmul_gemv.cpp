@@ -1,0 +1,139 @@
+// CUDA vs CPU for the decode GEMV on prepared weights (ops::prepare_matmul_weight): every
+// weight dtype, T = 1..8 (each token count; T = 9 crosses to the GEMM path), odd N (rows past
+// the last full tile), K that leave partial 128-value steps, small and large N (both tile
+// counts of the tensor-core GEMV), weights of realistic magnitude, in both kernel profiles
+// and both activation dtypes. The CPU reference always runs on the original (file-layout)
+// weights. Outputs are poisoned with NaN first, so an unwritten value fails. Tolerances as in
+// test_matmul.cpp: relative L2 1e-5 with f32 activations, 4e-3 with f16 (f16 output, and on
+// the tensor-core path each weight dequantized to f16 once: about 2^-11 relative).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backends/cuda/gemv_mma.cuh"
+#include "core/quant.h"
+#include "cuda_test_util.h"
+#include "ops/embedding.h"
+#include "ops/matmul.h"
+#include "ops/prepare_matmul_weight.h"
+
+namespace vi::cudatest {
+namespace {
+
+constexpr DType kWeights[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
+                              DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+Tensor rand_weight(DType t, int64_t rows, int64_t cols, float scale = 1.0f) {
+  Tensor f = rand_f32({rows, cols}, DType::F32, -scale, scale);
+  Tensor w = Tensor::empty(t, {rows, cols});
+  for (int64_t r = 0; r < rows; ++r) quantize_row(t, f.row<float>(r), w.row(r), cols);
+  return w;
+}
+
+class MatmulGemv : public CudaOpTest {
+ protected:
+  // y = x · wᵀ on the GPU with the prepared weight, against the CPU on the original.
+  void check(const Tensor& w, const Tensor& dw, int64_t T, float x_scale, const std::string& what) {
+    const int64_t N = w.dim(0), K = w.dim(1);
+    Tensor x = rand_f32({T, K}, act(), -x_scale, x_scale);
+    Tensor ref = Tensor::empty(DType::F32, {T, N});
+    ops::matmul(cpu, x, w, ref);
+    Tensor nan = Tensor::empty(DType::F32, {T, N});
+    for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+    Tensor dx = up(x), dy = up(nan);
+    ops::matmul(g, dx, dw, dy);
+    EXPECT_CLOSE(down(dy), ref, tol(1e-5, 4e-3), fmt::format("{} T={} N={} K={}", what, T, N, K));
+  }
+};
+
+TEST_P(MatmulGemv, PreparedWeightsEveryDtypeEveryTokenCount) {
+  for (DType wt : kWeights) {
+    // 768: 3 super-blocks, 6 steps of 128 values (the 8 warps of a block do not all get one);
+    // 1280: 10 steps. Plain dtypes also get 352 (11 units of 32: a partial step).
+    std::vector<int64_t> ks = {768, 1280};
+    if (!dtype_is_quantized(wt)) ks.push_back(352);
+    for (int64_t K : ks) {
+      const int64_t N = 97;
+      Tensor w = rand_weight(wt, N, K);
+      Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+      EXPECT_EQ(dw.dtype(), wt == DType::Q8_0 ? DType::Q8_0R : wt) << dtype_name(wt);
+      EXPECT_EQ(dw.shape(), w.shape());
+      for (int64_t T = 1; T <= 9; ++T) check(w, dw, T, 1.0f, fmt::format("prepared {}", dtype_name(wt)));
+    }
+  }
+}
+
+TEST_P(MatmulGemv, Q8_0KeepsFileLayoutWhenRowsAreNotWholeGroups) {
+  const int64_t N = 33, K = 32 * 13;  // 13 blocks per row: not a whole number of 8-block groups
+  Tensor w = rand_weight(DType::Q8_0, N, K);
+  Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+  EXPECT_EQ(dw.dtype(), DType::Q8_0);
+  for (int64_t T : {1, 4}) check(w, dw, T, 1.0f, "q8_0 unprepared");
+}
+
+TEST_P(MatmulGemv, ManyRowsRealisticMagnitudes) {
+  // N >= 64 rows x SMs (8448 on a 132-SM H200) takes the two-tile kernel; weights of
+  // magnitude 0.02 (typical of trained layers) put the f16 scales far below 1.
+  const int64_t N = 8501, K = 512;
+  for (DType wt : {DType::Q4_K, DType::Q5_K, DType::Q8_0, DType::F16}) {
+    Tensor w = rand_weight(wt, N, K, 0.02f);
+    Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+    for (int64_t T : {1, 2, 5, 8}) check(w, dw, T, 4.0f, fmt::format("large {}", dtype_name(wt)));
+  }
+}
+
+TEST_P(MatmulGemv, EveryWorkShapeOfTheTensorCoreGemv) {
+  // The dispatch picks one work shape per matrix size; the others are compared here too.
+  const int64_t N = 97, K = 768;
+  for (DType wt : {DType::Q4_K, DType::Q5_K, DType::Q8_0, DType::F16}) {
+    Tensor w = rand_weight(wt, N, K);
+    Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+    for (int64_t T : {1, 3, 8}) {
+      Tensor x = rand_f32({T, K}, act());
+      Tensor dx = up(x);
+      if (!cuda::gemv_mma_supports(g, dx, dw)) GTEST_SKIP() << "the tensor-core GEMV does not run in this setting";
+      Tensor ref = Tensor::empty(DType::F32, {T, N});
+      ops::matmul(cpu, x, w, ref);
+      for (cuda::GemvMmaShape v : {cuda::GemvMmaShape{1, 2, true}, cuda::GemvMmaShape{1, 3, false},
+                                   cuda::GemvMmaShape{2, 1, true}, cuda::GemvMmaShape{2, 2, true},
+                                   cuda::GemvMmaShape{2, 2, false}}) {
+        Tensor nan = Tensor::empty(DType::F32, {T, N});
+        for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+        Tensor dy = up(nan);  // poisoned: an unwritten output fails
+        cuda::gemv_mma(g, dx, dw, dy, v);
+        EXPECT_CLOSE(down(dy), ref, 4e-3,
+                     fmt::format("{} T={} tiles {} blocks/SM {} x staged {}", dtype_name(wt), T, v.tiles, v.min_blocks, v.stage_x));
+      }
+    }
+  }
+}
+
+TEST_P(MatmulGemv, EmbeddingReadsAPreparedTable) {
+  // A table prepared by mistake (or shared with a tied head) still embeds correctly.
+  const int64_t V = 41, d = 512, T = 7;
+  Tensor table = rand_weight(DType::Q8_0, V, d);
+  Tensor dt = ops::prepare_matmul_weight(g, ops::upload(g, table));
+  ASSERT_EQ(dt.dtype(), DType::Q8_0R);
+  Tensor ids = Tensor::empty(DType::I32, {T});
+  for (int64_t t = 0; t < T; ++t) ids.ptr<int32_t>()[t] = static_cast<int32_t>((t * 13 + 5) % V);
+  Tensor ref = Tensor::empty(DType::F32, {T, d});
+  ops::embedding(cpu, table, ids, ref);
+  Tensor dout = gpu_empty({T, d});
+  ops::embedding(g, dt, ids, dout);
+  EXPECT_CLOSE(down(dout), ref, tol(1e-6, 1e-3), "embedding q8_0r");
+}
+
+TEST(PrepareMatmulWeight, IsTheIdentityOnTheCpu) {
+  ops::Context cpu;
+  for (DType wt : kWeights) {
+    Tensor w = rand_weight(wt, 5, 512);
+    Tensor p = ops::prepare_matmul_weight(cpu, w);
+    EXPECT_EQ(p.data(), w.data()) << dtype_name(wt);
+    EXPECT_EQ(p.dtype(), wt);
+  }
+}
+
+VI_CUDA_INSTANTIATE(MatmulGemv);
+
+}  // namespace
+}  // namespace vi::cudatest
