@@ -3,14 +3,17 @@
 // dim 256, blocks of 16 tokens through a shuffled block table), f16 activations, for f16 and
 // int8 K/V, T = 1 and 4 query tokens, contexts 8K / 32K / 128K, both kernel profiles.
 // Each figure: the median over 9 timings (CUDA events) of back-to-back calls that rotate
-// over enough pool copies (>= 256 MiB) that the 50 MB L2 cannot hold them. Bytes = the
-// context's K/V rows (+ int8 scales) + q + out, read once; % copy is against the
+// over enough pool copies (>= 256 MiB) that the 50 MB L2 cannot hold them, replayed as one
+// captured CUDA graph (GPU time, as a decode graph runs) and also issued call by call from
+// the host ("stream": includes the host's enqueue cost where that is the longer). Bytes =
+// the context's K/V rows (+ int8 scales) + q + out, read once; % copy is against the
 // device-to-device copy bandwidth (bytes read + written) measured in the same run.
 //
 //   bench_attention_decode [--ctx 8192,32768,131072] [--tokens 1,4] [--json FILE]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <exception>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -49,6 +52,7 @@ __global__ void fill(void* p, size_t n, DType t, uint32_t seed, bool is_scale) {
 void fill_tensor(Tensor& t, uint32_t seed, bool is_scale = false) {
   fill<<<1024, 256>>>(t.data(), static_cast<size_t>(t.numel()), t.dtype(), seed, is_scale);
   VI_CUDA_LAUNCH_CHECK();
+  VI_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 float median(std::vector<float> v) {
@@ -110,13 +114,17 @@ int main(int argc, char** argv) {
   std::printf("# %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", prop.name, prop.multiProcessorCount, copy_gbs);
   std::printf("# one layer: Hq=%lld Hkv=%lld D=%lld, block size %lld, f16 activations\n", (long long)Hq,
               (long long)Hkv, (long long)D, (long long)bs);
-  std::printf("| profile | KV | context | T | us/call | GB/s | %% copy |\n|---|---|---|---|---|---|---|\n");
+  std::printf("| profile | KV | context | T | us/call (graph) | GB/s | %% copy | us/call (stream) |\n"
+              "|---|---|---|---|---|---|---|---|\n");
+  cudaStream_t stream;
+  VI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::mt19937 rng(1234);
   for (const char* prof : {"native", "volta"}) {
     ops::Context g;
     g.device = vi::Device::CUDA;
     g.act = DType::F16;
     g.profile = vi::cuda::parse_profile(prof);
+    g.stream = stream;
     for (DType kv : {DType::F16, DType::I8}) {
       for (int64_t ctx : ctxs) {
         const int64_t n_blocks = (ctx + 8 + bs - 1) / bs, rows = n_blocks * bs;
@@ -149,18 +157,52 @@ int main(int argc, char** argv) {
           auto call = [&](int c) { ops::paged_attention(g, q, ks[c], vs[c], table, bs, pos0, 0.0625f, out); };
           for (int c = 0; c < copies; ++c) call(c);  // warm-up
           const int n_calls = std::max(copies, 20);
+          VI_CUDA_CHECK(cudaStreamSynchronize(stream));
           cudaEvent_t e0, e1;
           VI_CUDA_CHECK(cudaEventCreate(&e0));
           VI_CUDA_CHECK(cudaEventCreate(&e1));
-          std::vector<float> us;
+          // Call by call from the host.
+          std::vector<float> us_stream;
           for (int r = 0; r < 9; ++r) {
-            VI_CUDA_CHECK(cudaEventRecord(e0));
+            VI_CUDA_CHECK(cudaEventRecord(e0, stream));
             for (int i = 0; i < n_calls; ++i) call(i % copies);
-            VI_CUDA_CHECK(cudaEventRecord(e1));
+            VI_CUDA_CHECK(cudaEventRecord(e1, stream));
             VI_CUDA_CHECK(cudaEventSynchronize(e1));
             float ms = 0;
             VI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            us.push_back(ms * 1e3f / n_calls);
+            us_stream.push_back(ms * 1e3f / n_calls);
+          }
+          // The same calls captured once into a graph, replayed (if capture fails, the
+          // stream figure stands in and the line says so).
+          std::vector<float> us;
+          try {
+            cudaGraph_t graph;
+            cudaGraphExec_t exec;
+            VI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+            for (int i = 0; i < n_calls; ++i) call(i % copies);
+            VI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+            VI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            VI_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+            for (int r = 0; r < 9; ++r) {
+              VI_CUDA_CHECK(cudaEventRecord(e0, stream));
+              VI_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+              VI_CUDA_CHECK(cudaEventRecord(e1, stream));
+              VI_CUDA_CHECK(cudaEventSynchronize(e1));
+              float ms = 0;
+              VI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+              us.push_back(ms * 1e3f / n_calls);
+            }
+            VI_CUDA_CHECK(cudaGraphExecDestroy(exec));
+            VI_CUDA_CHECK(cudaGraphDestroy(graph));
+          } catch (const std::exception& e) {
+            std::printf("# graph capture failed (%s): the stream time is reported instead\n", e.what());
+            cudaStreamCaptureStatus st;
+            if (cudaStreamIsCapturing(stream, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
+              cudaGraph_t g2;
+              cudaStreamEndCapture(stream, &g2);
+            }
+            cudaGetLastError();
+            us = us_stream;
           }
           VI_CUDA_CHECK(cudaEventDestroy(e0));
           VI_CUDA_CHECK(cudaEventDestroy(e1));
@@ -168,13 +210,13 @@ int main(int argc, char** argv) {
                                (kv == DType::I8 ? double(ctx) * Hkv * 2 * 4 : 0.0) + 2.0 * q.nbytes();
           const float t = median(us);
           const double gbs = bytes / (t * 1e-6) / 1e9;
-          std::printf("| %s | %s | %lld | %lld | %.1f | %.0f | %.0f%% |\n", prof, vi::dtype_name(kv), (long long)ctx,
-                      (long long)T, t, gbs, 100.0 * gbs / copy_gbs);
+          std::printf("| %s | %s | %lld | %lld | %.1f | %.0f | %.0f%% | %.1f |\n", prof, vi::dtype_name(kv),
+                      (long long)ctx, (long long)T, t, gbs, 100.0 * gbs / copy_gbs, median(us_stream));
           if (json)
             std::fprintf(json,
                          "{\"profile\":\"%s\",\"kv\":\"%s\",\"ctx\":%lld,\"T\":%lld,\"us\":%.2f,\"gbs\":%.1f,"
-                         "\"copy_gbs\":%.1f,\"samples_us\":[%s]}\n",
-                         prof, vi::dtype_name(kv), (long long)ctx, (long long)T, t, gbs, copy_gbs,
+                         "\"copy_gbs\":%.1f,\"us_stream\":%.2f,\"samples_us\":[%s]}\n",
+                         prof, vi::dtype_name(kv), (long long)ctx, (long long)T, t, gbs, copy_gbs, median(us_stream),
                          [&] {
                            std::string s;
                            for (float u : us) s += (s.empty() ? "" : ",") + std::to_string(u);

@@ -33,7 +33,10 @@ struct Seg {
     } else if constexpr (sizeof(TKV) == 2) {
       return __half2float(__ushort_as_half(static_cast<unsigned short>(w[i / 2] >> (16 * (i % 2)))));
     } else {
-      return static_cast<float>(static_cast<int8_t>(w[i / 4] >> (8 * (i % 4))));
+      // Byte-permute the value (offset by 128) into the mantissa of 2^23 and subtract:
+      // two cheap instructions instead of an int-to-float conversion.
+      const uint32_t x = w[i / 4] ^ 0x80808080u;
+      return __uint_as_float(__byte_perm(x, 0x4B000000u, 0x7540u + (i % 4))) - 8388736.0f;
     }
   }
   __device__ __forceinline__ void zero() {
@@ -120,6 +123,7 @@ struct SplitParams {
   float scale;
   int row_groups;  // 1, 2, 4 or 8; the other warps split the keys
   bool rotate_q, vec;
+  bool batch_in_block;  // the kBatch keys of a batch sit in one cache block (consecutive rows)
   float* part_acc;  // [n_splits, T * Hq, D] unnormalised (null: one split, write out)
   float* part_ml;   // [n_splits, T * Hq, 2] (max, sum)
 };
@@ -149,8 +153,13 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const TQ* __rest
   const int64_t s_begin = int64_t(split) * P.keys_per_split;
   const int64_t s_end = min(P.n_keys, s_begin + P.keys_per_split);
   const int64_t kv_stride = int64_t(P.Hkv) * D;
+  // Positions fit in 32 bits (checked on the host): 32-bit division, once per batch when a
+  // batch of keys never straddles two blocks (block size a multiple of kBatch).
+  const int bs = static_cast<int>(P.block_size);
   auto kv_row = [&](int64_t s) -> int64_t {
-    return P.table ? int64_t(P.table[s / P.block_size]) * P.block_size + s % P.block_size : s;
+    if (!P.table) return s;
+    const int s32 = static_cast<int>(s), b = s32 / bs;
+    return int64_t(P.table[b]) * bs + (s32 - b * bs);
   };
 
   float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][DPL];
@@ -166,11 +175,12 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const TQ* __rest
   for (int64_t kb = s_begin + int64_t(kgi) * kBatch; kb < s_end; kb += int64_t(kg) * kBatch) {
     Seg<TK, DPL> kseg[kBatch];
     Seg<TV, DPL> vseg[kBatch];
+    const int64_t row0 = P.batch_in_block ? kv_row(kb) : 0;  // cache row of key kb
     float ks_j = 1.0f, vs_j = 1.0f;  // scales of key kb + lane / 4 (i8)
     {
       const int64_t sj = kb + (lane >> 2);
       if (sj < s_end && (P.k_scale || P.v_scale)) {
-        const int64_t row = kv_row(sj) * P.Hkv + hk;
+        const int64_t row = (P.batch_in_block ? row0 + (lane >> 2) : kv_row(sj)) * P.Hkv + hk;
         if (P.k_scale) ks_j = P.k_scale[row];
         if (P.v_scale) vs_j = P.v_scale[row];
       }
@@ -178,7 +188,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const TQ* __rest
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       if (kb + j < s_end) {
-        const int64_t base = kv_row(kb + j) * kv_stride + int64_t(hk) * D;
+        const int64_t base = (P.batch_in_block ? row0 + j : kv_row(kb + j)) * kv_stride + int64_t(hk) * D;
         load_seg<TK, DPL>(k + base, lane, D, P.vec, kseg[j]);
         load_seg<TV, DPL>(v + base, lane, D, P.vec, vseg[j]);
       } else {
@@ -326,6 +336,7 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
   const int G = static_cast<int>(a.Hq / a.Hkv), R = static_cast<int>(a.T) * G;
   const int rg = row_groups_for(R), kg = kWarps / rg;
   const int64_t n_keys = a.q_pos0 + a.T;
+  VI_CHECK(n_keys < INT32_MAX, "decode attention on cuda: {} keys do not fit 32-bit positions", n_keys);
 
   // Splits: about two blocks per SM over all KV heads, but each split long enough that its
   // partial (R * D floats written, then read) stays a few percent of the K/V it reads.
@@ -360,6 +371,7 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
   P.scale = a.scale;
   P.row_groups = rg;
   P.rotate_q = a.k_dtype == DType::I8;
+  P.batch_in_block = a.table == nullptr || a.block_size % kBatch == 0;
   P.part_acc = n_splits > 1 ? part.as<float>() : nullptr;
   P.part_ml = n_splits > 1 ? part.as<float>() + static_cast<size_t>(n_splits) * n_rows * a.D : nullptr;
 
