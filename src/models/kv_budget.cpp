@@ -16,6 +16,7 @@ std::shared_ptr<KvPool> new_kv_pool_checked(const Model& model, int64_t n_blocks
   if (probe->tensors.empty()) return model.new_kv_pool(n_blocks, block_size);  // no attention layers
   size_t per_block = 0;
   for (const Tensor& t : probe->tensors) per_block += t.nbytes();
+  for (const Tensor& t : probe->scales) per_block += t.nbytes();  // int8 caches: per-(row, head) scales
   ops::Context ctx;
   ctx.device = probe->tensors.front().device();
   probe.reset();

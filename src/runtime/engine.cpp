@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "models/kv_budget.h"
 #include "models/loader.h"
 #include "ops/copy.h"
 #include "ops/memory.h"
@@ -72,7 +73,7 @@ Engine::Engine(const Model& model, ops::Context ctx, EngineOptions opts)
            opts_.kv_blocks, opts_.max_seqs, opts_.n_ctx, min_blocks, bs);
   VI_CHECK(opts_.kv_blocks <= INT32_MAX, "KV pool of {} blocks is too large", opts_.kv_blocks);
   VI_CHECK(opts_.cache_ram_gb >= 0, "--cache-ram must not be negative (got {})", opts_.cache_ram_gb);
-  auto pool = model_.new_kv_pool(opts_.kv_blocks, bs);
+  auto pool = new_kv_pool_checked(model_, opts_.kv_blocks, bs, opts_.n_ctx, opts_.max_seqs);
   for (int i = 0; i < opts_.max_seqs; ++i) {
     auto s = std::make_unique<Slot>();
     s->seq = model_.new_paged_sequence(opts_.n_ctx, pool);
