@@ -1,13 +1,15 @@
 // The tensor-core decode GEMV (native profile, sm_80+): y[T, N] = x[T, K] · w[N, K]ᵀ for
 // T <= 8 tokens with f16 activations. Weight rows are dequantized to f16 in registers and
 // multiplied with mma.m16n8k16 (16 weight rows x 8 tokens per instruction, fp32 accumulation),
-// so a call costs the same for 1 and for 8 tokens: it is bounded by streaming the weight.
+// so the arithmetic does not grow with T: on the H200 a T = 8 call costs 1.1-1.5x a T = 1 call
+// (the extra is the activations each block reads). Q4_K/Q5_K are bounded by the unpacking,
+// F16/Q8_0R by memory on large matrices (docs/notes/gemv.md).
 //
 // Layout of the work (gemv_mma.cu): a block of 8 warps owns 16 * TILES rows; the warps split K
 // in steps of 128 values (warp w takes steps w, w + 8, ...), each lane reads one 16..64-byte
 // unit of 32 values per row per step with 16-byte loads, and the block sums the 8 partial
-// results through shared memory. Weight dtypes: Q4_K and Q5_K (file layouts), Q8_0R (the Q8_0 repack
-// of ops::prepare_matmul_weight) and F16; the rest use the CUDA-core GEMV in matmul.cu.
+// results through shared memory. Weight dtypes: Q4_K and Q5_K (file layouts), Q8_0R (the
+// Q8_0 repack of ops::prepare_matmul_weight) and F16; the rest use gemv_simt.cuh.
 #pragma once
 
 #include "ops/registry.h"  // host-only: the op tests and the benchmark include this header
