@@ -16,8 +16,10 @@
 #     $OUT): hwcheck.{txt,json}, make.log, bench.log, bench.jsonl, bench.md, bench.png, summary.txt
 #     (eight files: what the device tool brings back).
 #
-# Knobs (environment): DTYPES (q4_k q8_0), PROFILES (native volta), DEPTHS (512,8192,32768,131072),
-# PREFILL (4096), VERIFY (1,2,4,8), NGEN (32), REPS (2), STEP_TIMEOUT (seconds per bench, 150).
+# Knobs (environment): CONFIGS (weights:KV pairs, "q4_k:f16 q4_k:int8 q8_0:int8"), PROFILES
+# (native volta), DEPTHS (512,8192,32768,131072), PREFILL (4096), STYLES (code,zh), VERIFY
+# (1,2,4,8), NGEN (16), REPS (2), STEP_TIMEOUT (seconds per bench, 90), BUDGET (seconds after
+# which no new bench starts, 330).
 set -uo pipefail
 
 bundle() {
@@ -46,9 +48,10 @@ run() {
   cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null)
   export LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
   local vi="$b/bin/voltinfer" models=${MODEL_DIR:-/tmp/vi_models}
-  local dtypes=${DTYPES:-q4_k q8_0} profiles=${PROFILES:-native volta}
+  local configs=${CONFIGS:-q4_k:f16 q4_k:int8 q8_0:int8} profiles=${PROFILES:-native volta}
+  local styles=${STYLES:-code,zh} budget=${BUDGET:-330}
   local depths=${DEPTHS:-512,8192,32768,131072} prefill=${PREFILL:-4096} verify=${VERIFY:-1,2,4,8}
-  local ngen=${NGEN:-32} reps=${REPS:-2} step_timeout=${STEP_TIMEOUT:-150}
+  local ngen=${NGEN:-16} reps=${REPS:-2} step_timeout=${STEP_TIMEOUT:-90}
   mkdir -p "$models"
   local t0=$SECONDS
   {
@@ -68,6 +71,10 @@ run() {
   local bw_flag=()
   [ "${bw%.*}" -gt 0 ] 2>/dev/null && bw_flag=(--bandwidth-gbs "$bw")
 
+  # Models in the order the configurations name them; each is deleted after its last use
+  # (the disk holds one 27B model comfortably, not all of them).
+  local dtypes
+  dtypes=$(for c in $configs; do echo "${c%%:*}"; done | awk '!seen[$0]++')
   for dt in $dtypes; do
     local m="$models/q27-$dt.gguf"
     if [ ! -s "$m" ]; then
@@ -75,18 +82,28 @@ run() {
       echo "make-model $dt: rc=$? ($((SECONDS - t0)) s)" >> "$out/summary.txt"
     fi
     [ -s "$m" ] || continue
-    for prof in $profiles; do
-      echo "=== bench $dt $prof" >> "$out/bench.log"
-      timeout "$step_timeout" stdbuf -oL -eL "$vi" bench -m "$m" --device cuda --kernel-profile "$prof" \
-        -p "$prefill" -d "$depths" --verify "$verify" -n "$ngen" -r "$reps" --profile-ops --profile-rounds 4 \
-        "${bw_flag[@]}" --json "$out/bench.jsonl" --md "$out/bench.md" >> "$out/bench.log" 2>&1
-      echo "bench $dt $prof: rc=$? ($((SECONDS - t0)) s)" >> "$out/summary.txt"
+    for c in $configs; do
+      [ "${c%%:*}" = "$dt" ] || continue
+      local kv=${c#*:}
+      for prof in $profiles; do
+        # Never start a step that could not finish inside the whole run's budget.
+        if [ $((SECONDS - t0 + step_timeout / 2)) -gt "$budget" ]; then
+          echo "bench $dt KV $kv $prof: skipped (budget of $budget s)" >> "$out/summary.txt"
+          continue
+        fi
+        echo "=== bench $dt KV $kv $prof" >> "$out/bench.log"
+        timeout "$step_timeout" stdbuf -oL -eL "$vi" bench -m "$m" --device cuda --kernel-profile "$prof" \
+          --cache-type-k "$kv" --cache-type-v "$kv" -p "$prefill" --prompt-style "$styles" -d "$depths" --verify "$verify" -n "$ngen" \
+          -r "$reps" --profile-ops --profile-rounds 4 "${bw_flag[@]}" --json "$out/bench.jsonl" \
+          --md "$out/bench.md" >> "$out/bench.log" 2>&1
+        echo "bench $dt KV $kv $prof: rc=$? ($((SECONDS - t0)) s)" >> "$out/summary.txt"
+      done
     done
-    rm -f "$m"  # the disk holds one 27B model comfortably, not all of them
+    rm -f "$m"
   done
   python3 scripts/plot_bench.py "$out/bench.jsonl" "$out/bench.png" >> "$out/summary.txt" 2>&1
   # The decode rows of every table, last, so the reply's tail shows them.
-  grep -hE '^\| .* (decode|verify|prefill) ' "$out/bench.log" | cut -c1-200 >> "$out/summary.txt"
+  grep -hE '^===|^\| .* (decode|verify|prefill) ' "$out/bench.log" | cut -c1-200 >> "$out/summary.txt"
   echo "total: $((SECONDS - t0)) s" >> "$out/summary.txt"
   cat "$out/summary.txt"
 }

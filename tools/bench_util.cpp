@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <random>
 #include <vector>
 
@@ -41,11 +42,17 @@ double host_copy_gbs() {
   return v[v.size() / 2];
 }
 
-// A host tensor of `rows` x `cols` random values in [-amp, amp) stored as `dtype`.
-Tensor random_host(DType dtype, int64_t rows, int64_t cols, float amp, uint64_t seed) {
+// A host tensor of `rows` x `cols` random values in [lo, hi) stored as `dtype` (i8: whole
+// numbers in [-127, 127], the scale lives elsewhere).
+Tensor random_host(DType dtype, int64_t rows, int64_t cols, float lo, float hi, uint64_t seed) {
   Tensor t = Tensor::empty(dtype, {rows, cols});
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-amp, amp);
+  if (dtype == DType::I8) {
+    std::uniform_int_distribution<int> b(-127, 127);
+    for (int64_t i = 0; i < rows * cols; ++i) t.ptr<int8_t>()[i] = static_cast<int8_t>(b(rng));
+    return t;
+  }
+  std::uniform_real_distribution<float> u(lo, hi);
   std::vector<float> row(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
     for (float& x : row) x = u(rng);
@@ -70,8 +77,8 @@ double matmul_op_tflops(ops::KernelProfile profile, int64_t M, int64_t N, int64_
   ctx.device = Device::CUDA;
   ctx.act = DType::F16;
   ctx.profile = profile;
-  Tensor x = ops::upload(ctx, random_host(DType::F16, M, K, 1.0f, 1));
-  Tensor w = ops::upload(ctx, random_host(DType::F16, N, K, 1.0f, 2));
+  Tensor x = ops::upload(ctx, random_host(DType::F16, M, K, -1.0f, 1.0f, 1));
+  Tensor w = ops::upload(ctx, random_host(DType::F16, N, K, -1.0f, 1.0f, 2));
   Tensor y = ops::empty(ctx, DType::F16, {M, N});
   std::vector<double> tf;
   for (int i = 0; i < 2 + reps; ++i) {
@@ -155,7 +162,9 @@ std::string weight_format_summary(const WeightSource& src) {
 
 std::string kv_dtype_name(const SequenceState& seq) {
   const KvPool& pool = seq.kv_pool();
-  return pool.tensors.empty() ? "none" : dtype_name(pool.tensors[0].dtype());
+  if (pool.tensors.size() < 2) return "none";
+  const DType k = pool.tensors[0].dtype(), v = pool.tensors[1].dtype();
+  return k == v ? dtype_name(k) : fmt::format("K {} V {}", dtype_name(k), dtype_name(v));
 }
 
 void fill_context_synthetic(ops::Context& ctx, SequenceState& seq, int64_t n, uint64_t seed) {
@@ -176,22 +185,30 @@ void fill_context_synthetic(ops::Context& ctx, SequenceState& seq, int64_t n, ui
     else
       runs.push_back({row, rows});
   }
-  constexpr int64_t kChunk = 4096;  // rows per copy: one random source tensor, reused
-  int i = 0;
-  for (Tensor& t : pool.tensors) {
-    Tensor src = ops::upload(ctx, random_host(t.dtype(), std::min(kChunk, std::max<int64_t>(n, 1)), t.cols(), 1.0f,
-                                              seed + i++));
+  constexpr int64_t kChunk = 4096;  // rows per copy, from one random source per row shape
+  std::map<std::tuple<DType, int64_t, bool>, Tensor> sources;
+  auto fill = [&](Tensor& t, bool is_scale) {
+    Tensor& src = sources[{t.dtype(), t.cols(), is_scale}];
+    if (!src.data()) {  // scales positive and small (|x| = scale * |int8| stays O(1)); values O(1)
+      const int64_t rows = std::min(kChunk, std::max<int64_t>(n, 1));
+      src = ops::upload(ctx, is_scale ? random_host(t.dtype(), rows, t.cols(), 0.004f, 0.012f, seed)
+                                      : random_host(t.dtype(), rows, t.cols(), -1.0f, 1.0f, seed + 1));
+    }
     for (auto [row, rows] : runs)
       for (int64_t r = 0; r < rows; r += kChunk) {
         const int64_t m = std::min(kChunk, rows - r);
         Tensor dst = t.slice_rows(row + r, row + r + m);
         ops::copy(ctx, src.slice_rows(0, m), dst);
       }
-  }
+  };
+  for (Tensor& t : pool.tensors) fill(t, false);
+  for (Tensor& t : pool.scales)
+    if (t.data()) fill(t, true);
   // Recurrent states: small values, as a long context leaves them.
+  int i = 2;
   for (Tensor& t : seq.recurrent_state()) {
     Tensor dst = t.reshape({t.rows(), t.cols()});
-    Tensor src = ops::upload(ctx, random_host(t.dtype(), t.rows(), t.cols(), 0.05f, seed + i++));
+    Tensor src = ops::upload(ctx, random_host(t.dtype(), t.rows(), t.cols(), -0.05f, 0.05f, seed + i++));
     ops::copy(ctx, src, dst);
   }
   ops::synchronize(ctx);

@@ -282,7 +282,7 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
     }
   }
   Stats r = summarize(round_ms_rep), m = summarize(mbu_rep);
-  std::string extra = fmt::format("{:.2f} ms/round ({:.2f}–{:.2f}); {:.2f} GB/round; MBU {}", r.mean, r.min, r.max,
+  std::string extra = fmt::format("{:.2f} ms/round ({:.2f}–{:.2f}); {:.4g} GB/round; MBU {}", r.mean, r.min, r.max,
                                   bytes_round / 1e9, m.max > 100 ? mbu_text(m.max) : fmt::format("{:.1f}% ({:.1f}–{:.1f})", m.mean, m.min, m.max));
   row(fmt::format("decode {} @{}", a_.n_gen, depth), a_.fill == "synthetic" ? "synthetic" : style, tps_rep, "tok/s",
       extra);
