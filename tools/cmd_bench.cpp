@@ -186,12 +186,16 @@ void Bench::prefill_test(const std::string& style, int64_t P) {
     tps.push_back(P / s);
     const double pct = ceil_.tensor_tflops > 0 ? 100.0 * flops / s / (ceil_.tensor_tflops * 1e12) : -1;
     if (pct >= 0) mfu.push_back(pct);
+    const bool mfu_ok = pct >= 0 && pct <= 100;  // above 100%: the FLOPs or the peak are wrong
     emit({{"test", "prefill"}, {"prompt_style", style}, {"prompt_tokens", P}, {"batch", a_.n_batch}, {"rep", rep},
-          {"prefill_s", s}, {"tok_s", P / s}, {"flops", flops}, {"mfu_pct", pct >= 0 ? json(pct) : json(nullptr)}});
+          {"prefill_s", s}, {"tok_s", P / s}, {"flops", flops}, {"mfu_pct", mfu_ok ? json(pct) : json(nullptr)},
+          {"mfu_error", pct > 100 ? json(fmt::format("computed {:.1f}% > 100%", pct)) : json(nullptr)}});
   }
   Stats m = summarize(mfu);
   row(fmt::format("prefill {}", P), style, tps, "tok/s",
-      mfu.empty() ? "MFU n/a (no tensor peak)" : fmt::format("MFU {:.1f}% ({:.1f}–{:.1f})", m.mean, m.min, m.max));
+      mfu.empty()   ? "MFU n/a (no tensor peak)"
+      : m.max > 100 ? fmt::format("MFU refused ({:.0f}% > 100%: measurement error)", m.max)
+                    : fmt::format("MFU {:.1f}% ({:.1f}–{:.1f})", m.mean, m.min, m.max));
 }
 
 void Bench::decode_test(const std::string& style, int64_t depth) {
