@@ -19,7 +19,7 @@
 # Knobs (environment): CONFIGS (weights:KV pairs, "q4_k:int8 q8_0:int8"; add q4_k:f16 for the
 # f16 cache), PROFILES (native volta), DEPTHS (512,8192,32768,131072), PREFILL (2048), STYLES
 # (code,zh), VERIFY (1,2,4,8), NGEN (16), REPS (2), STEP_TIMEOUT (seconds per bench, 75), BUDGET
-# (no bench starts that could end after this many seconds, 270). With the defaults: about 4
+# (no bench starts that could end after this many seconds, 300). With the defaults: about 4
 # minutes on an H200 (2 models, 4 bench runs), never more than ~5.
 set -uo pipefail
 
@@ -50,7 +50,7 @@ run() {
   export LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
   local vi="$b/bin/voltinfer" models=${MODEL_DIR:-/tmp/vi_models}
   local configs=${CONFIGS:-q4_k:int8 q8_0:int8} profiles=${PROFILES:-native volta}
-  local styles=${STYLES:-code,zh} budget=${BUDGET:-270}
+  local styles=${STYLES:-code,zh} budget=${BUDGET:-300}
   local depths=${DEPTHS:-512,8192,32768,131072} prefill=${PREFILL:-2048} verify=${VERIFY:-1,2,4,8}
   local ngen=${NGEN:-16} reps=${REPS:-2} step_timeout=${STEP_TIMEOUT:-75}
   mkdir -p "$models"
