@@ -89,8 +89,10 @@ TEST_P(Rope, PartialRotaryAtLargePositions) {
     ops::rope(cpu, ref, pos, rot, 1e6f);
     Tensor dx = up(x);
     ops::rope(g, dx, pos, rot, 1e6f);
-    // f32: sin/cos of angles up to 2e4 rad differ by a few ulp of the angle between libm and CUDA.
-    EXPECT_CLOSE(down(dx), ref, tol(2e-5, 2e-3), "rope rot_dim=" + std::to_string(rot));
+    // f32: sin/cos of angles up to 2e4 rad differ by a few ulp of the angle between libm and
+    // CUDA, and between toolkits' math libraries: the CUDA 13 build measured up to 2e-5, the
+    // CUDA 11.8 sm_70 build (PTX JIT-compiled on an H200) 4.3e-5 and 6.1e-5 (2026-11-29).
+    EXPECT_CLOSE(down(dx), ref, tol(1e-4, 2e-3), "rope rot_dim=" + std::to_string(rot));
   }
 }
 
