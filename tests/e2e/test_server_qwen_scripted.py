@@ -324,3 +324,42 @@ def test_tool_choice_that_cannot_be_honoured_is_400(oai, ant):
         ant.messages.create(model=MODEL, max_tokens=8, messages=QUESTION, tools=[anthropic_tool(WEATHER)],
                             tool_choice={"type": "any"})
     assert e2.value.body["error"]["type"] == "invalid_request_error" and "any" in e2.value.body["error"]["message"]
+
+
+def test_concurrent_requests_batch_and_stay_exact(oai, srv, chains):
+    """Eight requests at once on the server's two slots, thinking on and off, streaming and
+    not: decode steps carry two sequences, and prompt chunks join running decodes. Every
+    reply must still be the exact scripted text (the batched forward pass computes each row
+    as the single one does), and the engine must have run fewer forward passes than it
+    generated tokens (some passes served two sequences). With VOLTINFER_SERVE_ARGS="--device
+    cuda" this is the batched decode on the GPU."""
+    import concurrent.futures as cf
+
+    def one(i: int):
+        thinking = i % 2 == 0
+        kw = dict(model=MODEL, messages=QUESTION, temperature=0)
+        if thinking:
+            kw["tools"] = [WEATHER]
+        else:
+            kw["extra_body"] = {"enable_thinking": False}
+        if i % 4 < 2:
+            s = collect_openai_stream(oai.chat.completions.create(**kw, stream=True))
+            calls = [(c["name"], json.loads(c["arguments"])) for c in s["calls"].values()]
+            return thinking, s["reasoning"], s["content"], calls
+        m = oai.chat.completions.create(**kw).choices[0].message
+        calls = [(c.function.name, json.loads(c.function.arguments)) for c in m.tool_calls or []]
+        return thinking, m.reasoning_content, m.content or "", calls
+
+    before = srv.metrics()
+    with cf.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, range(8)))
+    after = srv.metrics()
+    for thinking, reasoning, content, calls in results:
+        if thinking:
+            assert (reasoning, content, calls) == (TOOL_REASONING, "", [("get_weather", {"city": "Paris"})])
+        else:
+            assert (reasoning, content, calls) == (ANSWER_REASONING, ANSWER, [])
+    generated = after["voltinfer_generated_tokens_total"] - before["voltinfer_generated_tokens_total"]
+    steps = after["voltinfer_engine_steps_total"] - before["voltinfer_engine_steps_total"]
+    assert generated >= 4 * (len(chains[START_THINKING_ON]) + len(chains[START_THINKING_OFF]))
+    assert steps < generated, f"{steps} forward passes for {generated} tokens: nothing was batched"
