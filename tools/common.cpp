@@ -82,7 +82,7 @@ void ModelFlags::add(CLI::App& app) {
   app.add_option("--device", device, "Where to run: cpu, or cuda (the current GPU; f16 activations)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--kernel-profile", kernel_profile,
-                 "GPU kernels: auto (from the device), volta (sm_70 features only), native (sm_80+, cuBLAS)")
+                 "GPU kernels: auto (from the device), volta (sm_70 features only), native (sm_80+; cuBLAS GEMM where built in)")
       ->check(CLI::IsMember({"auto", "volta", "native"}));
   // llama-server's flag names (-ctk/-ctv too, see normalize_args); int8 is voltinfer's own
   // cache format (ops/kv_quant.h), not llama.cpp's q8_0.
