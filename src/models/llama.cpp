@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "models/attention_block.h"
+#include "models/dense_blocks.h"
 #include "models/batch.h"
 #include "models/hparams.h"
 #include "models/loader.h"
@@ -234,19 +235,9 @@ void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> ite
     ops::matmul(ctx, a, L.wo, o);
     ops::add(ctx, x, o, x);
 
-    ops::rms_norm(ctx, x, L.ffn_norm, hp_.norm_eps, 0.0f, n);
-    ops::matmul(ctx, n, L.w_gate, gate);
-    ops::matmul(ctx, n, L.w_up, up);
-    ops::swiglu(ctx, gate, up, gate);
-    ops::matmul(ctx, gate, L.w_down, o);
-    ops::add(ctx, x, o, x);
+    swiglu_mlp_block(ctx, x, L.ffn_norm, hp_.norm_eps, 0.0f, L.w_gate, L.w_up, L.w_down, n, gate, up, o);
   }
-  Tensor last = gather_output_rows(ctx, plan, x);
-  Tensor nl = n.slice_rows(0, last.dim(0));
-  ops::rms_norm(ctx, last, out_norm_, hp_.norm_eps, 0.0f, nl);
-  logits = ops::empty(ctx, ctx.act, {last.dim(0), hp_.n_vocab});
-  ops::matmul(ctx, nl, lm_head_, logits);
-  if (where == LogitsOn::kHostF32) logits = logits_to_host_f32(ctx, logits);
+  output_logits(ctx, plan, x, out_norm_, hp_.norm_eps, 0.0f, lm_head_, hp_.n_vocab, n, where, logits);
   for (const BatchItem& it : items) static_cast<LlamaState&>(*it.seq).advance(static_cast<int64_t>(it.tokens.size()));
 }
 

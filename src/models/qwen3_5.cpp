@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "models/attention_block.h"
+#include "models/dense_blocks.h"
 #include "models/batch.h"
 #include "models/hparams.h"
 #include "models/loader.h"
@@ -434,19 +435,9 @@ void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> it
       ops::matmul(ctx, y, G.wout, o);
     }
     ops::add(ctx, x, o, x);
-    ops::rms_norm(ctx, x, L.post_norm, eps, off, n);
-    ops::matmul(ctx, n, L.w_gate, ff_g);
-    ops::matmul(ctx, n, L.w_up, ff_u);
-    ops::swiglu(ctx, ff_g, ff_u, ff_g);
-    ops::matmul(ctx, ff_g, L.w_down, o);
-    ops::add(ctx, x, o, x);
+    swiglu_mlp_block(ctx, x, L.post_norm, eps, off, L.w_gate, L.w_up, L.w_down, n, ff_g, ff_u, o);
   }
-  Tensor last = gather_output_rows(ctx, plan, x);
-  Tensor nl = n.slice_rows(0, last.dim(0));
-  ops::rms_norm(ctx, last, out_norm_, eps, off, nl);
-  logits = ops::empty(ctx, ctx.act, {last.dim(0), hp_.n_vocab});
-  ops::matmul(ctx, nl, lm_head_, logits);
-  if (where == LogitsOn::kHostF32) logits = logits_to_host_f32(ctx, logits);
+  output_logits(ctx, plan, x, out_norm_, eps, off, lm_head_, hp_.n_vocab, n, where, logits);
   for (const BatchItem& it : items)
     static_cast<Qwen35State&>(*it.seq).advance(static_cast<int64_t>(it.tokens.size()));
 }
