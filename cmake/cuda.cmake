@@ -21,7 +21,14 @@ option(VI_CUBLAS "Use cuBLAS for the native profile's prefill GEMM" ON)
 # The toolkit's release, from nvcc itself (enable_language has not run yet).
 set(vi_nvcc "${CMAKE_CUDA_COMPILER}")
 if(NOT vi_nvcc)
-  find_program(vi_nvcc nvcc)
+  find_program(vi_nvcc_on_path nvcc)  # another name: a normal variable would hide the cached result
+  set(vi_nvcc "${vi_nvcc_on_path}")
+  # CMake's own search prefers /usr/bin, where Debian's CUDA 11.8 nvcc lives, over the first
+  # nvcc on PATH: pin the one checked here, so a machine with both toolkits builds with the
+  # PATH's (CUDA 13) unless told otherwise.
+  if(vi_nvcc)
+    set(CMAKE_CUDA_COMPILER "${vi_nvcc}")
+  endif()
 endif()
 set(vi_cuda_release "13.0")
 if(vi_nvcc)
@@ -56,7 +63,7 @@ if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
     set(CMAKE_CUDA_ARCHITECTURES 75 80 90)
   endif()
 endif()
-message(STATUS "voltinfer: CUDA ${vi_cuda_release}, architectures ${CMAKE_CUDA_ARCHITECTURES}, cuBLAS ${VI_CUBLAS}")
+message(STATUS "voltinfer: CUDA ${vi_cuda_release} (${CMAKE_CUDA_COMPILER}), architectures ${CMAKE_CUDA_ARCHITECTURES}, cuBLAS ${VI_CUBLAS}")
 
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
