@@ -94,6 +94,57 @@ TEST_P(GoldenOnGpu, PrefillThenDecodeMatchesCpu) {
   }
 }
 
+// Continuous batching on the GPU: one forward pass carrying a decode token of one sequence,
+// a 5-token prompt chunk of another and a decode token of a third (rows of different
+// lengths and positions, separate KV pools) gives each sequence the logits the CPU computes
+// for it alone.
+TEST_P(GoldenOnGpu, RaggedBatchMatchesSingleSequencesOnCpu) {
+  const auto models = golden_models();
+  ASSERT_FALSE(models.empty()) << "no golden models under tests/golden";
+  const double lim = tol(1e-4, 3e-2);
+  for (const std::string& path : models) {
+    auto src = formats::open_weight_source(path);
+    LoadOptions cpu_opts, gpu_opts;
+    gpu_opts.ctx = g;
+    auto cpu_model = load_model(*src, cpu_opts);
+    auto gpu_model = load_model(*src, gpu_opts);
+    const int64_t V = cpu_model->info().n_vocab;
+    std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(V - 1));
+    const int64_t prefix[3] = {11, 0, 23};  // tokens each sequence holds before the batch
+    const int64_t fed[3] = {1, 5, 1};       // tokens each feeds in the batched pass
+    std::vector<std::vector<int32_t>> toks(3);
+    std::vector<std::unique_ptr<SequenceState>> cs, gs;
+    for (int i = 0; i < 3; ++i) {
+      toks[i].resize(static_cast<size_t>(prefix[i] + fed[i]));
+      for (auto& t : toks[i]) t = u(rng());
+      cs.push_back(cpu_model->new_sequence(64));
+      gs.push_back(gpu_model->new_sequence(64));
+      Tensor unused;
+      if (prefix[i] > 0) {
+        std::span<const int32_t> head(toks[i].data(), static_cast<size_t>(prefix[i]));
+        cpu_model->forward(cpu, head, *cs[i], unused, false);
+        gpu_model->forward(g, head, *gs[i], unused, false);
+      }
+    }
+    std::vector<BatchItem> items;
+    for (int i = 0; i < 3; ++i)
+      items.push_back({gs[i].get(), std::span<const int32_t>(toks[i].data() + prefix[i], static_cast<size_t>(fed[i])),
+                       /*all_logits=*/false});
+    Tensor gl;
+    gpu_model->forward_batch(g, items, gl);
+    ASSERT_EQ(gl.rows(), 3);
+    for (int i = 0; i < 3; ++i) {
+      Tensor cl;
+      cpu_model->forward(cpu, std::span<const int32_t>(toks[i].data() + prefix[i], static_cast<size_t>(fed[i])), *cs[i],
+                         cl, false);
+      auto [e, a] = compare_logits(gl.slice_rows(i, i + 1), cl, lim);
+      EXPECT_LE(e, lim) << path << ": batch row " << i;
+      EXPECT_TRUE(a) << path << ": batch row " << i << " argmax";
+      EXPECT_EQ(gs[i]->n_past(), prefix[i] + fed[i]);
+    }
+  }
+}
+
 // A context whose KV cache cannot fit in the GPU is refused before allocating, naming the
 // flags to change; one that fits still loads.
 TEST_P(GoldenOnGpu, KvCacheOrWeightsThatCannotFitAreRefused) {
