@@ -130,6 +130,25 @@ Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& idx) {
   return out;
 }
 
+Tensor concat_rows(const std::vector<const Tensor*>& parts) {
+  VI_CHECK(!parts.empty(), "concat_rows of nothing");
+  const Tensor& first = *parts.front();
+  int64_t rows = 0;
+  for (const Tensor* t : parts) {
+    VI_CHECK(t->device() == Device::CPU && t->dtype() == first.dtype() && t->cols() == first.cols(),
+             "concat_rows: {} {} does not stack under {} {}", t->shape_str(), dtype_name(t->dtype()),
+             first.shape_str(), dtype_name(first.dtype()));
+    rows += t->rows();
+  }
+  Tensor out = Tensor::empty(first.dtype(), {rows, first.cols()});
+  uint8_t* dst = out.row(0);
+  for (const Tensor* t : parts) {
+    std::memcpy(dst, t->data(), t->nbytes());
+    dst += t->nbytes();
+  }
+  return out;
+}
+
 Tensor permute_rows(const Tensor& t, const std::vector<int64_t>& perm) {
   VI_CHECK(static_cast<int64_t>(perm.size()) == t.rows(), "permutation of {} rows for a tensor of {} rows",
            perm.size(), t.rows());

@@ -74,6 +74,9 @@ Tensor to_f32(const Tensor& t);
 // Returns an owned copy whose row r is t's row idx[r] (rows over the outer dims; the
 // result has idx.size() rows and t's row width). Works on quantized rows too.
 Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& idx);
+// The rows of every tensor in `parts`, in order, as one owned host tensor (one dtype and row
+// width; quantized rows too).
+Tensor concat_rows(const std::vector<const Tensor*>& parts);
 // gather_rows with a full permutation (same shape as t).
 Tensor permute_rows(const Tensor& t, const std::vector<int64_t>& perm);
 

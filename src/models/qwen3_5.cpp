@@ -54,6 +54,9 @@ struct GdnWeights {
   Tensor wq, wk, wv;        // [key_dim, d], [key_dim, d], [value_dim, d] (row blocks of in_proj_qkv)
   Tensor wz;                // [value_dim, d]
   Tensor wb, wa;            // [Hv, d]
+  // The six above stacked, [2*key_dim + 2*value_dim + 2*Hv, d], when they share a dtype
+  // (then they are row views of it): a one-row forward pass runs them as one GEMV.
+  Tensor w_in;
   Tensor conv_q, conv_k, conv_v;  // [key_dim, K], [key_dim, K], [value_dim, K] f32
   Tensor neg_exp_A, dt_bias;      // [Hv] f32
   Tensor norm;              // [dv] f32 (used directly, no +1)
@@ -150,6 +153,7 @@ class Qwen35Model final : public Model {
   KvCacheTypes kv_types_;  // element types of the KV pools it makes
   float norm_offset_ = 0;        // 1 for HF (1+w stored as w), 0 for GGUF (1 folded in)
   ops::GvaLayout gva_ = ops::GvaLayout::kGrouped;
+  bool gdn_in_fused_ = false;    // every GDN layer has its input projections stacked (w_in)
   Tensor tok_embd_, out_norm_, lm_head_;
   std::vector<Layer> layers_;
   // MTP head (one full-attention block); used by speculative decoding.
@@ -253,6 +257,8 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
   }
   load_mtp(w);
   w.finish();
+  gdn_in_fused_ = std::all_of(layers_.begin(), layers_.end(),
+                              [](const Layer& L) { return L.full || L.gdn.w_in.data() != nullptr; });
   // Weights the forward pass reads go to the model's device (nothing happens on the CPU).
   const bool tied = lm_head_.data() == tok_embd_.data();
   to_device(ctx_, {&tok_embd_, &out_norm_});
@@ -262,8 +268,22 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
     AttnWeights& A = L.attn;
     GdnWeights& G = L.gdn;
     to_device(ctx_, {&L.in_norm, &L.post_norm, &L.w_gate, &L.w_up, &L.w_down, &A.wq, &A.wgate, &A.wk, &A.wv, &A.wo,
-                     &A.q_norm, &A.k_norm, &G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa, &G.conv_q, &G.conv_k, &G.conv_v,
-                     &G.neg_exp_A, &G.dt_bias, &G.norm, &G.wout});
+                     &A.q_norm, &A.k_norm, &G.conv_q, &G.conv_k, &G.conv_v, &G.neg_exp_A, &G.dt_bias, &G.norm,
+                     &G.wout});
+    if (G.w_in.data() != nullptr) {
+      // One copy of the input projections: the six weights become row views of the stack.
+      to_device(ctx_, {&G.w_in});
+      int64_t r = 0;
+      for (Tensor* t : {&G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa}) {
+        const int64_t rows = t->dim(0);
+        std::string name = t->name();
+        *t = G.w_in.slice_rows(r, r + rows);
+        t->set_name(name);
+        r += rows;
+      }
+    } else {
+      to_device(ctx_, {&G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa});
+    }
   }
 
   info_.arch = "qwen3_5";
@@ -305,6 +325,10 @@ void Qwen35Model::load_gdn(WeightLoader& w, const std::string& g, const std::str
   a.wz = w.load(g + "attn_gate.weight", h + "in_proj_z.weight", {value_dim, d});
   a.wb = w.load(g + "ssm_beta.weight", h + "in_proj_b.weight", {Hv, d});
   a.wa = w.load(g + "ssm_alpha.weight", h + "in_proj_a.weight", {Hv, d});
+  if (a.wz.dtype() == qkv.dtype() && a.wb.dtype() == qkv.dtype() && a.wa.dtype() == qkv.dtype()) {
+    a.w_in = concat_rows({&qkv, &a.wz, &a.wb, &a.wa});
+    a.w_in.set_name(g + "gdn_in_fused.weight");
+  }
   // Depthwise conv weight: HF [C, 1, K], GGUF [C, K]; the q/k/v channel blocks get their own.
   Tensor conv = w.gguf() ? w.load_f32(g + "ssm_conv1d.weight", "", {conv_dim, K})
                          : w.load_f32("", h + "conv1d.weight", {conv_dim, 1, K}).reshape({conv_dim, K});
@@ -375,11 +399,23 @@ void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> it
   Tensor k = ops::empty(ctx, ctx.act, {N, kv_w}), v = ops::empty(ctx, ctx.act, {N, kv_w});
   Tensor att = ops::empty(ctx, ctx.act, {N, Hq * hd});
   // GDN scratch.
-  Tensor lq = ops::empty(ctx, ctx.act, {N, key_dim}), lk = ops::empty(ctx, ctx.act, {N, key_dim});
-  Tensor lv = ops::empty(ctx, ctx.act, {N, value_dim}), lz = ops::empty(ctx, ctx.act, {N, value_dim});
+  // The six GDN input projections: for one row their outputs are column blocks of one
+  // product with the stacked weight (each block of a one-row tensor is contiguous), so a
+  // decode step of one sequence reads all six weights in one GEMV instead of six.
+  const int64_t in_w = 2 * key_dim + 2 * value_dim + 2 * Hv;
+  const bool fused_in = N == 1 && gdn_in_fused_;
+  Tensor lin = fused_in ? ops::empty(ctx, ctx.act, {1, in_w}) : Tensor();
+  int64_t in_off = 0;
+  auto in_block = [&](int64_t w) {  // next column block of lin, or a tensor of its own
+    if (!fused_in) return ops::empty(ctx, ctx.act, {N, w});
+    Tensor b = lin.reshape({in_w, 1}).slice_rows(in_off, in_off + w).reshape({1, w});
+    in_off += w;
+    return b;
+  };
+  Tensor lq = in_block(key_dim), lk = in_block(key_dim), lv = in_block(value_dim), lz = in_block(value_dim);
+  Tensor lb = in_block(Hv), la = in_block(Hv);  // stacked in the weight's order: q k v z b a
   Tensor cq = ops::empty(ctx, ctx.act, {N, key_dim}), ck = ops::empty(ctx, ctx.act, {N, key_dim});
   Tensor cv = ops::empty(ctx, ctx.act, {N, value_dim});
-  Tensor la = ops::empty(ctx, ctx.act, {N, Hv}), lb = ops::empty(ctx, ctx.act, {N, Hv});
   Tensor g = ops::empty(ctx, DType::F32, {N, Hv}), beta = ops::empty(ctx, DType::F32, {N, Hv});
   Tensor core = ops::empty(ctx, ctx.act, {N, value_dim}), y = ops::empty(ctx, ctx.act, {N, value_dim});
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -407,12 +443,16 @@ void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> it
       ops::matmul(ctx, att, A.wo, o);
     } else {
       const GdnWeights& G = L.gdn;
-      ops::matmul(ctx, n, G.wq, lq);
-      ops::matmul(ctx, n, G.wk, lk);
-      ops::matmul(ctx, n, G.wv, lv);
-      ops::matmul(ctx, n, G.wz, lz);
-      ops::matmul(ctx, n, G.wb, lb);
-      ops::matmul(ctx, n, G.wa, la);
+      if (fused_in) {
+        ops::matmul(ctx, n, G.w_in, lin);
+      } else {
+        ops::matmul(ctx, n, G.wq, lq);
+        ops::matmul(ctx, n, G.wk, lk);
+        ops::matmul(ctx, n, G.wv, lv);
+        ops::matmul(ctx, n, G.wz, lz);
+        ops::matmul(ctx, n, G.wb, lb);
+        ops::matmul(ctx, n, G.wa, la);
+      }
       ops::gdn_gates(ctx, la, lb, G.neg_exp_A, G.dt_bias, g, beta);
       for (size_t i = 0; i < items.size(); ++i) {
         auto& seq = static_cast<Qwen35State&>(*items[i].seq);
