@@ -25,6 +25,7 @@
 #include "core/tensor.h"
 #include "ops/memory.h"
 #include "ops/paged_attention.h"
+#include "bench_cuda_util.cuh"
 
 namespace {
 
@@ -32,12 +33,8 @@ using vi::DType;
 using vi::Tensor;
 namespace ops = vi::ops;
 
-__device__ __forceinline__ uint32_t mix(uint64_t i, uint32_t seed) {
-  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return static_cast<uint32_t>(z ^ (z >> 31));
-}
+using vi::benchutil::median;
+using vi::benchutil::mix;
 
 // Values in [-1, 1) for f16/f32, [-127, 127] for i8, scales in [0.005, 0.01).
 __global__ void fill(void* p, size_t n, DType t, uint32_t seed, bool is_scale) {
@@ -53,34 +50,6 @@ void fill_tensor(Tensor& t, uint32_t seed, bool is_scale = false) {
   fill<<<1024, 256>>>(t.data(), static_cast<size_t>(t.numel()), t.dtype(), seed, is_scale);
   VI_CUDA_LAUNCH_CHECK();
   VI_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double copy_bandwidth() {
-  const size_t n = size_t(1) << 30;
-  void *a, *b;
-  VI_CUDA_CHECK(cudaMalloc(&a, n));
-  VI_CUDA_CHECK(cudaMalloc(&b, n));
-  cudaEvent_t e0, e1;
-  VI_CUDA_CHECK(cudaEventCreate(&e0));
-  VI_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int r = 0; r < 10; ++r) {
-    VI_CUDA_CHECK(cudaEventRecord(e0));
-    VI_CUDA_CHECK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice));
-    VI_CUDA_CHECK(cudaEventRecord(e1));
-    VI_CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    VI_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    if (r > 0) ms.push_back(t);
-  }
-  VI_CUDA_CHECK(cudaFree(a));
-  VI_CUDA_CHECK(cudaFree(b));
-  return 2.0 * n / (median(ms) * 1e-3) / 1e9;
 }
 
 std::vector<int64_t> parse_list(const std::string& s) {
@@ -110,7 +79,7 @@ int main(int argc, char** argv) {
   const int64_t Hq = 24, Hkv = 4, D = 256, bs = 16;
   cudaDeviceProp prop{};
   VI_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  const double copy_gbs = copy_bandwidth();
+  const double copy_gbs = vi::benchutil::copy_bandwidth();
   std::printf("# %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", prop.name, prop.multiProcessorCount, copy_gbs);
   std::printf("# one layer: Hq=%lld Hkv=%lld D=%lld, block size %lld, f16 activations\n", (long long)Hq,
               (long long)Hkv, (long long)D, (long long)bs);
@@ -176,24 +145,8 @@ int main(int argc, char** argv) {
           // stream figure stands in and the line says so).
           std::vector<float> us;
           try {
-            cudaGraph_t graph;
-            cudaGraphExec_t exec;
-            VI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-            for (int i = 0; i < n_calls; ++i) call(i % copies);
-            VI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-            VI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-            VI_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
-            for (int r = 0; r < 9; ++r) {
-              VI_CUDA_CHECK(cudaEventRecord(e0, stream));
-              VI_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-              VI_CUDA_CHECK(cudaEventRecord(e1, stream));
-              VI_CUDA_CHECK(cudaEventSynchronize(e1));
-              float ms = 0;
-              VI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-              us.push_back(ms * 1e3f / n_calls);
-            }
-            VI_CUDA_CHECK(cudaGraphExecDestroy(exec));
-            VI_CUDA_CHECK(cudaGraphDestroy(graph));
+            us = vi::benchutil::graph_us_per_call(stream, n_calls, 9, cudaStreamCaptureModeThreadLocal,
+                                                  [&](int i) { call(i % copies); });
           } catch (const std::exception& e) {
             std::printf("# graph capture failed (%s): the stream time is reported instead\n", e.what());
             cudaStreamCaptureStatus st;

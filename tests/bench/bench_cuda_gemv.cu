@@ -21,6 +21,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/gemv_mma.cuh"
+#include "bench_cuda_util.cuh"
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "ops/matmul.h"
@@ -33,12 +34,8 @@ using vi::DType;
 using vi::Tensor;
 namespace ops = vi::ops;
 
-__device__ __forceinline__ uint32_t mix(uint64_t i, uint32_t seed) {
-  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return static_cast<uint32_t>(z ^ (z >> 31));
-}
+using vi::benchutil::median;
+using vi::benchutil::mix;
 
 __global__ void fill_bytes(uint8_t* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
@@ -100,36 +97,6 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Device-to-device copy bandwidth (read + write bytes / time) over 1 GiB, median of 9.
-double copy_bandwidth(cudaStream_t s) {
-  const size_t n = size_t(1) << 30;
-  void *a, *b;
-  VI_CUDA_CHECK(cudaMalloc(&a, n));
-  VI_CUDA_CHECK(cudaMalloc(&b, n));
-  fill_bytes<<<2048, 256, 0, s>>>(static_cast<uint8_t*>(a), n, 7);
-  cudaEvent_t e0, e1;
-  VI_CUDA_CHECK(cudaEventCreate(&e0));
-  VI_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int r = 0; r < 10; ++r) {
-    VI_CUDA_CHECK(cudaEventRecord(e0, s));
-    VI_CUDA_CHECK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, s));
-    VI_CUDA_CHECK(cudaEventRecord(e1, s));
-    VI_CUDA_CHECK(cudaEventSynchronize(e1));
-    float t;
-    VI_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    if (r > 0) ms.push_back(t);
-  }
-  VI_CUDA_CHECK(cudaFree(a));
-  VI_CUDA_CHECK(cudaFree(b));
-  return 2.0 * n / (median(ms) * 1e-3) / 1e9;
-}
-
 struct Shape {
   const char* what;
   int64_t N, K;
@@ -165,15 +132,12 @@ int main(int argc, char** argv) {
   VI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaDeviceProp prop;
   VI_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  const double copy_gbs = copy_bandwidth(stream);
+  const double copy_gbs = vi::benchutil::copy_bandwidth();
   std::printf("device: %s, %d SMs; device-to-device copy: %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, copy_gbs);
   FILE* jf = json.empty() ? nullptr : std::fopen(json.c_str(), "w");
   std::printf("%-7s %-6s %-20s %7s %6s %2s %9s %8s %7s\n", "profile", "dtype", "shape", "N", "K", "T", "us",
               "GB/s", "%copy");
-  cudaEvent_t e0, e1;
-  VI_CUDA_CHECK(cudaEventCreate(&e0));
-  VI_CUDA_CHECK(cudaEventCreate(&e1));
   for (const std::string& dn : split(dtypes)) {
     const DType dt = vi::dtype_from_name(dn);
     for (const Shape& sh : shapes) {
@@ -204,25 +168,8 @@ int main(int argc, char** argv) {
           Tensor xt = x.slice_rows(0, T), yt = y.slice_rows(0, T);
           // Calls per graph: about 2 ms of work, at least one pass over the copies.
           auto run_graph = [&](int calls) {
-            cudaGraph_t graph;
-            cudaGraphExec_t exec;
-            VI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-            for (int i = 0; i < calls; ++i) ops::matmul(ctx, xt, ws[i % copies], yt);
-            VI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-            VI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-            std::vector<float> per_call;
-            for (int r = 0; r < 10; ++r) {
-              VI_CUDA_CHECK(cudaEventRecord(e0, stream));
-              VI_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-              VI_CUDA_CHECK(cudaEventRecord(e1, stream));
-              VI_CUDA_CHECK(cudaEventSynchronize(e1));
-              float t;
-              VI_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-              if (r > 0) per_call.push_back(t * 1000.0f / calls);
-            }
-            VI_CUDA_CHECK(cudaGraphExecDestroy(exec));
-            VI_CUDA_CHECK(cudaGraphDestroy(graph));
-            return median(per_call);
+            return median(vi::benchutil::graph_us_per_call(stream, calls, 9, cudaStreamCaptureModeRelaxed,
+                                                           [&](int i) { ops::matmul(ctx, xt, ws[i % copies], yt); }));
           };
           if (variants && pn == "native" && vi::cuda::gemv_mma_supports(ctx, xt, ws[0])) {
             ops::matmul(ctx, xt, ws[0], yt);
@@ -238,25 +185,9 @@ int main(int argc, char** argv) {
               int64_t diff = 0;
               for (int64_t i = 0; i < got.numel(); ++i) diff += got.ptr<uint16_t>()[i] != ref.ptr<uint16_t>()[i];
               auto time_variant = [&](int calls) {
-                cudaGraph_t graph;
-                cudaGraphExec_t exec;
-                VI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-                for (int i = 0; i < calls; ++i) vi::cuda::gemv_mma(ctx, xt, ws[i % copies], yt, v);
-                VI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-                VI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-                std::vector<float> per_call;
-                for (int r = 0; r < 10; ++r) {
-                  VI_CUDA_CHECK(cudaEventRecord(e0, stream));
-                  VI_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-                  VI_CUDA_CHECK(cudaEventRecord(e1, stream));
-                  VI_CUDA_CHECK(cudaEventSynchronize(e1));
-                  float t;
-                  VI_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-                  if (r > 0) per_call.push_back(t * 1000.0f / calls);
-                }
-                VI_CUDA_CHECK(cudaGraphExecDestroy(exec));
-                VI_CUDA_CHECK(cudaGraphDestroy(graph));
-                return median(per_call);
+                return median(vi::benchutil::graph_us_per_call(
+                    stream, calls, 9, cudaStreamCaptureModeRelaxed,
+                    [&](int i) { vi::cuda::gemv_mma(ctx, xt, ws[i % copies], yt, v); }));
               };
               const float e = time_variant(copies);
               const int calls = std::max(copies, std::min(2000, static_cast<int>(2000.0f / std::max(e, 1.0f))));

@@ -1,0 +1,68 @@
+// What the CUDA micro-benchmarks share: a counter-based hash for filling buffers on the
+// device, the median, the copy bandwidth (hwcheck's own measurement, so every "% of copy"
+// means the same thing), and the time per call of calls replayed from a captured graph.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "backends/cuda/cuda_util.cuh"
+#include "backends/cuda/hwinfo.h"
+
+namespace vi::benchutil {
+
+__device__ __forceinline__ uint32_t mix(uint64_t i, uint32_t seed) {
+  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<uint32_t>(z ^ (z >> 31));
+}
+
+inline float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Device-to-device copy of 1 GiB, bytes read + written over time, median of 9 (hwcheck's).
+inline double copy_bandwidth() {
+  int dev = 0;
+  VI_CUDA_CHECK(cudaGetDevice(&dev));
+  return vi::cuda::measure_copy_gbs(dev, size_t(1) << 30, 9).median;
+}
+
+// launch(i) for i in [0, calls) captured once into a graph; after one warm-up replay, `reps`
+// timed replays: µs per call of each. Throws vi::Error if the capture fails.
+template <class Launch>
+std::vector<float> graph_us_per_call(cudaStream_t s, int calls, int reps, cudaStreamCaptureMode mode,
+                                     Launch&& launch) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  VI_CUDA_CHECK(cudaStreamBeginCapture(s, mode));
+  for (int i = 0; i < calls; ++i) launch(i);
+  VI_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  VI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t e0, e1;
+  VI_CUDA_CHECK(cudaEventCreate(&e0));
+  VI_CUDA_CHECK(cudaEventCreate(&e1));
+  VI_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm-up
+  std::vector<float> us;
+  for (int r = 0; r < reps; ++r) {
+    VI_CUDA_CHECK(cudaEventRecord(e0, s));
+    VI_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    VI_CUDA_CHECK(cudaEventRecord(e1, s));
+    VI_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    VI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    us.push_back(ms * 1e3f / calls);
+  }
+  VI_CUDA_CHECK(cudaEventDestroy(e0));
+  VI_CUDA_CHECK(cudaEventDestroy(e1));
+  VI_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  VI_CUDA_CHECK(cudaGraphDestroy(graph));
+  return us;
+}
+
+}  // namespace vi::benchutil
