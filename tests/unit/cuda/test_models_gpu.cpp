@@ -58,18 +58,23 @@ std::pair<double, bool> compare_logits(const Tensor& a, const Tensor& b, double 
   return {worst, argmax_ok};
 }
 
-class GoldenOnGpu : public CudaOpTest {};
+class GoldenOnGpu : public CudaOpTest {
+ protected:
+  // The model at `path` loaded twice: on the CPU (the reference) and on the GPU under test.
+  std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> load_on_both(const std::string& path) {
+    auto src = formats::open_weight_source(path);
+    LoadOptions cpu_opts, gpu_opts;
+    gpu_opts.ctx = g;
+    return {load_model(*src, cpu_opts), load_model(*src, gpu_opts)};
+  }
+};
 
 TEST_P(GoldenOnGpu, PrefillThenDecodeMatchesCpu) {
   const auto models = golden_models();
   ASSERT_FALSE(models.empty()) << "no golden models under tests/golden";
   const double lim = tol(1e-4, 3e-2);
   for (const std::string& path : models) {
-    auto src = formats::open_weight_source(path);
-    LoadOptions cpu_opts, gpu_opts;
-    gpu_opts.ctx = g;
-    auto cpu_model = load_model(*src, cpu_opts);
-    auto gpu_model = load_model(*src, gpu_opts);
+    auto [cpu_model, gpu_model] = load_on_both(path);
     const int64_t V = cpu_model->info().n_vocab;
     std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(V - 1));
     std::vector<int32_t> tokens(41);
@@ -103,11 +108,7 @@ TEST_P(GoldenOnGpu, RaggedBatchMatchesSingleSequencesOnCpu) {
   ASSERT_FALSE(models.empty()) << "no golden models under tests/golden";
   const double lim = tol(1e-4, 3e-2);
   for (const std::string& path : models) {
-    auto src = formats::open_weight_source(path);
-    LoadOptions cpu_opts, gpu_opts;
-    gpu_opts.ctx = g;
-    auto cpu_model = load_model(*src, cpu_opts);
-    auto gpu_model = load_model(*src, gpu_opts);
+    auto [cpu_model, gpu_model] = load_on_both(path);
     const int64_t V = cpu_model->info().n_vocab;
     std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(V - 1));
     const int64_t prefix[3] = {11, 0, 23};  // tokens each sequence holds before the batch
