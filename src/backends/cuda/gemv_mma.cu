@@ -311,7 +311,7 @@ bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % 
 
 bool gemv_mma_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
   const DType wt = w.dtype();
-  if (volta_profile(ctx) || current_device().code_cc < 80) return false;
+  if (!sm80_code(ctx)) return false;  // volta profile, or no sm_80 code in this build
   if (x.dtype() != DType::F16 || x.rows() < 1 || x.rows() > 8) return false;
   if (wt != DType::Q4_K && wt != DType::Q5_K && wt != DType::Q8_0R && wt != DType::F16) return false;
   const int64_t K = w.dim(1);
