@@ -1,5 +1,6 @@
 // embedding entry point: shape/dtype/device checks, then the (device, table dtype) kernel.
-// The ids live in host memory on every backend, so only table and out are device-checked.
+// The ids live in host memory (checked against the vocabulary here) or on the op's device
+// (the batch plan checked them on the host before they moved).
 #include "ops/embedding.h"
 
 #include "ops/op_checks.h"
@@ -14,7 +15,8 @@ OpTable<EmbeddingFn>& embedding_table() {
 
 void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out) {
   check_same_device("embedding", ctx, {&table, &out});
-  VI_CHECK(ids.device() == Device::CPU, "op 'embedding': ids {} must be in host memory", describe(ids));
+  VI_CHECK(ids.device() == Device::CPU || ids.device() == ctx.device,
+           "op 'embedding': ids {} must be in host memory or on {}", describe(ids), device_name(ctx.device));
   VI_CHECK(table.ndim() == 2, "op 'embedding': table {} must be 2-D [vocab, d]", describe(table));
   VI_CHECK(ids.dtype() == DType::I32 && ids.ndim() == 1, "op 'embedding': ids {} must be [T] i32",
            describe(ids));
@@ -23,7 +25,7 @@ void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out
            ids.dim(0), table.dim(1), describe(ids), describe(table));
   const int64_t vocab = table.dim(0);
   const int32_t* id = ids.ptr<int32_t>();
-  for (int64_t t = 0; t < ids.dim(0); ++t) {
+  for (int64_t t = 0; ids.device() == Device::CPU && t < ids.dim(0); ++t) {
     VI_CHECK(id[t] >= 0 && id[t] < vocab, "op 'embedding': token id {} at position {} is outside the vocab of {} ({})",
              id[t], t, vocab, describe(table));
   }

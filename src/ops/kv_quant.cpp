@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/op_checks.h"
+#include "ops/paged_attention.h"
 #include "ops/profiler.h"
 
 namespace vi::ops {
@@ -33,36 +34,36 @@ OpTable<PagedKvWriteI8Fn>& paged_kv_write_i8_table() {
   return table;
 }
 
-void paged_kv_write_i8(Context& ctx, const Tensor& x, Tensor& pool, Tensor& scale, const Tensor& block_table,
-                       int64_t block_size, int64_t pos0, bool rotate) {
-  check_same_device("paged_kv_write_i8", ctx, {&x, &pool, &scale});
+void kv_scatter_i8(Context& ctx, const Tensor& x, Tensor& pool, Tensor& scale, const Tensor& rows, bool rotate) {
+  check_same_device("paged_kv_write_i8", ctx, {&x, &pool, &scale, &rows});
   VI_CHECK(pool.dtype() == DType::I8 && pool.ndim() == 3 && scale.dtype() == DType::F32 && scale.ndim() == 2 &&
                scale.dim(0) == pool.dim(0) && scale.dim(1) == pool.dim(1),
            "op 'paged_kv_write_i8': pool {} must be [rows, Hkv, D] i8 and scale {} [rows, Hkv] f32",
            describe(pool), describe(scale));
   VI_CHECK(x.ndim() == 2 && x.cols() == pool.dim(1) * pool.dim(2),
            "op 'paged_kv_write_i8': rows {} do not fit pool {}", describe(x), describe(pool));
-  VI_CHECK(block_size > 0 && pool.dim(0) % block_size == 0,
-           "op 'paged_kv_write_i8': pool {} is not a whole number of blocks of {}", describe(pool), block_size);
-  VI_CHECK(block_table.device() == Device::CPU && block_table.dtype() == DType::I32 && block_table.ndim() == 1,
-           "op 'paged_kv_write_i8': the block table {} must be 1-D i32 on the host", describe(block_table));
-  VI_CHECK(pos0 >= 0, "op 'paged_kv_write_i8': negative position {}", pos0);
-  const int64_t T = x.dim(0), n_blocks = pool.dim(0) / block_size;
-  if (T == 0) return;
-  const int64_t need = (pos0 + T + block_size - 1) / block_size;
-  VI_CHECK(block_table.dim(0) >= need, "op 'paged_kv_write_i8': {} positions need {} blocks but the table has {}",
-           pos0 + T, need, block_table.dim(0));
-  const int32_t* tbl = block_table.ptr<int32_t>();
-  std::vector<int32_t> rows(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t p = pos0 + t, b = tbl[p / block_size];
-    VI_CHECK(b >= 0 && b < n_blocks, "op 'paged_kv_write_i8': block table entry {} is {}, outside the pool of {} blocks",
-             p / block_size, b, n_blocks);
-    rows[static_cast<size_t>(t)] = static_cast<int32_t>(b * block_size + p % block_size);
+  VI_CHECK(rows.dtype() == DType::I32 && rows.ndim() == 1 && rows.dim(0) == x.dim(0),
+           "op 'paged_kv_write_i8': row indices {} must be [{}] i32", describe(rows), x.dim(0));
+  const int64_t T = x.dim(0);
+  if (rows.device() == Device::CPU) {
+    const int32_t* r = rows.ptr<int32_t>();
+    for (int64_t t = 0; t < T; ++t)
+      VI_CHECK(r[t] >= 0 && r[t] < pool.dim(0), "op 'paged_kv_write_i8': row {} is outside the pool of {} rows",
+               r[t], pool.dim(0));
   }
+  if (T == 0) return;
   VI_OP_SCOPE(ctx, "paged_kv_write_i8", x.dtype(), x.nbytes() + T * pool.dim(1) * (pool.dim(2) + 4),
               "T={} Hkv={} D={} rotate={}", T, pool.dim(1), pool.dim(2), rotate);
-  paged_kv_write_i8_table().get(ctx.device, x.dtype())(ctx, x, pool, scale, rows.data(), rotate);
+  paged_kv_write_i8_table().get(ctx.device, x.dtype())(ctx, x, pool, scale, rows, rotate);
+}
+
+void paged_kv_write_i8(Context& ctx, const Tensor& x, Tensor& pool, Tensor& scale, const Tensor& block_table,
+                       int64_t block_size, int64_t pos0, bool rotate) {
+  VI_CHECK(pool.ndim() == 3 && block_size > 0 && pool.dim(0) % block_size == 0,
+           "op 'paged_kv_write_i8': pool {} is not a whole number of blocks of {}", describe(pool), block_size);
+  const int64_t T = x.ndim() == 2 ? x.dim(0) : 0;
+  const auto rows = pool_rows("paged_kv_write_i8", block_table, block_size, pool.dim(0) / block_size, pos0, T);
+  kv_scatter_i8(ctx, x, pool, scale, i32_on_device(ctx, rows), rotate);
 }
 
 }  // namespace vi::ops

@@ -23,13 +23,14 @@ namespace vi::ops {
 // In-place y = H x over one head vector x[D] (the rule above).
 void hadamard_rotate(float* x, int64_t D);
 
-// Like paged_kv_write, quantizing: x [T, Hkv * D] (f32, or f16 on a GPU) row t goes to
-// pool row of position pos0 + t (pool [n_rows, Hkv, D] i8, scale [n_rows, Hkv] f32),
+// Like kv_scatter, quantizing: x [T, Hkv * D] (f32, or f16 on a GPU) row t goes to pool row
+// rows[t] (pool [n_rows, Hkv, D] i8, scale [n_rows, Hkv] f32; rows [T] i32 on ctx.device),
 // each head vector rotated first when `rotate` (K pools).
+void kv_scatter_i8(Context& ctx, const Tensor& x, Tensor& pool, Tensor& scale, const Tensor& rows, bool rotate);
+// The same through a host block table: row t goes to the pool row of position pos0 + t.
 void paged_kv_write_i8(Context& ctx, const Tensor& x, Tensor& pool, Tensor& scale, const Tensor& block_table,
                        int64_t block_size, int64_t pos0, bool rotate);
-// rows: [T] i32 pool row of each x row (host for the CPU kernel, device for CUDA).
-using PagedKvWriteI8Fn = void (*)(Context&, const Tensor& x, Tensor& pool, Tensor& scale, const int32_t* rows_host,
+using PagedKvWriteI8Fn = void (*)(Context&, const Tensor& x, Tensor& pool, Tensor& scale, const Tensor& rows,
                                   bool rotate);
 OpTable<PagedKvWriteI8Fn>& paged_kv_write_i8_table();  // keyed by x dtype
 

@@ -1,6 +1,7 @@
 #include "ops/memory.h"
 
 #include <array>
+#include <cstring>
 
 #include "ops/profiler.h"
 
@@ -29,6 +30,18 @@ Tensor upload(Context& ctx, const Tensor& host) {
   if (ctx.device == Device::CPU) return host;
   const MemoryFns& f = need(ctx.device, memory_fns(ctx.device).upload != nullptr, "upload");
   return f.upload(ctx, host);
+}
+
+void upload_into(Context& ctx, const void* host, size_t bytes, Tensor& dst) {
+  VI_CHECK(dst.device() == ctx.device && bytes <= dst.nbytes(), "upload_into: {} bytes do not fit {} on {}", bytes,
+           dst.shape_str(), device_name(dst.device()));
+  if (bytes == 0) return;
+  if (ctx.device == Device::CPU) {
+    std::memcpy(dst.data(), host, bytes);
+    return;
+  }
+  const MemoryFns& f = need(ctx.device, memory_fns(ctx.device).upload_into != nullptr, "upload");
+  f.upload_into(ctx, host, bytes, dst);
 }
 
 Tensor download(Context& ctx, const Tensor& t) {

@@ -12,6 +12,9 @@ namespace vi::ops {
 Tensor empty(Context& ctx, DType dtype, const std::vector<int64_t>& shape);
 // A copy of a host tensor on ctx.device (the tensor itself when ctx.device is the CPU).
 Tensor upload(Context& ctx, const Tensor& host);
+// Copies `bytes` bytes of host memory to the start of dst (on ctx.device; a plain memcpy on
+// the CPU). Stream-ordered: the host buffer may be reused as soon as this returns.
+void upload_into(Context& ctx, const void* host, size_t bytes, Tensor& dst);
 // A host copy of a tensor on any device (the tensor itself when already on the host).
 Tensor download(Context& ctx, const Tensor& t);
 // Waits for all work queued on ctx (no-op on the CPU).
@@ -20,6 +23,7 @@ void synchronize(Context& ctx);
 struct MemoryFns {
   Tensor (*empty)(Context&, DType, const std::vector<int64_t>&) = nullptr;
   Tensor (*upload)(Context&, const Tensor&) = nullptr;
+  void (*upload_into)(Context&, const void*, size_t, Tensor&) = nullptr;
   Tensor (*download)(Context&, const Tensor&) = nullptr;
   void (*synchronize)(Context&) = nullptr;
 };

@@ -3,9 +3,6 @@
 
 #include <algorithm>
 
-#include "core/log.h"
-#include "ops/attention.h"
-#include "ops/copy.h"
 #include "ops/memory.h"
 #include "ops/op_checks.h"
 #include "ops/profiler.h"
@@ -53,10 +50,10 @@ static void check_kv_rows(const char* what, const KvRows& r) {
 }
 
 void paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRows& v, const Tensor& block_table,
-                     int64_t block_size, int64_t q_pos0, float scale, Tensor& out) {
+                     int64_t block_size, const Tensor& q_pos, int64_t kv_bound, float scale, Tensor& out) {
   const Tensor& k_pool = k.data;
   const Tensor& v_pool = v.data;
-  check_same_device("paged_attention", ctx, {&q, &k_pool, &v_pool, &out});
+  check_same_device("paged_attention", ctx, {&q, &k_pool, &v_pool, &out, &block_table, &q_pos});
   VI_CHECK(q.ndim() == 3 && k_pool.ndim() == 3, "op 'paged_attention': q {} and k_pool {} must be 3-D",
            describe(q), describe(k_pool));
   VI_CHECK(same_shape(k_pool, v_pool), "op 'paged_attention': k_pool {} and v_pool {} must have one shape",
@@ -70,46 +67,55 @@ void paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRow
            Hq, Hkv);
   VI_CHECK(block_size > 0 && k_pool.dim(0) % block_size == 0,
            "op 'paged_attention': pool {} is not a whole number of blocks of {}", describe(k_pool), block_size);
-  VI_CHECK(q_pos0 >= 0, "op 'paged_attention': negative query position {}", q_pos0);
-  check_table("paged_attention", block_table, block_size, k_pool.dim(0) / block_size, q_pos0 + T);
+  VI_CHECK(q_pos.dtype() == DType::I32 && q_pos.ndim() == 1 && q_pos.dim(0) >= T,
+           "op 'paged_attention': positions {} must be [{}] i32", describe(q_pos), T);
+  VI_CHECK(kv_bound >= T, "op 'paged_attention': key bound {} is below the {} queries", kv_bound, T);
+  if (q_pos.device() == Device::CPU && T > 0) {  // readable here: the bound must hold
+    const int64_t p0 = q_pos.ptr<int32_t>()[0];
+    VI_CHECK(p0 >= 0 && p0 + T <= kv_bound, "op 'paged_attention': query position {} + {} exceeds the bound {}", p0,
+             T, kv_bound);
+  }
+  check_table("paged_attention", block_table, block_size, k_pool.dim(0) / block_size, kv_bound);
   VI_CHECK(same_shape(q, out) && q.dtype() == out.dtype(), "op 'paged_attention': out {} must match q {}",
            describe(out), describe(q));
-  // Bytes: the keys' K/V rows (and i8 scales) once, q and out.
+  // Bytes: the keys' K/V rows (and i8 scales) once, q and out (at the bound: the profiler
+  // runs eagerly, where the bound is exact).
   const int64_t kv_row_bytes = static_cast<int64_t>(dtype_row_bytes(k_pool.dtype(), Hkv * D) +
                                                     dtype_row_bytes(v_pool.dtype(), Hkv * D)) +
                                4 * Hkv * ((k_pool.dtype() == DType::I8) + (v_pool.dtype() == DType::I8));
-  VI_OP_SCOPE_F(ctx, "paged_attention", k_pool.dtype(), q.nbytes() + out.nbytes() + (q_pos0 + T) * kv_row_bytes,
-                4.0 * Hq * D * (T * q_pos0 + T * (T + 1) / 2), "Hq={} Hkv={} D={} T={} V={}", Hq, Hkv, D, T,
+  const int64_t past = kv_bound - T;
+  VI_OP_SCOPE_F(ctx, "paged_attention", k_pool.dtype(), q.nbytes() + out.nbytes() + kv_bound * kv_row_bytes,
+                4.0 * Hq * D * (T * past + T * (T + 1) / 2), "Hq={} Hkv={} D={} T={} V={}", Hq, Hkv, D, T,
                 dtype_name(v_pool.dtype()));  // causal
-  if (paged_attention_table().supports(ctx.device, k_pool.dtype())) {
-    paged_attention_table().get(ctx.device, k_pool.dtype())(ctx, q, k, v, block_table, block_size, q_pos0, scale,
-                                                            out);
-    return;
-  }
-  VI_CHECK(k_pool.dtype() != DType::I8 && v_pool.dtype() == k_pool.dtype(),
+  VI_CHECK(paged_attention_table().supports(ctx.device, k_pool.dtype()),
            "op 'paged_attention' has no {} kernel for K {} / V {}", device_name(ctx.device),
            dtype_name(k_pool.dtype()), dtype_name(v_pool.dtype()));
-  // Bridge for a backend without a paged kernel yet: gather the sequence's rows (one copy
-  // per block) and run the contiguous attention op. Correct but slower; said once.
-  VI_CHECK(block_table.device() == Device::CPU && attention_table().supports(ctx.device, k_pool.dtype()),
-           "op 'paged_attention' has no {} kernel for dtype {}", device_name(ctx.device),
-           dtype_name(k_pool.dtype()));
-  static bool warned = false;
-  if (!warned) {
-    warned = true;
-    VI_LOG_WARN("paged_attention: no {} kernel for {} K/V yet; gathering blocks for the contiguous attention op",
-                device_name(ctx.device), dtype_name(k_pool.dtype()));
+  paged_attention_table().get(ctx.device, k_pool.dtype())(ctx, q, k, v, block_table, block_size, q_pos, kv_bound,
+                                                          scale, out);
+}
+
+Tensor i32_on_device(Context& ctx, const std::vector<int32_t>& v) {
+  Tensor h = Tensor::empty(DType::I32, {static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), h.ptr<int32_t>());
+  return ctx.device == Device::CPU ? h : upload(ctx, h);
+}
+
+void paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRows& v, const Tensor& block_table,
+                     int64_t block_size, int64_t q_pos0, float scale, Tensor& out) {
+  VI_CHECK(q_pos0 >= 0, "op 'paged_attention': negative query position {}", q_pos0);
+  const int64_t T = q.ndim() == 3 ? q.dim(0) : 0;
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(q_pos0 + t);
+  // A host table is checked entry by entry before it moves to the device.
+  if (block_table.device() == Device::CPU && ctx.device != Device::CPU) {
+    VI_CHECK(block_size > 0 && k.data.ndim() == 3, "op 'paged_attention': bad pool {} or block size {}",
+             describe(k.data), block_size);
+    check_table("paged_attention", block_table, block_size, k.data.dim(0) / block_size, q_pos0 + T);
+    paged_attention(ctx, q, k, v, upload(ctx, block_table), block_size, i32_on_device(ctx, pos), q_pos0 + T, scale,
+                    out);
+    return;
   }
-  const int64_t S = q_pos0 + T;
-  Tensor kc = empty(ctx, k_pool.dtype(), {S, Hkv, D}), vc = empty(ctx, v_pool.dtype(), {S, Hkv, D});
-  const int32_t* tbl = block_table.ptr<int32_t>();
-  for (int64_t s0 = 0; s0 < S; s0 += block_size) {
-    const int64_t n = std::min(block_size, S - s0), row = static_cast<int64_t>(tbl[s0 / block_size]) * block_size;
-    Tensor kd = kc.slice_rows(s0, s0 + n), vd = vc.slice_rows(s0, s0 + n);
-    copy(ctx, k_pool.slice_rows(row, row + n), kd);
-    copy(ctx, v_pool.slice_rows(row, row + n), vd);
-  }
-  attention(ctx, q, kc, vc, q_pos0, scale, out);
+  paged_attention(ctx, q, k, v, block_table, block_size, i32_on_device(ctx, pos), q_pos0 + T, scale, out);
 }
 
 void paged_attention(Context& ctx, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
@@ -117,27 +123,49 @@ void paged_attention(Context& ctx, const Tensor& q, const Tensor& k_pool, const 
   paged_attention(ctx, q, KvRows{k_pool, {}}, KvRows{v_pool, {}}, block_table, block_size, q_pos0, scale, out);
 }
 
+OpTable<KvScatterFn>& kv_scatter_table() {
+  static OpTable<KvScatterFn> table("kv_scatter");
+  return table;
+}
+
+void kv_scatter(Context& ctx, const Tensor& x, Tensor& pool, const Tensor& rows) {
+  check_same_device("kv_scatter", ctx, {&x, &pool, &rows});
+  VI_CHECK(x.ndim() == 2 && pool.ndim() == 2 && x.cols() == pool.cols() && x.dtype() == pool.dtype(),
+           "op 'kv_scatter': rows {} do not fit pool {}", describe(x), describe(pool));
+  VI_CHECK(rows.dtype() == DType::I32 && rows.ndim() == 1 && rows.dim(0) == x.dim(0),
+           "op 'kv_scatter': row indices {} must be [{}] i32", describe(rows), x.dim(0));
+  if (rows.device() == Device::CPU) {
+    const int32_t* r = rows.ptr<int32_t>();
+    for (int64_t t = 0; t < rows.dim(0); ++t)
+      VI_CHECK(r[t] >= 0 && r[t] < pool.dim(0), "op 'kv_scatter': row {} is outside the pool of {} rows", r[t],
+               pool.dim(0));
+  }
+  if (x.dim(0) == 0) return;
+  VI_OP_SCOPE(ctx, "kv_scatter", pool.dtype(), 2 * x.nbytes(), "T={} C={}", x.dim(0), x.cols());
+  kv_scatter_table().get(ctx.device, pool.dtype())(ctx, x, pool, rows);
+}
+
+std::vector<int32_t> pool_rows(const char* op, const Tensor& block_table, int64_t block_size, int64_t n_blocks,
+                               int64_t pos0, int64_t T) {
+  VI_CHECK(block_table.device() == Device::CPU, "op '{}': the block table must be readable on the host", op);
+  VI_CHECK(pos0 >= 0, "op '{}': negative position {}", op, pos0);
+  check_table(op, block_table, block_size, n_blocks, pos0 + T);
+  const int32_t* tbl = block_table.ptr<int32_t>();
+  std::vector<int32_t> rows(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t p = pos0 + t;
+    rows[static_cast<size_t>(t)] = static_cast<int32_t>(int64_t(tbl[p / block_size]) * block_size + p % block_size);
+  }
+  return rows;
+}
+
 void paged_kv_write(Context& ctx, const Tensor& x, Tensor& pool, const Tensor& block_table, int64_t block_size,
                     int64_t pos0) {
-  check_same_device("paged_kv_write", ctx, {&x, &pool});
-  VI_CHECK(x.ndim() == 2 && pool.ndim() == 2 && x.cols() == pool.cols() && x.dtype() == pool.dtype(),
-           "op 'paged_kv_write': rows {} do not fit pool {}", describe(x), describe(pool));
-  VI_CHECK(block_size > 0 && pool.dim(0) % block_size == 0,
+  VI_CHECK(block_size > 0 && pool.ndim() == 2 && pool.dim(0) % block_size == 0,
            "op 'paged_kv_write': pool {} is not a whole number of blocks of {}", describe(pool), block_size);
-  VI_CHECK(block_table.device() == Device::CPU,
-           "op 'paged_kv_write': the block table must be readable on the host");
-  const int64_t T = x.dim(0);
-  check_table("paged_kv_write", block_table, block_size, pool.dim(0) / block_size, pos0 + T);
-  VI_OP_SCOPE(ctx, "paged_kv_write", pool.dtype(), 2 * x.nbytes(), "T={} C={}", T, x.cols());
-  const int32_t* tbl = block_table.ptr<int32_t>();
-  // One copy per run of positions inside one block.
-  for (int64_t t = 0; t < T;) {
-    const int64_t p = pos0 + t, off = p % block_size, n = std::min(T - t, block_size - off);
-    const int64_t r = static_cast<int64_t>(tbl[p / block_size]) * block_size + off;
-    Tensor dst = pool.slice_rows(r, r + n);
-    copy(ctx, x.slice_rows(t, t + n), dst);
-    t += n;
-  }
+  const int64_t T = x.ndim() == 2 ? x.dim(0) : 0;
+  const auto rows = pool_rows("paged_kv_write", block_table, block_size, pool.dim(0) / block_size, pos0, T);
+  kv_scatter(ctx, x, pool, i32_on_device(ctx, rows));
 }
 
 }  // namespace vi::ops

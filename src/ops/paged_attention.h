@@ -5,6 +5,8 @@
 // quantizing one for an int8 cache is in ops/kv_quant.h).
 #pragma once
 
+#include <vector>
+
 #include "ops/registry.h"
 
 namespace vi::ops {
@@ -19,22 +21,44 @@ struct KvRows {
 };
 
 // q: [T, Hq, D] (f32 on the CPU, the activation dtype on a GPU); k, v: pools as above;
-// block_table: [n_tbl] i32 with n_tbl * block_size >= q_pos0 + T, every entry < n_blocks;
-// out: [T, Hq, D]. Query t sits at position q_pos0 + t and sees keys 0 .. q_pos0 + t.
-// Same arithmetic, in the same order, as ops::attention over the gathered rows.
+// block_table: [n_tbl] i32 on ctx.device with n_tbl * block_size >= kv_bound, every entry it
+// reaches < n_blocks; out: [T, Hq, D]. Query t sits at position q_pos[0] + t and sees keys
+// 0 .. q_pos[0] + t. q_pos: [T] i32 positions on ctx.device (consecutive), read by the kernel
+// itself, so a recorded decode step (ops/graph.h) replays at any position; kv_bound: a host
+// upper bound of q_pos[0] + T that sizes the launch (eager callers pass the exact value, a
+// recorded step the bound of its bucket). Same arithmetic, in the same order, as
+// ops::attention over the gathered rows.
+void paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRows& v, const Tensor& block_table,
+                     int64_t block_size, const Tensor& q_pos, int64_t kv_bound, float scale, Tensor& out);
+// The same with the position known on the host (uploaded for a GPU; tests and tools).
 void paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRows& v, const Tensor& block_table,
                      int64_t block_size, int64_t q_pos0, float scale, Tensor& out);
 // Pools of f32/f16 rows (no scales).
 void paged_attention(Context& ctx, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                      const Tensor& block_table, int64_t block_size, int64_t q_pos0, float scale, Tensor& out);
 using PagedAttentionFn = void (*)(Context&, const Tensor& q, const KvRows& k, const KvRows& v,
-                                  const Tensor& block_table, int64_t block_size, int64_t q_pos0, float scale,
-                                  Tensor& out);
+                                  const Tensor& block_table, int64_t block_size, const Tensor& q_pos,
+                                  int64_t kv_bound, float scale, Tensor& out);
 OpTable<PagedAttentionFn>& paged_attention_table();  // keyed by K dtype; the kernel dispatches on V
 
-// Writes rows x[t] (t < T) to pool row of position pos0 + t through the block table.
-// x: [T, W]; pool: [n_blocks * block_size, W] of x's dtype; block_table as above.
+// Writes row x[t] to pool row rows[t] (t < T). x: [T, W]; pool: [n_rows, W] of x's dtype;
+// rows: [T] i32 on ctx.device, each < n_rows (the batch plan computes them from the block
+// tables on the host and checks them there; a host rows tensor is checked here).
+void kv_scatter(Context& ctx, const Tensor& x, Tensor& pool, const Tensor& rows);
+using KvScatterFn = void (*)(Context&, const Tensor& x, Tensor& pool, const Tensor& rows);
+OpTable<KvScatterFn>& kv_scatter_table();  // keyed by pool dtype
+
+// Writes rows x[t] (t < T) to pool row of position pos0 + t through a host block table
+// (kv_scatter with the rows computed here). x: [T, W]; pool: [n_blocks * block_size, W] of
+// x's dtype; block_table as above, in host memory.
 void paged_kv_write(Context& ctx, const Tensor& x, Tensor& pool, const Tensor& block_table, int64_t block_size,
                     int64_t pos0);
+
+// The pool row of each position pos0 .. pos0 + T - 1 through a host block table, checked
+// against the pool's n_blocks.
+std::vector<int32_t> pool_rows(const char* op, const Tensor& block_table, int64_t block_size, int64_t n_blocks,
+                               int64_t pos0, int64_t T);
+// A [n] i32 tensor of `v` on ctx.device (the host tensor itself on the CPU).
+Tensor i32_on_device(Context& ctx, const std::vector<int32_t>& v);
 
 }  // namespace vi::ops

@@ -13,7 +13,8 @@ OpTable<RopeFn>& rope_table() {
 
 void rope(Context& ctx, Tensor& x, const Tensor& pos, int rot_dim, float theta) {
   check_same_device("rope", ctx, {&x});
-  VI_CHECK(pos.device() == Device::CPU, "op 'rope': positions {} must be in host memory", describe(pos));
+  VI_CHECK(pos.device() == Device::CPU || pos.device() == ctx.device,
+           "op 'rope': positions {} must be in host memory or on {}", describe(pos), device_name(ctx.device));
   VI_CHECK(x.ndim() == 3, "op 'rope': x {} must be [T, H, head_dim]", describe(x));
   VI_CHECK(pos.dtype() == DType::I32 && pos.ndim() == 1 && pos.dim(0) == x.dim(0),
            "op 'rope': positions {} must be [{}] i32 for x {}", describe(pos), x.dim(0), describe(x));

@@ -9,7 +9,7 @@
 
 namespace vi::ops {
 
-// x: [T, H, head_dim] rotated in place; pos: [T] i32 (host memory).
+// x: [T, H, head_dim] rotated in place; pos: [T] i32 in host memory or on ctx.device.
 void rope(Context& ctx, Tensor& x, const Tensor& pos, int rot_dim, float theta);
 using RopeFn = void (*)(Context&, Tensor& x, const Tensor& pos, int rot_dim, float theta);
 OpTable<RopeFn>& rope_table();  // keyed by x dtype

@@ -14,8 +14,9 @@ namespace vi::cpu {
 namespace {
 
 template <class X>
-void kv_write_i8_cpu(ops::Context& ctx, const Tensor& x, Tensor& kv, Tensor& scale, const int32_t* rows,
+void kv_write_i8_cpu(ops::Context& ctx, const Tensor& x, Tensor& kv, Tensor& scale, const Tensor& row_idx,
                      bool rotate) {
+  const int32_t* rows = row_idx.ptr<int32_t>();
   const int64_t T = x.dim(0), Hkv = kv.dim(1), D = kv.dim(2);
   const X* xp = x.ptr<X>();
   int8_t* qp = kv.ptr<int8_t>();

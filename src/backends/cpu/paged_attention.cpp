@@ -3,6 +3,8 @@
 // K and V may each be f32, f16 or i8 (with scales; i8 K rotated, see ops/kv_quant.h).
 #include "ops/paged_attention.h"
 
+#include <cstring>
+
 #include "backends/cpu/attention_rows.h"
 
 namespace vi::cpu {
@@ -20,8 +22,10 @@ void dispatch_kv(DType t, const char* which, F&& f) {
 }
 
 void paged_attention_cpu(ops::Context& ctx, const Tensor& q, const ops::KvRows& k, const ops::KvRows& v,
-                         const Tensor& block_table, int64_t bs, int64_t q_pos0, float scale, Tensor& out) {
+                         const Tensor& block_table, int64_t bs, const Tensor& q_pos, int64_t /*kv_bound*/,
+                         float scale, Tensor& out) {
   require_f32("paged_attention", q, "q");
+  const int64_t q_pos0 = q.dim(0) > 0 ? q_pos.ptr<int32_t>()[0] : 0;
   require_f32("paged_attention", out, "out");
   const int32_t* tbl = block_table.ptr<int32_t>();
   const float* ks = k.data.dtype() == DType::I8 ? k.scale.ptr<float>() : nullptr;
@@ -35,8 +39,17 @@ void paged_attention_cpu(ops::Context& ctx, const Tensor& q, const ops::KvRows& 
   });
 }
 
+// Row x[t] to pool row rows[t]: a byte copy per row.
+void kv_scatter_cpu(ops::Context&, const Tensor& x, Tensor& pool, const Tensor& rows) {
+  const int32_t* r = rows.ptr<int32_t>();
+  const size_t rb = x.row_bytes();
+  for (int64_t t = 0; t < x.dim(0); ++t)
+    std::memcpy(pool.ptr<uint8_t>() + static_cast<size_t>(r[t]) * pool.row_bytes(), x.ptr<uint8_t>() + t * rb, rb);
+}
+
 const bool registered = [] {
   for (DType t : {DType::F32, DType::F16, DType::I8}) ops::paged_attention_table().add(Device::CPU, t, paged_attention_cpu);
+  for (DType t : {DType::F32, DType::F16}) ops::kv_scatter_table().add(Device::CPU, t, kv_scatter_cpu);
   return true;
 }();
 

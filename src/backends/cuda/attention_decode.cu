@@ -119,7 +119,8 @@ struct SplitParams {
   const float* k_scale;
   const float* v_scale;
   int T, Hq, Hkv, D, G, R;
-  int64_t q_pos0, n_keys, keys_per_split;
+  const int32_t* q_pos;  // device position of query 0 (null: q_pos0)
+  int64_t q_pos0, keys_per_split;
   float scale;
   int row_groups;  // 1, 2, 4 or 8; the other warps split the keys
   bool rotate_q, vec;
@@ -150,8 +151,12 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const TQ* __rest
   __syncthreads();
   if (P.rotate_q) hadamard_rows_smem(qs, R, LD, D);
 
+  // The true key count comes from the device position; a split past it reads nothing and
+  // leaves an empty partial (max -inf, sum 0) that the combine weighs 0.
+  const int64_t q_pos0 = P.q_pos ? int64_t(P.q_pos[0]) : P.q_pos0;
+  const int64_t n_keys = q_pos0 + P.T;
   const int64_t s_begin = int64_t(split) * P.keys_per_split;
-  const int64_t s_end = min(P.n_keys, s_begin + P.keys_per_split);
+  const int64_t s_end = min(n_keys, s_begin + P.keys_per_split);
   const int64_t kv_stride = int64_t(P.Hkv) * D;
   // Positions fit in 32 bits (checked on the host): 32-bit division, once per batch when a
   // batch of keys never straddles two blocks (block size a multiple of kBatch).
@@ -215,7 +220,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const TQ* __rest
         part[j] = s;
       }
       const float dot = reduce_scatter8(part, lane) * ks_j;
-      const bool valid = s_lane < s_end && s_lane <= P.q_pos0 + t;
+      const bool valid = s_lane < s_end && s_lane <= q_pos0 + t;
       const float sc = valid ? dot : -INFINITY;
       const float m_new = fmaxf(m[rr], batch_max(sc));
       if (m_new == -INFINITY) continue;  // nothing visible yet for this row (warp-uniform)
@@ -335,8 +340,9 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
            "decode attention on cuda: i8 K/V need their scales (and only i8 has them)");
   const int G = static_cast<int>(a.Hq / a.Hkv), R = static_cast<int>(a.T) * G;
   const int rg = row_groups_for(R), kg = kWarps / rg;
-  const int64_t n_keys = a.q_pos0 + a.T;
-  VI_CHECK(n_keys < INT32_MAX, "decode attention on cuda: {} keys do not fit 32-bit positions", n_keys);
+  const int64_t n_keys = a.kv_bound > 0 ? a.kv_bound : a.q_pos0 + a.T;  // the launch's bound
+  VI_CHECK(n_keys >= a.T && n_keys < INT32_MAX, "decode attention on cuda: {} keys do not fit 32-bit positions",
+           n_keys);
 
   // Splits: about two blocks per SM over all KV heads, but each split long enough that its
   // partial (R * D floats written, then read) stays a few percent of the K/V it reads.
@@ -365,8 +371,8 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
   P.D = static_cast<int>(a.D);
   P.G = G;
   P.R = R;
+  P.q_pos = a.q_pos;
   P.q_pos0 = a.q_pos0;
-  P.n_keys = n_keys;
   P.keys_per_split = keys_per_split;
   P.scale = a.scale;
   P.row_groups = rg;

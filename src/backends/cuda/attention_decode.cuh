@@ -28,7 +28,10 @@ bool decode_attention_fits(int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
 // q: [T, Hq, D] (f32/f16, the activation dtype); k, v: [n_rows, Hkv, D] of k_dtype /
 // v_dtype (f32, f16 or i8); k_scale / v_scale: [n_rows, Hkv] f32 for an i8 tensor, else
 // null; table: device i32 block table (null: key s is row s); out: [T, Hq, D] like q.
-// Query t sits at position q_pos0 + t and sees keys 0 .. q_pos0 + t.
+// Query t sits at position p0 + t and sees keys 0 .. p0 + t, where p0 = q_pos[0] (device
+// memory, read by the kernel: a recorded step replays at any position) or q_pos0 when
+// q_pos is null. kv_bound: a host upper bound of p0 + T (0: q_pos0 + T) that sizes the
+// splits; splits past the true length contribute nothing.
 struct DecodeArgs {
   const void* q = nullptr;
   DType q_dtype = DType::F16;
@@ -41,6 +44,8 @@ struct DecodeArgs {
   int64_t block_size = 0;
   int64_t T = 0, Hq = 0, Hkv = 0, D = 0;
   int64_t q_pos0 = 0;
+  const int32_t* q_pos = nullptr;
+  int64_t kv_bound = 0;
   float scale = 1.0f;
   void* out = nullptr;
   int n_splits = 0;  // 0: chosen from the context length and the SM count

@@ -1,5 +1,5 @@
-// CUDA kernel of embedding: one thread per output value, decoding its table entry. The ids
-// arrive in host memory (already range-checked by the op entry point) and go to scratch.
+// CUDA kernel of embedding: one thread per output value, decoding its table entry. Ids on the
+// device are read in place; host ones (range-checked by the op entry point) go to scratch.
 #include "backends/cuda/embedding.cuh"
 #include "ops/embedding.h"
 
@@ -19,13 +19,15 @@ __global__ void embedding_kernel(const uint8_t* table, size_t row_bytes, const i
 void embedding_cuda(ops::Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out) {
   const int64_t n_tok = ids.dim(0), d = table.cols();
   if (n_tok == 0 || d == 0) return;
-  Scratch dids(ctx, static_cast<size_t>(n_tok) * sizeof(int32_t));
-  upload_small(ctx, ids.data(), static_cast<size_t>(n_tok) * sizeof(int32_t), dids);
+  const bool on_device = ids.device() == Device::CUDA;
+  Scratch dids(ctx, on_device ? 0 : static_cast<size_t>(n_tok) * sizeof(int32_t));
+  if (!on_device) upload_small(ctx, ids.data(), static_cast<size_t>(n_tok) * sizeof(int32_t), dids);
+  const int32_t* id = on_device ? ids.ptr<int32_t>() : dids.as<int32_t>();
   dispatch_act("embedding", out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     dispatch_weight("embedding", table.dtype(), [&](auto w) {
       embedding_kernel<decltype(w)::value, T><<<blocks_for(n_tok * d, 256), 256, 0, stream_of(ctx)>>>(
-          table.ptr<uint8_t>(), table.row_bytes(), dids.as<int32_t>(), out.ptr<T>(), n_tok, d);
+          table.ptr<uint8_t>(), table.row_bytes(), id, out.ptr<T>(), n_tok, d);
       VI_CUDA_LAUNCH_CHECK();
     });
   });

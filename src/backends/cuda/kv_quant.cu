@@ -33,17 +33,15 @@ __global__ void __launch_bounds__(kThreads) kv_write_i8_kernel(const TX* __restr
   if (threadIdx.x == 0) scale[r * Hkv + h] = amax / 127.0f;
 }
 
-void kv_write_i8_cuda(ops::Context& ctx, const Tensor& x, Tensor& pool, Tensor& scale, const int32_t* rows_host,
+// rows: [T] i32 on the device (the op entry point keeps host ones off this path).
+void kv_write_i8_cuda(ops::Context& ctx, const Tensor& x, Tensor& pool, Tensor& scale, const Tensor& rows,
                       bool rotate) {
   const int64_t T = x.dim(0), Hkv = pool.dim(1), D = pool.dim(2);
-  const size_t bytes = static_cast<size_t>(T) * sizeof(int32_t);
-  Scratch rows(ctx, bytes);
-  upload_small(ctx, rows_host, bytes, rows);
   dispatch_act("paged_kv_write_i8", x.dtype(), [&](auto tag) {
     using TX = decltype(tag);
     kv_write_i8_kernel<TX><<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(Hkv)), kThreads,
                              static_cast<size_t>(D) * sizeof(float), stream_of(ctx)>>>(
-        x.ptr<TX>(), pool.ptr<int8_t>(), scale.ptr<float>(), rows.as<int32_t>(), static_cast<int>(Hkv),
+        x.ptr<TX>(), pool.ptr<int8_t>(), scale.ptr<float>(), rows.ptr<int32_t>(), static_cast<int>(Hkv),
         static_cast<int>(D), rotate);
     VI_CUDA_LAUNCH_CHECK();
   });

@@ -55,6 +55,11 @@ Tensor cuda_upload(ops::Context& ctx, const Tensor& host) {
   return t;
 }
 
+// Pageable source: the runtime stages it before returning, so the caller may reuse it at once.
+void cuda_upload_into(ops::Context& ctx, const void* host, size_t bytes, Tensor& dst) {
+  VI_CUDA_CHECK(cudaMemcpyAsync(dst.data(), host, bytes, cudaMemcpyHostToDevice, stream_of(ctx)));
+}
+
 Tensor cuda_download(ops::Context& ctx, const Tensor& t) {
   Tensor host = Tensor::empty(t.dtype(), t.shape());
   host.set_name(t.name());
@@ -79,6 +84,7 @@ const bool registered = [] {
   ops::MemoryFns& f = ops::memory_fns(Device::CUDA);
   f.empty = device_empty;
   f.upload = cuda_upload;
+  f.upload_into = cuda_upload_into;
   f.download = cuda_download;
   f.synchronize = cuda_synchronize;
   return true;

@@ -1,7 +1,8 @@
 // CUDA kernel of rope. Angles as HF computes them in fp32 (inv_freq = 1 / theta^(2j/rot_dim),
 // angle = float(pos) * inv_freq); products and sums are rounded separately (__fmul_rn /
 // __fadd_rn), never fused, like PyTorch's q*cos + rotate_half(q)*sin and the CPU kernel.
-// The positions arrive in host memory and are copied to scratch first.
+// Positions on the device are read in place (the models' batch plan, also inside a recorded
+// step); host ones are copied to scratch first.
 #include "backends/cuda/rope.cuh"
 #include "ops/rope.h"
 
@@ -30,11 +31,12 @@ void rope_cuda(ops::Context& ctx, Tensor& x, const Tensor& pos, int rot_dim, flo
     using T = decltype(tag);
     const int64_t T_ = x.dim(0), H = x.dim(1), D = x.dim(2);
     if (x.numel() == 0) return;
-    Scratch dpos(ctx, static_cast<size_t>(T_) * sizeof(int32_t));
-    upload_small(ctx, pos.data(), static_cast<size_t>(T_) * sizeof(int32_t), dpos);
+    const bool on_device = pos.device() == Device::CUDA;
+    Scratch dpos(ctx, on_device ? 0 : static_cast<size_t>(T_) * sizeof(int32_t));
+    if (!on_device) upload_small(ctx, pos.data(), static_cast<size_t>(T_) * sizeof(int32_t), dpos);
     const int half = rot_dim / 2;
     rope_kernel<T><<<blocks_for(T_ * H * half, 256), 256, 0, stream_of(ctx)>>>(
-        x.ptr<T>(), dpos.as<int32_t>(), T_ * H, static_cast<int>(H), static_cast<int>(D), half, theta, rot_dim);
+        x.ptr<T>(), on_device ? pos.ptr<int32_t>() : dpos.as<int32_t>(), T_ * H, static_cast<int>(H), static_cast<int>(D), half, theta, rot_dim);
     VI_CUDA_LAUNCH_CHECK();
   });
 }

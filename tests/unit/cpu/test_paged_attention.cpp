@@ -109,21 +109,45 @@ TEST(PagedKvWrite, ScattersRowsThroughTable) {
   }
 }
 
-// A backend without a paged kernel gathers blocks for the contiguous op: same numbers.
-TEST(PagedAttention, GatherBridgeWithoutKernelMatches) {
+// A backend without a paged kernel fails loudly, naming the op and dtypes (no silent slow path).
+TEST(PagedAttention, MissingKernelIsAnError) {
   std::mt19937 rng(test::test_seed());
   const int64_t T = 5, q_pos0 = 21, Hq = 4, Hkv = 2, D = 16, bs = 8, n_blocks = 6;
   Tensor q = test::random_f32(rng, {T, Hq, D});
   Tensor kp = test::random_f32(rng, {n_blocks * bs, Hkv, D}), vp = test::random_f32(rng, {n_blocks * bs, Hkv, D});
   Tensor tbl = shuffled_table(rng, (q_pos0 + T + bs - 1) / bs, n_blocks);
+  Tensor out = Tensor::empty(DType::F32, {T, Hq, D});
+  ops::Context ctx;
+  auto kernel = ops::paged_attention_table().get(Device::CPU, DType::F32);
+  ops::paged_attention_table().add(Device::CPU, DType::F32, nullptr);  // as if the backend lacked it
+  try {
+    ops::paged_attention(ctx, q, kp, vp, tbl, bs, q_pos0, 0.25f, out);
+    ADD_FAILURE() << "no error without a kernel";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has no cpu kernel for K f32"), std::string::npos) << e.what();
+  }
+  ops::paged_attention_table().add(Device::CPU, DType::F32, kernel);
+}
+
+// The device-position form: positions in a tensor and a loose key bound give the same
+// numbers as the exact host position (what a recorded step relies on), and a position past
+// the bound is refused.
+TEST(PagedAttention, PositionTensorAndBoundMatchHostPosition) {
+  std::mt19937 rng(test::test_seed());
+  const int64_t T = 3, q_pos0 = 13, Hq = 4, Hkv = 2, D = 16, bs = 8, n_blocks = 8;
+  Tensor q = test::random_f32(rng, {T, Hq, D});
+  Tensor kp = test::random_f32(rng, {n_blocks * bs, Hkv, D}), vp = test::random_f32(rng, {n_blocks * bs, Hkv, D});
+  Tensor tbl = shuffled_table(rng, n_blocks, n_blocks);  // covers the loose bound too
   Tensor want = Tensor::empty(DType::F32, {T, Hq, D}), got = Tensor::empty(DType::F32, {T, Hq, D});
   ops::Context ctx;
   ops::paged_attention(ctx, q, kp, vp, tbl, bs, q_pos0, 0.25f, want);
-  auto kernel = ops::paged_attention_table().get(Device::CPU, DType::F32);
-  ops::paged_attention_table().add(Device::CPU, DType::F32, nullptr);  // as if the backend lacked it
-  ops::paged_attention(ctx, q, kp, vp, tbl, bs, q_pos0, 0.25f, got);
-  ops::paged_attention_table().add(Device::CPU, DType::F32, kernel);
-  test::expect_bitwise_equal(got, want, "gather bridge");
+  Tensor pos = Tensor::empty(DType::I32, {T});
+  for (int64_t t = 0; t < T; ++t) pos.ptr<int32_t>()[t] = static_cast<int32_t>(q_pos0 + t);
+  ops::paged_attention(ctx, q, ops::KvRows{kp, {}}, ops::KvRows{vp, {}}, tbl, bs, pos, n_blocks * bs, 0.25f, got);
+  test::expect_bitwise_equal(got, want, "position tensor, loose bound");
+  EXPECT_THROW(ops::paged_attention(ctx, q, ops::KvRows{kp, {}}, ops::KvRows{vp, {}}, tbl, bs, pos, q_pos0 + T - 1,
+                                    0.25f, got),
+               Error);
 }
 
 TEST(PagedAttention, RejectsShortOrBadTables) {
