@@ -10,17 +10,16 @@ namespace {
 // The i8 scale of pool tensor j, or an empty Tensor.
 Tensor scale_of(const KvPool& pool, size_t j) { return pool.scales.empty() ? Tensor() : pool.scales[j]; }
 
-// x rows -> the pool through the table: a copy for a float pool, quantized (K rotated) for i8.
-void write_rows(ops::Context& ctx, const Tensor& x, KvPool& pool, size_t j, const Tensor& table, int64_t p0,
-                int64_t hd, bool is_k) {
+// x rows -> pool rows `rows` (device): a copy for a float pool, quantized (K rotated) for i8.
+void write_rows(ops::Context& ctx, const Tensor& x, KvPool& pool, size_t j, const Tensor& rows, int64_t hd,
+                bool is_k) {
   Tensor& dst = pool.tensors[j];
   if (dst.dtype() != DType::I8) {
-    ops::paged_kv_write(ctx, x, dst, table, pool.block_size, p0);
+    ops::kv_scatter(ctx, x, dst, rows);
     return;
   }
-  Tensor rows = dst.reshape({dst.dim(0), dst.dim(1) / hd, hd});
-  Tensor scale = pool.scales[j];
-  ops::paged_kv_write_i8(ctx, x, rows, scale, table, pool.block_size, p0, /*rotate=*/is_k);
+  Tensor q = dst.reshape({dst.dim(0), dst.dim(1) / hd, hd});
+  ops::kv_scatter_i8(ctx, x, q, pool.scales[j], rows, /*rotate=*/is_k);
 }
 }  // namespace
 
@@ -31,16 +30,19 @@ void paged_attention_block(ops::Context& ctx, const BatchPlan& plan, std::span<c
   const size_t jk = static_cast<size_t>(2 * pool_layer), jv = jk + 1;
   for (size_t i = 0; i < items.size(); ++i) {
     KvPool& pool = items[i].seq->kv_pool();
-    const int64_t r0 = plan.row0[i], T = plan.rows_of(i), p0 = plan.pos0[i], bs = pool.block_size;
-    write_rows(ctx, k.slice_rows(r0, r0 + T), pool, jk, plan.block_tables[i], p0, hd, /*is_k=*/true);
-    write_rows(ctx, v.slice_rows(r0, r0 + T), pool, jv, plan.block_tables[i], p0, hd, /*is_k=*/false);
+    const int64_t r0 = plan.row0[i], T = plan.rows_of(i), bs = pool.block_size;
+    // Positions, rows and table come from the plan's device inputs: no host round trip.
+    const Tensor rows = plan.dev.kv_rows.reshape({plan.n_rows, 1}).slice_rows(r0, r0 + T).reshape({T});
+    const Tensor pos = plan.dev.pos.reshape({plan.n_rows, 1}).slice_rows(r0, r0 + T).reshape({T});
+    write_rows(ctx, k.slice_rows(r0, r0 + T), pool, jk, rows, hd, /*is_k=*/true);
+    write_rows(ctx, v.slice_rows(r0, r0 + T), pool, jv, rows, hd, /*is_k=*/false);
     const Tensor& kp = pool.tensors[jk];
     const Tensor& vp = pool.tensors[jv];
     Tensor qi = qh.slice_rows(r0, r0 + T);
     Tensor ai = out.slice_rows(r0, r0 + T).reshape({T, Hq, hd});
     ops::paged_attention(ctx, qi, ops::KvRows{kp.reshape({kp.dim(0), Hkv, hd}), scale_of(pool, jk)},
-                         ops::KvRows{vp.reshape({vp.dim(0), Hkv, hd}), scale_of(pool, jv)}, plan.block_tables[i], bs,
-                         p0, scale, ai);
+                         ops::KvRows{vp.reshape({vp.dim(0), Hkv, hd}), scale_of(pool, jv)}, plan.dev.tables[i], bs,
+                         pos, plan.kv_bound[i], scale, ai);
   }
 }
 

@@ -26,6 +26,12 @@ BatchPlan BatchPlan::make(std::span<const BatchItem> items, int64_t n_vocab) {
     VI_CHECK(static_cast<int64_t>(tbl.size()) * bs >= past + T,
              "sequence {} has KV blocks for {} tokens but needs {}", i, static_cast<int64_t>(tbl.size()) * bs,
              past + T);
+    // Every entry the step reads must name a pool block: kernels read the table unchecked.
+    const int64_t n_blocks = it.seq->kv_pool().n_blocks;
+    for (int64_t j = 0; j < (past + T + bs - 1) / bs; ++j)
+      VI_CHECK(tbl[static_cast<size_t>(j)] >= 0 && tbl[static_cast<size_t>(j)] < n_blocks,
+               "sequence {}: block table entry {} is {}, outside the pool of {} blocks", i, j,
+               tbl[static_cast<size_t>(j)], n_blocks);
     p.block_tables.push_back(Tensor::view(DType::I32, {static_cast<int64_t>(tbl.size())},
                                           const_cast<int32_t*>(tbl.data()), nullptr));
     for (int32_t id : it.tokens)
@@ -41,6 +47,12 @@ BatchPlan BatchPlan::make(std::span<const BatchItem> items, int64_t n_vocab) {
       p.ids.ptr<int32_t>()[p.row0[i] + t] = items[i].tokens[t];
       p.pos.ptr<int32_t>()[p.row0[i] + t] = static_cast<int32_t>(p.pos0[i] + t);
     }
+    const auto& tbl = items[i].seq->block_table();
+    const int64_t bs = items[i].seq->kv_pool().block_size;
+    for (int64_t t = 0; t < p.rows_of(i); ++t) {
+      const int64_t pos = p.pos0[i] + t;
+      p.kv_rows.push_back(static_cast<int32_t>(int64_t(tbl[static_cast<size_t>(pos / bs)]) * bs + pos % bs));
+    }
     if (items[i].all_logits) {
       for (int64_t r = p.row0[i]; r < p.row0[i + 1]; ++r) p.out_rows.push_back(r);
     } else {
@@ -48,6 +60,57 @@ BatchPlan BatchPlan::make(std::span<const BatchItem> items, int64_t n_vocab) {
     }
   }
   return p;
+}
+
+void BatchPlan::stage(ops::Context& ctx, std::span<const BatchItem> items, StepArena& arena, bool bucketed) {
+  kv_bound.clear();
+  for (size_t i = 0; i < items.size(); ++i) {
+    const int64_t need = pos0[i] + rows_of(i);
+    int64_t b = need;
+    if (bucketed) {
+      b = 256;
+      while (b < need) b *= 2;
+      b = std::max(need, std::min(b, items[i].seq->capacity()));
+    }
+    kv_bound.push_back(b);
+  }
+  dev = {};
+  if (ctx.device == Device::CPU) {
+    dev.ids = ids;
+    dev.pos = pos;
+    dev.kv_rows = Tensor::view(DType::I32, {n_rows}, kv_rows.data(), nullptr);
+    dev.tables = block_tables;
+    return;
+  }
+  // One host buffer: ids | pos | kv_rows | each item's table, zero-padded to its bound (the
+  // padding is never read: no key reaches past the true length).
+  std::vector<int64_t> tbl_off, tbl_len;
+  int64_t total = 3 * n_rows;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const int64_t bs = items[i].seq->kv_pool().block_size;
+    tbl_off.push_back(total);
+    tbl_len.push_back((kv_bound[i] + bs - 1) / bs);
+    total += tbl_len.back();
+  }
+  std::vector<int32_t> host(static_cast<size_t>(total), 0);
+  std::copy_n(ids.ptr<int32_t>(), n_rows, host.begin());
+  std::copy_n(pos.ptr<int32_t>(), n_rows, host.begin() + n_rows);
+  std::copy(kv_rows.begin(), kv_rows.end(), host.begin() + 2 * n_rows);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& t = items[i].seq->block_table();
+    std::copy_n(t.begin(), std::min<int64_t>(tbl_len[i], static_cast<int64_t>(t.size())), host.begin() + tbl_off[i]);
+  }
+  if (!arena.buf.data() || arena.buf.numel() < total) {
+    const int64_t cap = std::max<int64_t>(total, 2 * (arena.buf.data() ? arena.buf.numel() : 4096));
+    arena.buf = ops::empty(ctx, DType::I32, {cap, 1});
+    ++arena.generation;
+  }
+  ops::upload_into(ctx, host.data(), host.size() * sizeof(int32_t), arena.buf);
+  auto part = [&](int64_t off, int64_t n) { return arena.buf.slice_rows(off, off + n).reshape({n}); };
+  dev.ids = part(0, n_rows);
+  dev.pos = part(n_rows, n_rows);
+  dev.kv_rows = part(2 * n_rows, n_rows);
+  for (size_t i = 0; i < items.size(); ++i) dev.tables.push_back(part(tbl_off[i], tbl_len[i]));
 }
 
 Tensor gather_output_rows(ops::Context& ctx, const BatchPlan& plan, const Tensor& x) {

@@ -55,7 +55,6 @@ class LlamaState final : public SequenceState {
     VI_CHECK(n >= 0 && n <= n_past_, "cannot truncate a sequence of {} tokens to {}", n_past_, n);
     n_past_ = n;
   }
-  void advance(int64_t t) { n_past_ += t; }
 };
 // --- end paged KV cache ---
 
@@ -74,9 +73,10 @@ class LlamaModel final : public Model {
     return std::make_unique<LlamaState>(std::move(pool), n_ctx);
   }
   // --- end paged KV cache ---
-  void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits,
-                     LogitsOn where) const override;
-  using Model::forward_batch;
+
+ protected:
+  void forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items, Tensor& logits,
+                    LogitsOn where) const override;
 
  private:
   LlamaHParams hp_;
@@ -192,11 +192,10 @@ LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts)
   info_.weight_bytes = w.bytes();
 }
 
-void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits,
-                                 LogitsOn where) const {
+void LlamaModel::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
+                               Tensor& logits, LogitsOn where) const {
   for (const BatchItem& it : items)
     VI_CHECK(dynamic_cast<LlamaState*>(it.seq) != nullptr, "sequence state was not made by this model");
-  const BatchPlan plan = BatchPlan::make(items, hp_.n_vocab);
   const int64_t N = plan.n_rows;
   const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, Hkv = hp_.n_kv_head, kv_w = Hkv * hd;
 
@@ -211,7 +210,7 @@ void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> ite
   Tensor up = ops::empty(ctx, ctx.act, {N, hp_.d_ff});
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
-  ops::embedding(ctx, tok_embd_, plan.ids, x);
+  ops::embedding(ctx, tok_embd_, plan.dev.ids, x);
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
     const LlamaLayer& L = layers_[l];
     ops::rms_norm(ctx, x, L.attn_norm, hp_.norm_eps, 0.0f, n);
@@ -229,8 +228,8 @@ void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> ite
       ops::rms_norm(ctx, kr, L.k_norm, hp_.norm_eps, 0.0f, kr);
     }
     Tensor qh = q.reshape({N, Hq, hd}), kh = k.reshape({N, Hkv, hd});
-    ops::rope(ctx, qh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
-    ops::rope(ctx, kh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+    ops::rope(ctx, qh, plan.dev.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+    ops::rope(ctx, kh, plan.dev.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
     paged_attention_block(ctx, plan, items, l, qh, k, v, scale, a);
     ops::matmul(ctx, a, L.wo, o);
     ops::add(ctx, x, o, x);
@@ -238,7 +237,6 @@ void LlamaModel::forward_batch(ops::Context& ctx, std::span<const BatchItem> ite
     swiglu_mlp_block(ctx, x, L.ffn_norm, hp_.norm_eps, 0.0f, L.w_gate, L.w_up, L.w_down, n, gate, up, o);
   }
   output_logits(ctx, plan, x, out_norm_, hp_.norm_eps, 0.0f, lm_head_, hp_.n_vocab, n, where, logits);
-  for (const BatchItem& it : items) static_cast<LlamaState&>(*it.seq).advance(static_cast<int64_t>(it.tokens.size()));
 }
 
 }  // namespace

@@ -5,9 +5,110 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "models/batch.h"
 #include "models/kv_budget.h"
+#include "models/step_runner.h"
+#include "ops/copy.h"
+#include "ops/memory.h"
 
 namespace vi {
+
+Model::Model() : runner_(std::make_unique<StepRunner>()) {}
+Model::~Model() = default;
+
+namespace {
+
+struct Fnv {
+  uint64_t h = 1469598103934665603ull;
+  void add(uint64_t v) {
+    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+  }
+  void add(const void* p) { add(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p))); }
+};
+
+// Everything a recording bakes in: the launch shapes (rows per sequence, logits rows, key
+// bounds, dtypes, profile) and every device address it touches outside its own memory — the
+// step arena, the KV pools and each sequence's recurrent state. A sequence freed and another
+// made at the same address with its state elsewhere gets a new key, never a stale replay.
+uint64_t step_key(const ops::Context& ctx, const StepArena& arena, const BatchPlan& plan,
+                  std::span<const BatchItem> items) {
+  Fnv f;
+  f.add(arena.generation);
+  f.add(arena.buf.data());
+  f.add(static_cast<uint64_t>(ctx.act));
+  f.add(static_cast<uint64_t>(ctx.profile));
+  f.add(static_cast<uint64_t>(plan.n_rows));
+  for (size_t i = 0; i < items.size(); ++i) {
+    const SequenceState& s = *items[i].seq;
+    f.add(static_cast<uint64_t>(plan.rows_of(i)));
+    f.add(static_cast<uint64_t>(items[i].all_logits));
+    f.add(static_cast<uint64_t>(plan.kv_bound[i]));
+    f.add(static_cast<uint64_t>(s.kv_pool().block_size));
+    for (const Tensor& t : s.kv_pool().tensors) f.add(t.data());
+    for (const Tensor& t : s.kv_pool().scales) f.add(t.data());
+    for (const Tensor& t : s.recurrent_state()) f.add(t.data());
+  }
+  return f.h;
+}
+
+constexpr size_t kMaxRecordings = 64;  // a full cache starts over (recording costs ~ms)
+
+}  // namespace
+
+void Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits, LogitsOn where) const {
+  BatchPlan plan = BatchPlan::make(items, info().n_vocab);
+  StepRunner& r = *runner_;
+  std::lock_guard<std::mutex> lock(r.mu);
+  const bool recordable = ctx.graphs && !r.disabled && where == LogitsOn::kDevice && ctx.profiler == nullptr &&
+                          plan.n_rows <= kMaxRecordedRows && ops::graphs_supported(ctx);
+  plan.stage(ctx, items, r.arena, recordable);
+  bool done = false;
+  std::string record_error;
+  if (recordable) {
+    const uint64_t key = step_key(ctx, r.arena, plan, items);
+    auto it = r.steps.find(key);
+    if (it == r.steps.end()) {
+      if (r.steps.size() >= kMaxRecordings) r.steps.clear();
+      RecordedStep st;
+      st.logits = ops::empty(ctx, ctx.act, {static_cast<int64_t>(plan.out_rows.size()), info().n_vocab});
+      try {
+        st.graph = ops::record(ctx, [&](ops::Context& rctx) {
+          Tensor out;  // made and freed inside: the recording's own memory
+          forward_plan(rctx, plan, items, out, LogitsOn::kDevice);
+          ops::copy(rctx, out, st.logits);
+        });
+        it = r.steps.emplace(key, std::move(st)).first;
+        ++r.stats.recorded;
+      } catch (const std::exception& e) {
+        record_error = e.what();
+      }
+    } else {
+      ++r.stats.replayed;
+    }
+    if (it != r.steps.end()) {
+      it->second.graph->launch(ctx);
+      logits = it->second.logits;
+      done = true;
+    }
+  }
+  if (!done) {
+    forward_plan(ctx, plan, items, logits, where);
+    ++r.stats.eager;
+    // A step that runs eagerly but could not be recorded: stop trying (an input error
+    // would have failed the eager run too and left recording on).
+    if (!record_error.empty()) {
+      r.disabled = true;
+      VI_LOG_WARN("recording a decode step failed ({}); steps run op by op from now on", record_error);
+    }
+  }
+  for (const BatchItem& it : items) it.seq->advance(static_cast<int64_t>(it.tokens.size()));
+}
+
+Model::StepStats Model::step_stats() const {
+  std::lock_guard<std::mutex> lock(runner_->mu);
+  return runner_->stats;
+}
 
 std::unique_ptr<SequenceState> Model::new_sequence(int64_t n_ctx) const {
   VI_CHECK(n_ctx > 0, "a sequence needs a positive context (got {})", n_ctx);

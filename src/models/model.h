@@ -78,6 +78,9 @@ class SequenceState {
   void resume_at(int64_t n);
 
  protected:
+  friend class Model;
+  void advance(int64_t t) { n_past_ += t; }  // after a forward pass appended t tokens
+
   int64_t n_past_ = 0;
   int64_t capacity_ = 0;
   std::shared_ptr<KvPool> pool_;
@@ -95,9 +98,13 @@ struct BatchItem {
   bool all_logits = false;          // logits for every token, or only the last
 };
 
+struct BatchPlan;
+struct StepRunner;  // the step arena and recorded decode steps (models/step_runner.h)
+
 class Model {
  public:
-  virtual ~Model() = default;
+  Model();
+  virtual ~Model();
   virtual const ModelInfo& info() const = 0;
   // A fresh sequence able to hold n_ctx tokens, with a private KV pool.
   std::unique_ptr<SequenceState> new_sequence(int64_t n_ctx) const;
@@ -122,11 +129,34 @@ class Model {
   // all_logits, else its last one — as host f32, or (LogitsOn::kDevice) left on the
   // model's device in its activation dtype, for ops::sample there. Validates every item
   // before touching any state.
+  //
+  // Small steps (decode, verification: up to kMaxRecordedRows rows) with device logits on a
+  // device that records (ops/graph.h) and ctx.graphs set are recorded once per shape —
+  // sequences, tokens per sequence, key-length bucket — and replayed after: one launch, no
+  // host work between kernels. Their device logits are then the recording's output buffer,
+  // valid until the next step of that shape.
   void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const {
     forward_batch(ctx, items, logits, LogitsOn::kHostF32);
   }
-  virtual void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits,
-                             LogitsOn where) const = 0;
+  void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits, LogitsOn where) const;
+
+  // Recorded steps so far: made (recordings) and run (replays).
+  struct StepStats {
+    int64_t recorded = 0, replayed = 0, eager = 0;
+  };
+  StepStats step_stats() const;
+
+  static constexpr int64_t kMaxRecordedRows = 8;
+
+ protected:
+  // The architecture's forward pass over a validated, staged plan (inputs in plan.dev);
+  // must queue device work only (no host waits, nothing kept past the call except logits),
+  // so that it can be recorded. Does not advance the sequences.
+  virtual void forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
+                            Tensor& logits, LogitsOn where) const = 0;
+
+ private:
+  std::unique_ptr<StepRunner> runner_;
 };
 
 struct LoadOptions {

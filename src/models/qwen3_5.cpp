@@ -106,7 +106,6 @@ class Qwen35State final : public SequenceState {
       if (ssm[l].data()) out.insert(out.end(), {conv_q[l], conv_k[l], conv_v[l], ssm[l]});
     return out;
   }
-  void advance(int64_t t) { n_past_ += t; }
 
   std::vector<Tensor> conv_q, conv_k, conv_v, ssm;  // GDN layers
 
@@ -138,9 +137,10 @@ class Qwen35Model final : public Model {
     return std::make_unique<Qwen35State>(ctx, hp_, std::move(pool), n_ctx);
   }
   // --- end paged KV cache ---
-  void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits,
-                     LogitsOn where) const override;
-  using Model::forward_batch;
+
+ protected:
+  void forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items, Tensor& logits,
+                    LogitsOn where) const override;
 
  private:
   void load_attention(WeightLoader& w, const std::string& g, const std::string& h, AttnWeights& a);
@@ -378,11 +378,10 @@ void Qwen35Model::load_mtp(WeightLoader& w) {
   w.set_hf_prefix(saved);
 }
 
-void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits,
-                                 LogitsOn where) const {
+void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
+                               Tensor& logits, LogitsOn where) const {
   for (const BatchItem& it : items)
     VI_CHECK(dynamic_cast<Qwen35State*>(it.seq) != nullptr, "sequence state was not made by this model");
-  const BatchPlan plan = BatchPlan::make(items, hp_.n_vocab);
   const int64_t N = plan.n_rows;
   const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, Hkv = hp_.n_kv_head, kv_w = Hkv * hd;
   const int64_t Hk = hp_.gdn_k_heads, Hv = hp_.gdn_v_heads, dk = hp_.gdn_dk, dv = hp_.gdn_dv;
@@ -421,7 +420,7 @@ void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> it
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
 
-  ops::embedding(ctx, tok_embd_, plan.ids, x);
+  ops::embedding(ctx, tok_embd_, plan.dev.ids, x);
   size_t attn_idx = 0;  // index of the full-attention layer in the KV pool
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
     const Layer& L = layers_[l];
@@ -436,8 +435,8 @@ void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> it
       ops::rms_norm(ctx, qr, A.q_norm, eps, off, qr);
       ops::rms_norm(ctx, kr, A.k_norm, eps, off, kr);
       Tensor qh = q.reshape({N, Hq, hd}), kh = k.reshape({N, Hkv, hd});
-      ops::rope(ctx, qh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
-      ops::rope(ctx, kh, plan.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+      ops::rope(ctx, qh, plan.dev.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+      ops::rope(ctx, kh, plan.dev.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
       paged_attention_block(ctx, plan, items, attn_idx++, qh, k, v, attn_scale, att);
       ops::sigmoid_mul(ctx, att, gate, att);
       ops::matmul(ctx, att, A.wo, o);
@@ -478,8 +477,6 @@ void Qwen35Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> it
     swiglu_mlp_block(ctx, x, L.post_norm, eps, off, L.w_gate, L.w_up, L.w_down, n, ff_g, ff_u, o);
   }
   output_logits(ctx, plan, x, out_norm_, eps, off, lm_head_, hp_.n_vocab, n, where, logits);
-  for (const BatchItem& it : items)
-    static_cast<Qwen35State&>(*it.seq).advance(static_cast<int64_t>(it.tokens.size()));
 }
 
 }  // namespace

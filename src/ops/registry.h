@@ -34,6 +34,7 @@ struct Context {
   DType act = DType::F32;
   KernelProfile profile = KernelProfile::kAuto;  // CUDA backend only
   OpProfiler* profiler = nullptr;  // times every op entry point (ops/profiler.h); null: off
+  bool graphs = true;  // models may record small steps once and replay them (ops/graph.h)
 };
 
 constexpr size_t kNumDevices = 2;

@@ -13,6 +13,7 @@
 #include "cuda_test_util.h"
 #include "formats/weight_source.h"
 #include "models/kv_budget.h"
+#include "models/loader.h"
 #include "models/model.h"
 #include "ops/device_memory.h"
 
@@ -147,6 +148,72 @@ TEST_P(GoldenOnGpu, RaggedBatchMatchesSingleSequencesOnCpu) {
       EXPECT_TRUE(a) << path << ": batch row " << i << " argmax";
       EXPECT_EQ(gs[i]->n_past(), prefix[i] + fed[i]);
     }
+  }
+}
+
+// Recorded decode steps (Model::forward_batch on ops::record) against the same steps run op
+// by op: two sequences of one GPU model get the same tokens, one with ctx.graphs off, one on.
+// Decode steps cross the 256- and 512-key buckets (a new recording each), then a 4-token
+// verification step and a two-sequence step replay too. Both must agree closely (only the
+// attention split count differs: exact vs bucketed key bound) and stay within the CPU
+// tolerance of the CPU model, and the recorded sequence must actually have replayed.
+TEST_P(GoldenOnGpu, RecordedStepsMatchOpByOpSteps) {
+  const auto models = golden_models();
+  ASSERT_FALSE(models.empty()) << "no golden models under tests/golden";
+  const double lim = tol(1e-4, 3e-2), same = tol(1e-5, 4e-3);
+  for (const std::string& path : models) {
+    auto [cpu_model, gpu_model] = load_on_both(path);
+    const int64_t V = cpu_model->info().n_vocab;
+    std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(V - 1));
+    std::vector<int32_t> toks(540);
+    for (auto& t : toks) t = u(rng());
+    auto eager_seq = gpu_model->new_sequence(1024), rec_seq = gpu_model->new_sequence(1024);
+    auto cpu_seq = cpu_model->new_sequence(1024);
+    ops::Context eager = g, rec = g;
+    eager.graphs = false;
+    const Model::StepStats before = gpu_model->step_stats();
+    int64_t fed = 0;
+    auto step = [&](int64_t T, bool all, const char* what) {
+      std::span<const int32_t> in(toks.data() + fed, static_cast<size_t>(T));
+      Tensor le, lr, lc;
+      gpu_model->forward(eager, in, *eager_seq, le, all, LogitsOn::kDevice);
+      Tensor he = logits_to_host_f32(eager, le);
+      gpu_model->forward(rec, in, *rec_seq, lr, all, LogitsOn::kDevice);
+      Tensor hr = logits_to_host_f32(rec, lr);
+      cpu_model->forward(cpu, in, *cpu_seq, lc, all);
+      auto [e_same, a_same] = compare_logits(hr, he, same);
+      auto [e_cpu, a_cpu] = compare_logits(hr, lc, lim);
+      EXPECT_LE(e_same, same) << path << ": " << what << " at " << fed;
+      EXPECT_LE(e_cpu, lim) << path << ": " << what << " at " << fed << " vs the CPU";
+      EXPECT_TRUE(a_cpu) << path << ": " << what << " argmax at " << fed;
+      fed += T;
+    };
+    step(250, false, "prefill");  // op by op in both (too many rows to record)
+    for (int i = 0; i < 10; ++i) step(1, false, "decode");  // crosses 256 keys
+    step(4, true, "verify");
+    while (fed < 520) step(1, false, "decode");  // crosses 512 keys
+    EXPECT_EQ(eager_seq->n_past(), fed);
+    EXPECT_EQ(rec_seq->n_past(), fed);
+    // Two sequences in one recorded step: each gets its own logits row.
+    {
+      std::vector<BatchItem> items = {{rec_seq.get(), std::span<const int32_t>(toks.data() + fed, 1), false},
+                                      {eager_seq.get(), std::span<const int32_t>(toks.data() + fed, 1), false}};
+      Tensor lb, lc;
+      gpu_model->forward_batch(rec, items, lb, LogitsOn::kDevice);
+      Tensor hb = logits_to_host_f32(rec, lb);
+      cpu_model->forward(cpu, std::span<const int32_t>(toks.data() + fed, 1), *cpu_seq, lc, false);
+      for (int r = 0; r < 2; ++r) {
+        auto [e, a] = compare_logits(hb.slice_rows(r, r + 1), lc, lim);
+        EXPECT_LE(e, lim) << path << ": two-sequence step, row " << r;
+      }
+    }
+    const Model::StepStats after = gpu_model->step_stats();
+    // Buckets 256, 512, 1024 for one token, the 4-token step, the two-sequence step.
+    EXPECT_GE(after.recorded - before.recorded, 4) << path;
+    EXPECT_GE(after.replayed - before.replayed, 250) << path;
+    std::printf("%s %s: %lld recorded, %lld replayed\n", fs::path(path).filename().c_str(),
+                setting_name({GetParam(), 0}).c_str(), static_cast<long long>(after.recorded - before.recorded),
+                static_cast<long long>(after.replayed - before.replayed));
   }
 }
 
