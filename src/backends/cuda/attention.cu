@@ -7,9 +7,9 @@
 #include "backends/cuda/attention.cuh"
 
 #include <algorithm>
-#include <optional>
 
 #include "backends/cuda/attention_decode.cuh"
+#include "backends/cuda/attention_prefill.cuh"
 #include "ops/attention.h"
 #include "ops/paged_attention.h"
 
@@ -19,8 +19,8 @@ namespace {
 template <class TQ, class TKV>
 __global__ void __launch_bounds__(kAttnThreads)
     attention_kernel(const TQ* __restrict__ q, const TKV* __restrict__ k, const TKV* __restrict__ v, TQ* out, int Hq,
-                     int Hkv, int D, int64_t q_pos0, float scale, const int32_t* __restrict__ table,
-                     int64_t block_size) {
+                     int Hkv, int D, int64_t q_pos0, const int32_t* __restrict__ q_pos, float scale,
+                     const int32_t* __restrict__ table, int64_t block_size) {
   extern __shared__ float smem[];
   float* qs = smem;       // [D]
   float* p = smem + D;    // [kAttnTile]
@@ -28,7 +28,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int64_t t = row / Hq;
   const int h = static_cast<int>(row % Hq), hk = h / (Hq / Hkv);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t n_keys = q_pos0 + t + 1;  // causal: keys 0 .. own position
+  // Causal: keys 0 .. own position (device positions where given: the paged form).
+  const int64_t n_keys = (q_pos ? int64_t(q_pos[0]) : q_pos0) + t + 1;
   const int64_t kv_stride = int64_t(Hkv) * D;
   const TKV* kh = k + int64_t(hk) * D;
   const TKV* vh = v + int64_t(hk) * D;
@@ -82,8 +83,8 @@ __global__ void __launch_bounds__(kAttnThreads)
 }
 
 template <class TKV>
-void attention_launch(ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0, float scale,
-                      const int32_t* table, int64_t block_size, Tensor& out) {
+void attention_launch(ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0,
+                      const int32_t* q_pos, float scale, const int32_t* table, int64_t block_size, Tensor& out) {
   const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hkv = k.dim(1);
   VI_CHECK(D <= kAttnMaxDim, "op 'attention' on cuda: head_dim {} exceeds {}", D, kAttnMaxDim);
   if (T == 0) return;
@@ -93,7 +94,7 @@ void attention_launch(ops::Context& ctx, const Tensor& q, const Tensor& k, const
     const size_t smem = (D + kAttnTile) * sizeof(float);
     attention_kernel<TQ, TKV><<<static_cast<unsigned>(T * Hq), kAttnThreads, smem, stream_of(ctx)>>>(
         q.ptr<TQ>(), k.ptr<TKV>(), v.ptr<TKV>(), out.ptr<TQ>(), static_cast<int>(Hq), static_cast<int>(Hkv),
-        static_cast<int>(D), q_pos0, scale, table, block_size);
+        static_cast<int>(D), q_pos0, q_pos, scale, table, block_size);
     VI_CUDA_LAUNCH_CHECK();
   });
 }
@@ -101,37 +102,55 @@ void attention_launch(ops::Context& ctx, const Tensor& q, const Tensor& k, const
 template <class TKV>
 void attention_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0, float scale,
                     Tensor& out) {
-  attention_launch<TKV>(ctx, q, k, v, q_pos0, scale, nullptr, 0, out);
+  attention_launch<TKV>(ctx, q, k, v, q_pos0, nullptr, scale, nullptr, 0, out);
 }
 
 // Paged attention: up to kDecodeMaxT query tokens (decode, MTP verification) go to the
-// split-KV decode kernel (attention_decode.cu); longer chunks (prefill) to the kernel
-// above, except with i8 K/V, which only the decode kernel reads: those run as chunks of
-// up to kDecodeMaxT queries (correct, not fast; a tensor-core prefill kernel is to come).
-// A host block table (the models' case; entries checked by the op entry point) goes to scratch.
+// split-KV decode kernel (attention_decode.cu); longer chunks (prefill) to the tensor-core
+// flash kernel (attention_prefill.cu; f16 or i8 pools), and what it does not take to the
+// CUDA-core kernel above (f32 pools), or, for i8, chunks of the decode kernel.
+// Table and positions are device memory (the op entry point): no host round trip, so a
+// decode step can be recorded and replayed (ops/graph.h); kv_bound sizes the launches.
 void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const ops::KvRows& k, const ops::KvRows& v,
-                          const Tensor& table, int64_t block_size, int64_t q_pos0, float scale, Tensor& out) {
+                          const Tensor& table, int64_t block_size, const Tensor& q_pos, int64_t kv_bound, float scale,
+                          Tensor& out) {
   const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hkv = k.data.dim(1);
   if (T == 0) return;
-  std::optional<Scratch> dtable;
-  const int32_t* tbl = nullptr;
-  if (table.device() == Device::CUDA) {
-    tbl = table.ptr<int32_t>();
-  } else {
-    const size_t bytes = static_cast<size_t>(table.numel()) * sizeof(int32_t);
-    dtable.emplace(ctx, bytes);
-    upload_small(ctx, table.data(), bytes, *dtable);
-    tbl = dtable->as<int32_t>();
-  }
+  const int32_t* tbl = table.ptr<int32_t>();
+  const int32_t* pos = q_pos.ptr<int32_t>();
   const bool quantized = k.data.dtype() == DType::I8 || v.data.dtype() == DType::I8;
   const int64_t chunk = std::min<int64_t>(kDecodeMaxT, std::max<int64_t>(1, kDecodeMaxRows / (Hq / Hkv)));
+  if (T > chunk &&
+      prefill_attention_fits(Hq, Hkv, D, q.dtype(), k.data.dtype(), v.data.dtype())) {
+    PrefillArgs a;
+    a.q = q.data();
+    a.q_dtype = q.dtype();
+    a.k = k.data.data();
+    a.v = v.data.data();
+    a.k_dtype = k.data.dtype();
+    a.v_dtype = v.data.dtype();
+    a.k_scale = k.data.dtype() == DType::I8 ? k.scale.ptr<float>() : nullptr;
+    a.v_scale = v.data.dtype() == DType::I8 ? v.scale.ptr<float>() : nullptr;
+    a.table = tbl;
+    a.block_size = block_size;
+    a.q_pos = pos;
+    a.kv_bound = kv_bound;
+    a.T = T;
+    a.Hq = Hq;
+    a.Hkv = Hkv;
+    a.D = D;
+    a.scale = scale;
+    a.out = out.data();
+    prefill_attention(ctx, a);
+    return;
+  }
   if (!quantized && !decode_attention_fits(T, Hq, Hkv, D)) {
     VI_CHECK(k.data.dtype() == v.data.dtype(), "op 'paged_attention' on cuda: prefill needs one K/V dtype, got {} / {}",
              dtype_name(k.data.dtype()), dtype_name(v.data.dtype()));
     if (k.data.dtype() == DType::F16)
-      attention_launch<__half>(ctx, q, k.data, v.data, q_pos0, scale, tbl, block_size, out);
+      attention_launch<__half>(ctx, q, k.data, v.data, 0, pos, scale, tbl, block_size, out);
     else
-      attention_launch<float>(ctx, q, k.data, v.data, q_pos0, scale, tbl, block_size, out);
+      attention_launch<float>(ctx, q, k.data, v.data, 0, pos, scale, tbl, block_size, out);
     return;
   }
   VI_CHECK(decode_attention_fits(std::min(T, chunk), Hq, Hkv, D),
@@ -155,7 +174,8 @@ void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const ops::KvRows&
     a.Hq = Hq;
     a.Hkv = Hkv;
     a.D = D;
-    a.q_pos0 = q_pos0 + t0;
+    a.q_pos = pos + t0;                   // this chunk's first query
+    a.kv_bound = kv_bound - (T - t0 - n);  // keys up to this chunk's last query
     a.scale = scale;
     a.out = static_cast<uint8_t*>(out.data()) + t0 * q_row_bytes;
     decode_attention(ctx, a);
