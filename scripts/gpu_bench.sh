@@ -17,7 +17,7 @@
 #     (eight files: what the device tool brings back).
 #
 # Knobs (environment): CONFIGS (weights:KV pairs, "q4_k:int8 q8_0:int8"; add q4_k:f16 for the
-# f16 cache), PROFILES (native volta), DEPTHS (512,8192,32768,131072), PREFILL (2048), STYLES
+# f16 cache), PROFILES (native volta; "native:nograph" adds a run with --no-cuda-graphs), DEPTHS (512,8192,32768,131072), PREFILL (2048), STYLES
 # (code,zh), VERIFY (1,2,4,8), NGEN (16), REPS (2), STEP_TIMEOUT (seconds per bench, 75), BUDGET
 # (no bench starts that could end after this many seconds, 300). With the defaults: about 4
 # minutes on an H200 (2 models, 4 bench runs), never more than ~5.
@@ -89,18 +89,21 @@ run() {
     for c in $configs; do
       [ "${c%%:*}" = "$dt" ] || continue
       local kv=${c#*:}
-      for prof in $profiles; do
+      for prof_spec in $profiles; do
+        # A profile may carry ":nograph" (decode steps op by op, --no-cuda-graphs) to compare.
+        local prof=${prof_spec%%:*} graph_flag=()
+        [ "$prof_spec" != "$prof" ] && graph_flag=(--no-cuda-graphs)
         # Never start a step that could not finish inside the whole run's budget.
         if [ $((SECONDS - t0 + step_timeout)) -gt "$budget" ]; then
-          echo "bench $dt KV $kv $prof: skipped (budget of $budget s)" >> "$out/summary.txt"
+          echo "bench $dt KV $kv $prof_spec: skipped (budget of $budget s)" >> "$out/summary.txt"
           continue
         fi
-        echo "=== bench $dt KV $kv $prof" >> "$out/bench.log"
-        timeout "$step_timeout" stdbuf -oL -eL "$vi" bench -m "$m" --device cuda --kernel-profile "$prof" \
+        echo "=== bench $dt KV $kv $prof_spec" >> "$out/bench.log"
+        timeout "$step_timeout" stdbuf -oL -eL "$vi" bench -m "$m" --device cuda --kernel-profile "$prof" "${graph_flag[@]}" \
           --cache-type-k "$kv" --cache-type-v "$kv" -p "$prefill" --prompt-style "$styles" -d "$depths" --verify "$verify" -n "$ngen" \
           -r "$reps" --profile-ops --profile-rounds 4 "${bw_flag[@]}" --json "$out/bench.jsonl" \
           --md "$out/bench.md" >> "$out/bench.log" 2>&1
-        echo "bench $dt KV $kv $prof: rc=$? ($((SECONDS - t0)) s)" >> "$out/summary.txt"
+        echo "bench $dt KV $kv $prof_spec: rc=$? ($((SECONDS - t0)) s)" >> "$out/summary.txt"
       done
     done
     rm -f "$m"

@@ -23,6 +23,7 @@
 #include "core/timer.h"
 #include "ops/memory.h"
 #include "ops/profiler.h"
+#include "ops/sample.h"
 #include "tools/bench_prompts.h"
 #include "tools/bench_util.h"
 #include "tools/commands.h"
@@ -123,6 +124,7 @@ json Bench::conditions() const {
               {"weight_format", wformat_},
               {"device", device_},
               {"kernel_profile", profile_},
+              {"cuda_graphs", L_.ctx.device != Device::CPU && L_.ctx.graphs},
               {"act_dtype", dtype_name(L_.ctx.act)},
               {"kv_dtype", kv_dtype_},
               {"threads", ThreadPool::global().size()},
@@ -220,14 +222,24 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
     tok = argmax(logits, 0);
     bytes_round = device_bytes(counter.summary());
 
+    // Timed rounds as the server runs them: logits stay on the device, a greedy pick there
+    // sends back the token (a recorded step replays here unless --no-cuda-graphs).
     std::vector<double> ms;
+    const std::vector<ops::SampleParams> greedy(1);
+    std::vector<ops::SampledToken> picked;
+    for (int w = 0; w < 2; ++w) {  // warm-up of this path (records the step shape)
+      L_.model->forward(L_.ctx, {&tok, 1}, *seq, logits, false, LogitsOn::kDevice);
+      ops::sample(L_.ctx, logits, greedy, {}, picked);
+      tok = picked[0].token;
+    }
     ops::synchronize(L_.ctx);
     Timer all;
     for (int64_t i = 0; i < a_.n_gen; ++i) {
       Timer t;
-      L_.model->forward(L_.ctx, {&tok, 1}, *seq, logits, false);  // ends with the logits on the host
+      L_.model->forward(L_.ctx, {&tok, 1}, *seq, logits, false, LogitsOn::kDevice);
+      ops::sample(L_.ctx, logits, greedy, {}, picked);  // ends with the token on the host
       ms.push_back(t.ms());
-      tok = argmax(logits, 0);
+      tok = picked[0].token;
     }
     const double total_s = all.s();
     const double mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
@@ -245,12 +257,14 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
     for (int64_t T : a_.verify) {
       std::vector<double> v;
       std::vector<int32_t> toks(static_cast<size_t>(T), tok);
+      const std::vector<ops::SampleParams> greedy_t(static_cast<size_t>(T));
       for (int r = 0; r < 4; ++r) {
         if (seq->n_past() + T > seq->capacity()) break;
         Timer t;
-        L_.model->forward(L_.ctx, toks, *seq, logits, true);
-        if (r > 0) v.push_back(t.ms());  // the first of each width warms its buffers
-        for (int64_t j = 0; j < T; ++j) toks[j] = argmax(logits, j);
+        L_.model->forward(L_.ctx, toks, *seq, logits, true, LogitsOn::kDevice);
+        ops::sample(L_.ctx, logits, greedy_t, {}, picked);
+        if (r > 0) v.push_back(t.ms());  // the first of each width warms its buffers (and records)
+        for (int64_t j = 0; j < T; ++j) toks[j] = picked[static_cast<size_t>(j)].token;
       }
       if (v.empty()) continue;
       verify_ms[T].push_back(median(v));
@@ -310,6 +324,7 @@ void Bench::run() {
   VI_CHECK(longest <= L_.n_ctx, "the tests need a context of {} tokens but -c is {}", longest, L_.n_ctx);
   device_ = device_label(L_.ctx);
   profile_ = profile_label(L_.ctx);
+  if (L_.ctx.device != Device::CPU && !L_.ctx.graphs) profile_ += ", no graphs";
   wformat_ = weight_format_summary(*L_.weights);
   ceil_ = measure_ceilings(L_.ctx, a_.bandwidth_gbs, a_.peak_tflops);
   if (!a_.json_out.empty()) json_.open(a_.json_out, std::ios::app);

@@ -84,6 +84,8 @@ void ModelFlags::add(CLI::App& app) {
   app.add_option("--kernel-profile", kernel_profile,
                  "GPU kernels: auto (from the device), volta (sm_70 features only), native (sm_80+; cuBLAS GEMM where built in)")
       ->check(CLI::IsMember({"auto", "volta", "native"}));
+  app.add_flag("--no-cuda-graphs", no_graphs,
+               "Run decode steps op by op instead of recording each step shape once as a CUDA graph and replaying it");
   // llama-server's flag names (-ctk/-ctv too, see normalize_args); int8 is voltinfer's own
   // cache format (ops/kv_quant.h), not llama.cpp's q8_0.
   const char* kCacheHelp =
@@ -149,6 +151,7 @@ Loaded load(const ModelFlags& flags, bool need_tokenizer) {
     L.ctx.profile = flags.kernel_profile == "volta"    ? ops::KernelProfile::kVolta
                     : flags.kernel_profile == "native" ? ops::KernelProfile::kNative
                                                        : ops::KernelProfile::kAuto;
+    L.ctx.graphs = !flags.no_graphs;
   }
   LoadOptions opts;
   opts.ctx = L.ctx;  // weights, caches and activations live on the chosen device

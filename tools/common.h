@@ -24,6 +24,7 @@ struct ModelFlags {
   int threads = 0;        // -t/--threads; 0: all hardware threads
   std::string device = "cpu";
   std::string kernel_profile = "auto";  // --kernel-profile: auto, volta, native (cuda only)
+  bool no_graphs = false;                // --no-cuda-graphs: decode steps op by op
   std::string cache_type_k, cache_type_v;  // -ctk/-ctv: f16, f32, int8; empty: the activation dtype
   std::string log_level = "warn";
   void add(CLI::App& app);
