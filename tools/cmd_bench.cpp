@@ -226,9 +226,10 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
     // sends back the token (a recorded step replays here unless --no-cuda-graphs).
     std::vector<double> ms;
     const std::vector<ops::SampleParams> greedy(1);
-    std::vector<ops::SampledToken> picked;
+    std::vector<ops::SampledToken> picked(1);
     for (int w = 0; w < 2; ++w) {  // warm-up of this path (records the step shape)
       L_.model->forward(L_.ctx, {&tok, 1}, *seq, logits, false, LogitsOn::kDevice);
+      picked.resize(1);
       ops::sample(L_.ctx, logits, greedy, {}, picked);
       tok = picked[0].token;
     }
@@ -237,6 +238,7 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
     for (int64_t i = 0; i < a_.n_gen; ++i) {
       Timer t;
       L_.model->forward(L_.ctx, {&tok, 1}, *seq, logits, false, LogitsOn::kDevice);
+      picked.resize(1);
       ops::sample(L_.ctx, logits, greedy, {}, picked);  // ends with the token on the host
       ms.push_back(t.ms());
       tok = picked[0].token;
@@ -262,6 +264,7 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
         if (seq->n_past() + T > seq->capacity()) break;
         Timer t;
         L_.model->forward(L_.ctx, toks, *seq, logits, true, LogitsOn::kDevice);
+        picked.resize(static_cast<size_t>(T));
         ops::sample(L_.ctx, logits, greedy_t, {}, picked);
         if (r > 0) v.push_back(t.ms());  // the first of each width warms its buffers (and records)
         for (int64_t j = 0; j < T; ++j) toks[j] = picked[static_cast<size_t>(j)].token;
