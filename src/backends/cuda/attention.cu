@@ -106,9 +106,9 @@ void attention_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k, const T
 }
 
 // Paged attention: up to kDecodeMaxT query tokens (decode, MTP verification) go to the
-// split-KV decode kernel (attention_decode.cu); longer chunks (prefill) to the tensor-core
-// flash kernel (attention_prefill.cu; f16 or i8 pools), and what it does not take to the
-// CUDA-core kernel above (f32 pools), or, for i8, chunks of the decode kernel.
+// split-KV decode kernel (attention_decode.cu); longer chunks (prefill) with f16 queries to
+// the tensor-core flash kernel (attention_prefill.cu; f16 or i8 pools), and what it does not
+// take to the CUDA-core kernel above (f32), or, for i8, chunks of the decode kernel.
 // Table and positions are device memory (the op entry point): no host round trip, so a
 // decode step can be recorded and replayed (ops/graph.h); kv_bound sizes the launches.
 void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const ops::KvRows& k, const ops::KvRows& v,
@@ -120,7 +120,9 @@ void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const ops::KvRows&
   const int32_t* pos = q_pos.ptr<int32_t>();
   const bool quantized = k.data.dtype() == DType::I8 || v.data.dtype() == DType::I8;
   const int64_t chunk = std::min<int64_t>(kDecodeMaxT, std::max<int64_t>(1, kDecodeMaxRows / (Hq / Hkv)));
-  if (T > chunk &&
+  // f16 activations only: the tensor cores round q and the probabilities to f16, which the
+  // f32 activations (the exact wiring check) must not.
+  if (T > chunk && q.dtype() == DType::F16 &&
       prefill_attention_fits(Hq, Hkv, D, q.dtype(), k.data.dtype(), v.data.dtype())) {
     PrefillArgs a;
     a.q = q.data();
