@@ -2,12 +2,23 @@
 // Compiled in every build; without cuBLAS (VI_CUBLAS=0) the entry point only reports that.
 #include "backends/cuda/gemm_cublas.cuh"
 
+#include <cstdlib>
+#include <string>
+
 #if VI_CUBLAS
 #include <climits>
 #include <mutex>
 #endif
 
 namespace vi::cuda {
+
+bool cublas_allowed_by_env() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("VOLTINFER_CUBLAS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return allowed;
+}
 
 #if VI_CUBLAS
 namespace {
@@ -18,7 +29,14 @@ cublasHandle_t cublas_for(const ops::Context& ctx) {
   static std::mutex mu;
   const int dev = current_device().index;
   std::lock_guard<std::mutex> lock(mu);
-  if (!handles[dev]) VI_CUBLAS_CHECK(cublasCreate(&handles[dev]));
+  if (!handles[dev]) {
+    VI_CUBLAS_CHECK(cublasCreate(&handles[dev]));
+    // fp32 accumulation all the way: by default cuBLAS may reduce split-K partials of an f16
+    // output in f16.
+    VI_CUBLAS_CHECK(cublasSetMathMode(handles[dev], static_cast<cublasMath_t>(
+                                                        CUBLAS_DEFAULT_MATH |
+                                                        CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+  }
   VI_CUBLAS_CHECK(cublasSetStream(handles[dev], stream_of(ctx)));
   return handles[dev];
 }

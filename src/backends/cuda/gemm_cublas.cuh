@@ -14,7 +14,12 @@ inline constexpr bool kHaveCublas = VI_CUBLAS != 0;
 
 // cuBLAS runs the native profile's GEMM when the build has it; the volta profile, and every
 // profile of a build without cuBLAS, use our WMMA kernel.
-inline bool gemm_uses_cublas(const ops::Context& ctx) { return kHaveCublas && !volta_profile(ctx); }
+// VOLTINFER_CUBLAS=0 in the environment sends the native profile to our WMMA GEMM too (to
+// tell a cuBLAS difference from one of ours).
+bool cublas_allowed_by_env();
+inline bool gemm_uses_cublas(const ops::Context& ctx) {
+  return kHaveCublas && !volta_profile(ctx) && cublas_allowed_by_env();
+}
 
 // y[T, N] (row stride ldy) = x[T, K] · w[N, K]ᵀ; f16 in and out, fp32 accumulation.
 // Throws in a build without cuBLAS (callers check gemm_uses_cublas first).
