@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -49,6 +50,26 @@ class AttentionDecode : public CudaOpTest {
                  fmt::format("decode Hq={} Hkv={} D={} bs={} T={} pos0={}", s.Hq, s.Hkv, s.D, s.bs, T, q_pos0));
   }
 };
+
+// kv_scatter: rows of x land at the pool rows given in device memory, bit for bit (a copy),
+// and no other pool row changes; the CPU op scatters the same rows into the same pool.
+TEST_P(AttentionDecode, KvScatterWritesTheGivenRows) {
+  for (auto [T, W] : {std::pair<int64_t, int64_t>{1, 1024}, {7, 80 * 3}, {13, 37}}) {
+    const int64_t n_rows = 64;
+    Tensor pool = rand_f32({n_rows, W}, act(), -2, 2), x = rand_f32({T, W}, act(), -2, 2);
+    std::vector<int32_t> perm(static_cast<size_t>(n_rows));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng());
+    perm.resize(static_cast<size_t>(T));
+    Tensor dpool = up(pool);  // before the CPU scatter: host_as(f32) is the tensor itself
+    ops::kv_scatter(g, up(x), dpool, ops::i32_on_device(g, perm));
+    Tensor ref = host_as(pool, act()), hx = host_as(x, act());
+    ops::kv_scatter(cpu, hx, ref, ops::i32_on_device(cpu, perm));
+    Tensor got = down(dpool), want = to_host_f32(cpu, ref);
+    ASSERT_EQ(got.numel(), want.numel());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.nbytes()), 0) << "T=" << T << " W=" << W;
+  }
+}
 
 TEST_P(AttentionDecode, FloatKvOneAndManySplits) {
   // Hq/Hkv groups 6 (Qwen3.5-27B), 3, 1 and 8 (T=8: 64 rows, the block maximum).

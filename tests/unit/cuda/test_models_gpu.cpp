@@ -2,8 +2,11 @@
 // the CPU (which run_golden.py holds to the Hugging Face logits at 1e-3) with the same
 // random tokens: a 37-token prefill, then 4 single-token decode steps. The GPU runs in both
 // kernel profiles, with f16 activations (what `voltinfer --device cuda` uses; tolerance
-// max |Δlogit| / row max <= 3e-2, and the argmax must agree unless the CPU's top-2 margin is
-// within that) and with f32 activations (the wiring check: 1e-4).
+// max |Δlogit| / row max <= 5e-2, and the argmax must agree unless the CPU's top-2 margin is
+// within that) and with f32 activations (the wiring check: 1e-4). Why 5e-2 for f16: the
+// tokens are fresh random ones each run, and over 45 runs per profile on the H200 the
+// Qwen3.5 fixtures (initializer range 0.08) reached 4.1e-2 (qwen35_c, a decode step, native)
+// while their medians sit near 8e-3; run_golden.py's fixed prompts hold 3e-2.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -73,7 +76,7 @@ class GoldenOnGpu : public CudaOpTest {
 TEST_P(GoldenOnGpu, PrefillThenDecodeMatchesCpu) {
   const auto models = golden_models();
   ASSERT_FALSE(models.empty()) << "no golden models under tests/golden";
-  const double lim = tol(1e-4, 3e-2);
+  const double lim = tol(1e-4, 5e-2);
   for (const std::string& path : models) {
     auto [cpu_model, gpu_model] = load_on_both(path);
     const int64_t V = cpu_model->info().n_vocab;
@@ -111,7 +114,7 @@ TEST_P(GoldenOnGpu, PrefillThenDecodeMatchesCpu) {
 TEST_P(GoldenOnGpu, RaggedBatchMatchesSingleSequencesOnCpu) {
   const auto models = golden_models();
   ASSERT_FALSE(models.empty()) << "no golden models under tests/golden";
-  const double lim = tol(1e-4, 3e-2);
+  const double lim = tol(1e-4, 5e-2);
   for (const std::string& path : models) {
     auto [cpu_model, gpu_model] = load_on_both(path);
     const int64_t V = cpu_model->info().n_vocab;
@@ -160,11 +163,19 @@ TEST_P(GoldenOnGpu, RaggedBatchMatchesSingleSequencesOnCpu) {
 TEST_P(GoldenOnGpu, RecordedStepsMatchOpByOpSteps) {
   const auto models = golden_models();
   ASSERT_FALSE(models.empty()) << "no golden models under tests/golden";
-  const double lim = tol(1e-4, 3e-2), same = tol(1e-5, 4e-3);
+  // Against the CPU: f16 drift grows with the context (f16 residual stream and KV cache over
+  // 500 tokens); qwen35_c reached 3.4e-2 on the H200, so 6e-2 here. Recorded vs op by op:
+  // the two differ only in the attention split count (bucketed vs exact key bound), i.e. the
+  // order partial sums meet: 1e-5 in f32 (measured up to 4e-6), and in f16, where each
+  // attention output is rounded once more per layer, up to 4.4e-3 measured, so 1e-2. A
+  // replay at a stale position or with another sequence's state is off by far more than that
+  // (the f32 case is the sharp check).
+  const double lim = tol(1e-4, 6e-2), same = tol(1e-5, 1e-2);
   for (const std::string& path : models) {
     auto [cpu_model, gpu_model] = load_on_both(path);
     const int64_t V = cpu_model->info().n_vocab;
     std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(V - 1));
+    double worst_same = 0, worst_cpu = 0;
     std::vector<int32_t> toks(540);
     for (auto& t : toks) t = u(rng());
     auto eager_seq = gpu_model->new_sequence(1024), rec_seq = gpu_model->new_sequence(1024);
@@ -182,10 +193,13 @@ TEST_P(GoldenOnGpu, RecordedStepsMatchOpByOpSteps) {
       Tensor hr = logits_to_host_f32(rec, lr);
       cpu_model->forward(cpu, in, *cpu_seq, lc, all);
       auto [e_same, a_same] = compare_logits(hr, he, same);
+      EXPECT_TRUE(a_same) << path << ": " << what << " argmax, recorded vs op by op, at " << fed;
       auto [e_cpu, a_cpu] = compare_logits(hr, lc, lim);
       EXPECT_LE(e_same, same) << path << ": " << what << " at " << fed;
       EXPECT_LE(e_cpu, lim) << path << ": " << what << " at " << fed << " vs the CPU";
       EXPECT_TRUE(a_cpu) << path << ": " << what << " argmax at " << fed;
+      worst_same = std::max(worst_same, e_same);
+      worst_cpu = std::max(worst_cpu, e_cpu);
       fed += T;
     };
     step(250, false, "prefill");  // op by op in both (too many rows to record)
@@ -211,9 +225,10 @@ TEST_P(GoldenOnGpu, RecordedStepsMatchOpByOpSteps) {
     // Buckets 256, 512, 1024 for one token, the 4-token step, the two-sequence step.
     EXPECT_GE(after.recorded - before.recorded, 4) << path;
     EXPECT_GE(after.replayed - before.replayed, 250) << path;
-    std::printf("%s %s: %lld recorded, %lld replayed\n", fs::path(path).filename().c_str(),
-                setting_name({GetParam(), 0}).c_str(), static_cast<long long>(after.recorded - before.recorded),
-                static_cast<long long>(after.replayed - before.replayed));
+    std::printf("%s %s: %lld recorded, %lld replayed; recorded vs op by op %.2e, vs the CPU %.2e\n",
+                fs::path(path).filename().c_str(), setting_name({GetParam(), 0}).c_str(),
+                static_cast<long long>(after.recorded - before.recorded),
+                static_cast<long long>(after.replayed - before.replayed), worst_same, worst_cpu);
   }
 }
 
