@@ -10,6 +10,7 @@ namespace {
 template <class T>
 __device__ float row_sum_sq(const T* xr, int64_t n, float* red) {
   float ss = 0.0f;
+#pragma unroll 4
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     const float v = to_f32(xr[i]);
     ss += v * v;
@@ -23,6 +24,7 @@ __global__ void rms_norm_kernel(const T* x, const float* __restrict__ w, float e
   const T* xr = x + blockIdx.x * n;
   T* yr = y + blockIdx.x * n;
   const float inv = 1.0f / sqrtf(row_sum_sq(xr, n, red) / static_cast<float>(n) + eps);
+#pragma unroll 4
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = from_f32<T>((to_f32(xr[i]) * inv) * (w[i] + w_offset));
 }
 
