@@ -358,9 +358,12 @@ void Bench::run() {
   out += table_;
   out += fmt::format(
       "\n{} repetitions per row; decode rounds are greedy single-token forward passes timed on the host after two "
-      "warm-up rounds (tok/s includes the host argmax between rounds); MBU = bytes the round's ops read and write / "
-      "mean round time / copy bandwidth; MFU = FLOPs of the ops that ran / prefill time / tensor rate.\n",
-      a_.reps);
+      "warm-up rounds, each ending with the greedy pick on the device and its token on the host, as the server runs "
+      "them ({}); MBU = bytes the round's ops read and write / mean round time / copy bandwidth; MFU = FLOPs of the "
+      "ops that ran / prefill time / tensor rate.\n",
+      a_.reps,
+      L_.ctx.device == Device::CPU ? "CPU" : L_.ctx.graphs ? "recorded steps replayed as CUDA graphs"
+                                                           : "op by op, --no-cuda-graphs");
   out += profiles_;
   std::fputs(out.c_str(), stdout);
   if (!a_.md_out.empty()) {
