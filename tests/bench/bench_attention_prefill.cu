@@ -33,36 +33,9 @@ using vi::DType;
 using vi::Tensor;
 namespace ops = vi::ops;
 
+using vi::benchutil::fill_tensor;
 using vi::benchutil::median;
-using vi::benchutil::mix;
-
-// Values in [-1, 1) for f16, [-127, 127] for i8, scales in [0.005, 0.01).
-__global__ void fill(void* p, size_t n, DType t, uint32_t seed, bool is_scale) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float u = (mix(i, seed) >> 8) * (1.0f / 16777216.0f);
-    if (t == DType::I8) static_cast<int8_t*>(p)[i] = static_cast<int8_t>(static_cast<int>(u * 255.0f) - 127);
-    else if (t == DType::F16) static_cast<__half*>(p)[i] = __float2half(2.0f * u - 1.0f);
-    else static_cast<float*>(p)[i] = is_scale ? 0.005f + 0.005f * u : 2.0f * u - 1.0f;
-  }
-}
-
-void fill_tensor(Tensor& t, uint32_t seed, bool is_scale = false) {
-  fill<<<1024, 256>>>(t.data(), static_cast<size_t>(t.numel()), t.dtype(), seed, is_scale);
-  VI_CUDA_LAUNCH_CHECK();
-  VI_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    out.push_back(std::stoll(s.substr(i, j - i)));
-    i = j + 1;
-  }
-  return out;
-}
+using vi::benchutil::parse_list;
 
 // Median ms per call of `reps` calls, each timed alone, after one warm-up call.
 template <class F>

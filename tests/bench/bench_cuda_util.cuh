@@ -1,16 +1,21 @@
 // What the CUDA micro-benchmarks share: a counter-based hash for filling buffers on the
-// device, the median, the copy bandwidth (hwcheck's own measurement, so every "% of copy"
-// means the same thing), and the time per call of calls replayed from a captured graph.
+// device (and the fill of K/V-like tensors), the median, comma lists, the copy bandwidth
+// (hwcheck's own measurement, so every "% of copy" means the same thing), and the time per
+// call of calls replayed from a captured graph.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/hwinfo.h"
+#include "core/tensor.h"
 
 namespace vi::benchutil {
 
@@ -19,6 +24,35 @@ __device__ __forceinline__ uint32_t mix(uint64_t i, uint32_t seed) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return static_cast<uint32_t>(z ^ (z >> 31));
+}
+
+// Values in [-1, 1) for f16/f32, [-127, 127] for i8, scales in [0.005, 0.01).
+__global__ void fill_kernel(void* p, size_t n, DType t, uint32_t seed, bool is_scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float u = (mix(i, seed) >> 8) * (1.0f / 16777216.0f);
+    if (t == DType::I8) static_cast<int8_t*>(p)[i] = static_cast<int8_t>(static_cast<int>(u * 255.0f) - 127);
+    else if (t == DType::F16) static_cast<__half*>(p)[i] = __float2half(2.0f * u - 1.0f);
+    else static_cast<float*>(p)[i] = is_scale ? 0.005f + 0.005f * u : 2.0f * u - 1.0f;
+  }
+}
+
+inline void fill_tensor(Tensor& t, uint32_t seed, bool is_scale = false) {
+  fill_kernel<<<1024, 256>>>(t.data(), static_cast<size_t>(t.numel()), t.dtype(), seed, is_scale);
+  VI_CUDA_LAUNCH_CHECK();
+  VI_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// "1,4,8" -> {1, 4, 8}.
+inline std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    out.push_back(std::stoll(s.substr(i, j - i)));
+    i = j + 1;
+  }
+  return out;
 }
 
 inline float median(std::vector<float> v) {
@@ -43,7 +77,7 @@ std::vector<float> graph_us_per_call(cudaStream_t s, int calls, int reps, cudaSt
   VI_CUDA_CHECK(cudaStreamBeginCapture(s, mode));
   for (int i = 0; i < calls; ++i) launch(i);
   VI_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  VI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  VI_CUDA_CHECK(cudaGraphInstantiateWithFlags(&exec, graph, 0));  // also CUDA 11.8's signature
   cudaEvent_t e0, e1;
   VI_CUDA_CHECK(cudaEventCreate(&e0));
   VI_CUDA_CHECK(cudaEventCreate(&e1));

@@ -105,6 +105,37 @@ void attention_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k, const T
   attention_launch<TKV>(ctx, q, k, v, q_pos0, nullptr, scale, nullptr, 0, out);
 }
 
+// The launch arguments the decode and prefill kernels share (DecodeArgs, PrefillArgs), for
+// the queries t0 .. t0 + n - 1 of the call: their q and out rows, their first position, and
+// the keys up to the last of them.
+template <class Args>
+Args paged_args(const Tensor& q, const ops::KvRows& k, const ops::KvRows& v, const int32_t* table,
+                int64_t block_size, const int32_t* q_pos, int64_t kv_bound, float scale, Tensor& out, int64_t t0,
+                int64_t n) {
+  const int64_t T = q.dim(0);
+  const size_t q_row_bytes = dtype_row_bytes(q.dtype(), q.dim(1) * q.dim(2));
+  Args a;
+  a.q = static_cast<const uint8_t*>(q.data()) + t0 * q_row_bytes;
+  a.q_dtype = q.dtype();
+  a.k = k.data.data();
+  a.v = v.data.data();
+  a.k_dtype = k.data.dtype();
+  a.v_dtype = v.data.dtype();
+  a.k_scale = k.data.dtype() == DType::I8 ? k.scale.ptr<float>() : nullptr;
+  a.v_scale = v.data.dtype() == DType::I8 ? v.scale.ptr<float>() : nullptr;
+  a.table = table;
+  a.block_size = block_size;
+  a.q_pos = q_pos + t0;
+  a.kv_bound = kv_bound - (T - t0 - n);
+  a.T = n;
+  a.Hq = q.dim(1);
+  a.Hkv = k.data.dim(1);
+  a.D = q.dim(2);
+  a.scale = scale;
+  a.out = static_cast<uint8_t*>(out.data()) + t0 * q_row_bytes;
+  return a;
+}
+
 // Paged attention: up to kDecodeMaxT query tokens (decode, MTP verification) go to the
 // split-KV decode kernel (attention_decode.cu); longer chunks (prefill) with f16 queries to
 // the tensor-core flash kernel (attention_prefill.cu; f16 or i8 pools), and what it does not
@@ -124,26 +155,7 @@ void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const ops::KvRows&
   // f32 activations (the exact wiring check) must not.
   if (T > chunk && q.dtype() == DType::F16 &&
       prefill_attention_fits(Hq, Hkv, D, q.dtype(), k.data.dtype(), v.data.dtype())) {
-    PrefillArgs a;
-    a.q = q.data();
-    a.q_dtype = q.dtype();
-    a.k = k.data.data();
-    a.v = v.data.data();
-    a.k_dtype = k.data.dtype();
-    a.v_dtype = v.data.dtype();
-    a.k_scale = k.data.dtype() == DType::I8 ? k.scale.ptr<float>() : nullptr;
-    a.v_scale = v.data.dtype() == DType::I8 ? v.scale.ptr<float>() : nullptr;
-    a.table = tbl;
-    a.block_size = block_size;
-    a.q_pos = pos;
-    a.kv_bound = kv_bound;
-    a.T = T;
-    a.Hq = Hq;
-    a.Hkv = Hkv;
-    a.D = D;
-    a.scale = scale;
-    a.out = out.data();
-    prefill_attention(ctx, a);
+    prefill_attention(ctx, paged_args<PrefillArgs>(q, k, v, tbl, block_size, pos, kv_bound, scale, out, 0, T));
     return;
   }
   if (!quantized && !decode_attention_fits(T, Hq, Hkv, D)) {
@@ -158,29 +170,9 @@ void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const ops::KvRows&
   VI_CHECK(decode_attention_fits(std::min(T, chunk), Hq, Hkv, D),
            "op 'paged_attention' on cuda: i8 K/V need head_dim <= {} and at most {} query heads per kv head (got "
            "D={}, {} / {})", kDecodeMaxDim, kDecodeMaxRows, D, Hq, Hkv);
-  const size_t q_row_bytes = dtype_row_bytes(q.dtype(), Hq * D);
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
     const int64_t n = std::min(chunk, T - t0);
-    DecodeArgs a;
-    a.q = static_cast<const uint8_t*>(q.data()) + t0 * q_row_bytes;
-    a.q_dtype = q.dtype();
-    a.k = k.data.data();
-    a.v = v.data.data();
-    a.k_dtype = k.data.dtype();
-    a.v_dtype = v.data.dtype();
-    a.k_scale = k.data.dtype() == DType::I8 ? k.scale.ptr<float>() : nullptr;
-    a.v_scale = v.data.dtype() == DType::I8 ? v.scale.ptr<float>() : nullptr;
-    a.table = tbl;
-    a.block_size = block_size;
-    a.T = n;
-    a.Hq = Hq;
-    a.Hkv = Hkv;
-    a.D = D;
-    a.q_pos = pos + t0;                   // this chunk's first query
-    a.kv_bound = kv_bound - (T - t0 - n);  // keys up to this chunk's last query
-    a.scale = scale;
-    a.out = static_cast<uint8_t*>(out.data()) + t0 * q_row_bytes;
-    decode_attention(ctx, a);
+    decode_attention(ctx, paged_args<DecodeArgs>(q, k, v, tbl, block_size, pos, kv_bound, scale, out, t0, n));
   }
 }
 

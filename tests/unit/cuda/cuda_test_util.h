@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +23,17 @@ namespace vi::cudatest {
 inline std::mt19937& rng() {
   static std::mt19937 g(std::random_device{}());
   return g;
+}
+
+// A host block table [n_blocks] i32: a random permutation of the pool's blocks (so paged
+// kernels cannot get away with reading rows in order).
+inline Tensor shuffled_table(int64_t n_blocks) {
+  std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng());
+  Tensor t = Tensor::empty(DType::I32, {n_blocks});
+  std::copy(perm.begin(), perm.end(), t.ptr<int32_t>());
+  return t;
 }
 
 // Host f32 tensor of uniform values in [lo, hi); rounded to f16 values when `act` is f16.

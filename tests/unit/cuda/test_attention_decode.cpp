@@ -19,15 +19,6 @@
 namespace vi::cudatest {
 namespace {
 
-Tensor shuffled_table(int64_t n_blocks) {
-  std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng());
-  Tensor t = Tensor::empty(DType::I32, {n_blocks});
-  std::copy(perm.begin(), perm.end(), t.ptr<int32_t>());
-  return t;
-}
-
 struct Shape {
   int64_t Hq, Hkv, D, bs;
 };
