@@ -149,9 +149,10 @@ class Model {
   static constexpr int64_t kMaxRecordedRows = 8;
 
  protected:
-  // The architecture's forward pass over a validated, staged plan (inputs in plan.dev);
-  // must queue device work only (no host waits, nothing kept past the call except logits),
-  // so that it can be recorded. Does not advance the sequences.
+  // The architecture's forward pass over a validated, staged plan (inputs in plan.dev). With
+  // device logits it must only queue device work (no host waits or reads of device data,
+  // nothing kept past the call but the logits), so that it can be recorded. Does not advance
+  // the sequences.
   virtual void forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
                             Tensor& logits, LogitsOn where) const = 0;
 

@@ -6,6 +6,8 @@
 // f16 4e-3 (f16 output, and in the GEMM path the weights dequantized to f16).
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "core/quant.h"
 #include "cuda_test_util.h"
 #include "ops/embedding.h"
@@ -78,6 +80,11 @@ TEST_P(Embedding, EveryWeightDtype) {
     ops::embedding(g, dt, ids, dout);
     // f32: exact up to FMA contraction of scale*q - min; f16 output rounds each value once.
     EXPECT_CLOSE(down(dout), ref, tol(1e-6, 1e-3), fmt::format("embedding {}", dtype_name(wt)));
+    // Ids already on the device (what the models pass) give the same bits.
+    Tensor dout2 = gpu_empty({T, d});
+    ops::embedding(g, dt, ops::upload(g, ids), dout2);
+    Tensor h1 = down(dout), h2 = down(dout2);
+    EXPECT_EQ(std::memcmp(h1.data(), h2.data(), h1.nbytes()), 0) << "device ids, " << dtype_name(wt);
   }
 }
 
