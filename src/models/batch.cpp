@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "ops/copy.h"
 #include "ops/memory.h"
+#include "ops/paged_attention.h"
 
 namespace vi {
 
@@ -26,14 +27,12 @@ BatchPlan BatchPlan::make(std::span<const BatchItem> items, int64_t n_vocab) {
     VI_CHECK(static_cast<int64_t>(tbl.size()) * bs >= past + T,
              "sequence {} has KV blocks for {} tokens but needs {}", i, static_cast<int64_t>(tbl.size()) * bs,
              past + T);
-    // Every entry the step reads must name a pool block: kernels read the table unchecked.
-    const int64_t n_blocks = it.seq->kv_pool().n_blocks;
-    for (int64_t j = 0; j < (past + T + bs - 1) / bs; ++j)
-      VI_CHECK(tbl[static_cast<size_t>(j)] >= 0 && tbl[static_cast<size_t>(j)] < n_blocks,
-               "sequence {}: block table entry {} is {}, outside the pool of {} blocks", i, j,
-               tbl[static_cast<size_t>(j)], n_blocks);
     p.block_tables.push_back(Tensor::view(DType::I32, {static_cast<int64_t>(tbl.size())},
                                           const_cast<int32_t*>(tbl.data()), nullptr));
+    // The pool row of each new token; checks every table entry the step reads (kernels read
+    // the table unchecked).
+    const auto rows = ops::pool_rows("forward", p.block_tables.back(), bs, it.seq->kv_pool().n_blocks, past, T);
+    p.kv_rows.insert(p.kv_rows.end(), rows.begin(), rows.end());
     for (int32_t id : it.tokens)
       VI_CHECK(id >= 0 && id < n_vocab, "token id {} is outside the vocabulary of {}", id, n_vocab);
     p.pos0.push_back(past);
@@ -46,12 +45,6 @@ BatchPlan BatchPlan::make(std::span<const BatchItem> items, int64_t n_vocab) {
     for (int64_t t = 0; t < p.rows_of(i); ++t) {
       p.ids.ptr<int32_t>()[p.row0[i] + t] = items[i].tokens[t];
       p.pos.ptr<int32_t>()[p.row0[i] + t] = static_cast<int32_t>(p.pos0[i] + t);
-    }
-    const auto& tbl = items[i].seq->block_table();
-    const int64_t bs = items[i].seq->kv_pool().block_size;
-    for (int64_t t = 0; t < p.rows_of(i); ++t) {
-      const int64_t pos = p.pos0[i] + t;
-      p.kv_rows.push_back(static_cast<int32_t>(int64_t(tbl[static_cast<size_t>(pos / bs)]) * bs + pos % bs));
     }
     if (items[i].all_logits) {
       for (int64_t r = p.row0[i]; r < p.row0[i + 1]; ++r) p.out_rows.push_back(r);

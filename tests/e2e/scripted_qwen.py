@@ -25,7 +25,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from tokenizer_make_fixtures import bytes_to_unicode  # noqa: E402  (the one GPT-2 byte table)
 
 END_OF_TURN = "<|im_end|>"
 
@@ -54,15 +58,7 @@ START_THINKING_OFF = "\n\n"
 
 def _byte_decoder() -> dict[str, int]:
     """The byte-level BPE alphabet (printable stand-ins for bytes), inverted."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+    return {c: b for b, c in bytes_to_unicode().items()}
 
 
 def token_texts(tok_json: dict) -> tuple[dict[int, str], dict[str, int]]:

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "backends/cuda/cuda_util.cuh"
+#include "backends/cuda/paged_kernel_args.h"
 
 namespace vi::cuda {
 
@@ -25,30 +26,13 @@ constexpr int kDecodeMaxDim = 256;  // head_dim: 8 dims per lane
 // Whether decode_attention takes this shape (the caller falls back otherwise).
 bool decode_attention_fits(int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
 
-// q: [T, Hq, D] (f32/f16, the activation dtype); k, v: [n_rows, Hkv, D] of k_dtype /
-// v_dtype (f32, f16 or i8); k_scale / v_scale: [n_rows, Hkv] f32 for an i8 tensor, else
-// null; table: device i32 block table (null: key s is row s); out: [T, Hq, D] like q.
-// Query t sits at position p0 + t and sees keys 0 .. p0 + t, where p0 = q_pos[0] (device
-// memory, read by the kernel: a recorded step replays at any position) or q_pos0 when
-// q_pos is null. kv_bound: a host upper bound of p0 + T (0: q_pos0 + T) that sizes the
-// splits; splits past the true length contribute nothing.
-struct DecodeArgs {
-  const void* q = nullptr;
-  DType q_dtype = DType::F16;
-  const void* k = nullptr;
-  const void* v = nullptr;
-  DType k_dtype = DType::F16, v_dtype = DType::F16;
-  const float* k_scale = nullptr;
-  const float* v_scale = nullptr;
-  const int32_t* table = nullptr;
-  int64_t block_size = 0;
-  int64_t T = 0, Hq = 0, Hkv = 0, D = 0;
+// The paged kernel arguments (paged_kernel_args.h) with K/V f32, f16 or i8 and two
+// additions: a null table means key s is row s, and without device positions (q_pos null)
+// query t sits at q_pos0 + t; kv_bound 0 means q_pos0 + T. Splits past the true length
+// contribute nothing.
+struct DecodeArgs : PagedKernelArgs {
   int64_t q_pos0 = 0;
-  const int32_t* q_pos = nullptr;
-  int64_t kv_bound = 0;
-  float scale = 1.0f;
-  void* out = nullptr;
-  int n_splits = 0;  // 0: chosen from the context length and the SM count
+  int n_splits = 0;  // 0: chosen from the key bound and the SM count
 };
 void decode_attention(const ops::Context& ctx, const DecodeArgs& a);
 

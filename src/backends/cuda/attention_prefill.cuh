@@ -16,37 +16,17 @@
 
 #include <cstdint>
 
+#include "backends/cuda/paged_kernel_args.h"
 #include "ops/registry.h"
 
 namespace vi::cuda {
 
 constexpr int kPrefillMaxDim = 256;  // head_dim bound (padded inside to 64, 128 or 256)
 
-// q: [T, Hq, D] f16 or f32 (the activation dtype); k, v: pools [n_rows, Hkv, D] of k_dtype /
-// v_dtype, each f16 or i8 (f32 pools are refused: the caller falls back); k_scale / v_scale:
-// [n_rows, Hkv] f32 for an i8 pool (value = scale * int8; i8 K rows hold Hadamard-rotated
-// keys, ops/kv_quant.h), else null; table: device i32 block table, key position s sits in
-// pool row table[s / block_size] * block_size + s % block_size; q_pos: DEVICE [>= 1] i32,
-// query t sits at position q_pos[0] + t and sees keys 0 .. q_pos[0] + t (read on the
-// device, so a captured graph can replay with new positions); kv_bound: a host upper bound
-// of q_pos[0] + T (checked against 32-bit positions; the grid does not depend on it);
-// out: [T, Hq, D] like q. Hq must be a multiple of Hkv (GQA).
-struct PrefillArgs {
-  const void* q = nullptr;
-  DType q_dtype = DType::F16;
-  const void* k = nullptr;
-  const void* v = nullptr;
-  DType k_dtype = DType::F16, v_dtype = DType::F16;
-  const float* k_scale = nullptr;
-  const float* v_scale = nullptr;
-  const int32_t* table = nullptr;
-  int64_t block_size = 0;
-  const int32_t* q_pos = nullptr;
-  int64_t kv_bound = 0;
-  int64_t T = 0, Hq = 0, Hkv = 0, D = 0;
-  float scale = 1.0f;
-  void* out = nullptr;
-};
+// The paged kernel arguments (paged_kernel_args.h) with K and V each f16 or i8 (f32 pools
+// are refused: the caller falls back); the grid does not depend on kv_bound, which is only
+// checked against 32-bit positions.
+using PrefillArgs = PagedKernelArgs;
 
 // Whether prefill_attention takes this combination on the current device: q f16/f32, K and
 // V each f16 or i8, 1 <= D <= kPrefillMaxDim, Hq a multiple of Hkv, and the device lets a

@@ -36,6 +36,20 @@ inline Tensor shuffled_table(int64_t n_blocks) {
   return t;
 }
 
+// Rows of t L2-normalised and scaled (the delta rule's precondition for q and k); f16-rounded
+// when the activation dtype is f16, so both sides see the same inputs.
+inline Tensor unit_rows(Tensor t, float scale, DType act) {
+  const int64_t n = t.cols();
+  for (int64_t r = 0; r < t.rows(); ++r) {
+    float* p = t.row<float>(r);
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += double(p[i]) * p[i];
+    const float f = scale / static_cast<float>(std::sqrt(ss));
+    for (int64_t i = 0; i < n; ++i) p[i] = act == DType::F16 ? round_fp16(p[i] * f) : p[i] * f;
+  }
+  return t;
+}
+
 // Host f32 tensor of uniform values in [lo, hi); rounded to f16 values when `act` is f16.
 inline Tensor rand_f32(const std::vector<int64_t>& shape, DType act, float lo = -1.0f, float hi = 1.0f) {
   Tensor t = Tensor::empty(DType::F32, shape);

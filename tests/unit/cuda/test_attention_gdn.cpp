@@ -87,19 +87,6 @@ TEST_P(Gdn, Gates) {
   EXPECT_CLOSE(down(dbo), br, 1e-6, "gdn_gates beta");
 }
 
-// L2-normalised rows (the op's precondition for q and k), then scaled.
-Tensor unit_rows(Tensor t, float scale, DType act) {
-  const int64_t n = t.cols();
-  for (int64_t r = 0; r < t.rows(); ++r) {
-    float* p = t.row<float>(r);
-    double ss = 0;
-    for (int64_t i = 0; i < n; ++i) ss += double(p[i]) * p[i];
-    const float f = scale / static_cast<float>(std::sqrt(ss));
-    for (int64_t i = 0; i < n; ++i) p[i] = act == DType::F16 ? round_fp16(p[i] * f) : p[i] * f;
-  }
-  return t;
-}
-
 TEST_P(Gdn, DeltaRuleBothFormsAndLayouts) {
   const int64_t Hk = 2, Hv = 4;
   for (auto [dk, dv] : {std::pair<int64_t, int64_t>{128, 48}, {40, 33}}) {

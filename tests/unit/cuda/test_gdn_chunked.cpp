@@ -20,20 +20,6 @@ namespace {
 
 class GdnChunked : public CudaOpTest {};
 
-// Rows of t L2-normalised and scaled (the op's precondition for q and k); f16-rounded
-// when the activation dtype is f16, so both sides see the same inputs.
-Tensor unit_rows(Tensor t, float scale, DType act) {
-  const int64_t n = t.cols();
-  for (int64_t r = 0; r < t.rows(); ++r) {
-    float* p = t.row<float>(r);
-    double ss = 0;
-    for (int64_t i = 0; i < n; ++i) ss += double(p[i]) * p[i];
-    const float f = scale / static_cast<float>(std::sqrt(ss));
-    for (int64_t i = 0; i < n; ++i) p[i] = act == DType::F16 ? round_fp16(p[i] * f) : p[i] * f;
-  }
-  return t;
-}
-
 // A host tensor of 1e4 everywhere: an output element the kernel forgets stays far off.
 Tensor poison(const std::vector<int64_t>& shape) {
   Tensor t = Tensor::empty(DType::F32, shape);
