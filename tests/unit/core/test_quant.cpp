@@ -105,7 +105,9 @@ double bound_for(DType t, const float* x, int i, int64_t n) {
     case DType::BF16: return std::fabs(x[i]) * std::ldexp(1.0, -8);
     case DType::Q8_0:
       range(i / 32 * 32, 32, mn, mx, amax);
-      return amax / 127 * 0.5 + amax * std::ldexp(1.0, -10) + 1e-7;
+      // Half a step, plus 127 times the f16 rounding of the scale d = amax / 127: relative
+      // 2^-11, but absolute 2^-25 once d is an f16 subnormal (amax below ~7.8e-3).
+      return amax / 127 * 0.5 + amax * std::ldexp(1.0, -10) + 127 * std::ldexp(1.0, -25) + 1e-7;
     case DType::Q4_0:
       range(i / 32 * 32, 32, mn, mx, amax);
       return amax / 8 * 1.01 + 1e-7;
