@@ -1,4 +1,4 @@
-// Element-wise op entry points (add, swiglu, sigmoid_mul, softmax): checks, then kernels.
+// Element-wise op entry points (add, swiglu, swiglu_halves, sigmoid_mul, softmax): checks, then kernels.
 #include "ops/elementwise.h"
 
 #include "ops/op_checks.h"
@@ -12,6 +12,10 @@ OpTable<BinaryFn>& add_table() {
 }
 OpTable<BinaryFn>& swiglu_table() {
   static OpTable<BinaryFn> table("swiglu");
+  return table;
+}
+OpTable<UnaryFn>& swiglu_halves_table() {
+  static OpTable<UnaryFn> table("swiglu_halves");
   return table;
 }
 OpTable<BinaryFn>& sigmoid_mul_table() {
@@ -43,6 +47,19 @@ void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
   check_binary("swiglu", ctx, gate, up, out);
   VI_OP_SCOPE(ctx, "swiglu", gate.dtype(), 3 * gate.nbytes(), "{}x{}", gate.rows(), gate.cols());
   swiglu_table().get(ctx.device, gate.dtype())(ctx, gate, up, out);
+}
+
+void swiglu_halves(Context& ctx, const Tensor& gu, Tensor& out) {
+  check_same_device("swiglu_halves", ctx, {&gu, &out});
+  VI_CHECK(gu.ndim() >= 1 && gu.cols() % 2 == 0 && out.cols() * 2 == gu.cols() && out.rows() == gu.rows() &&
+               out.dtype() == gu.dtype(),
+           "op 'swiglu_halves': out {} must be gu {} with half the columns", describe(out), describe(gu));
+  const auto* g0 = static_cast<const uint8_t*>(gu.data());
+  const auto* o0 = static_cast<const uint8_t*>(out.data());
+  VI_CHECK(gu.numel() == 0 || o0 + out.nbytes() <= g0 || g0 + gu.nbytes() <= o0,
+           "op 'swiglu_halves': out {} overlaps gu {}", describe(out), describe(gu));
+  VI_OP_SCOPE(ctx, "swiglu_halves", gu.dtype(), gu.nbytes() + out.nbytes(), "{}x{}", out.rows(), out.cols());
+  swiglu_halves_table().get(ctx.device, gu.dtype())(ctx, gu, out);
 }
 
 void sigmoid_mul(Context& ctx, const Tensor& x, const Tensor& gate, Tensor& out) {

@@ -14,6 +14,16 @@ using RmsNormFn = void (*)(Context&, const Tensor& x, const Tensor& w, float eps
                            Tensor& y);
 OpTable<RmsNormFn>& rms_norm_table();  // keyed by x dtype
 
+// x += o, then y = rms_norm(x, w, eps, w_offset): a block's residual add and the norm that
+// reads the stream next, in one pass (one kernel instead of two on a GPU). The sum is
+// rounded to x's dtype exactly as ops::add rounds it before the norm reads it, so the
+// results equal add-then-rms_norm. x, o, y: [R, n] one dtype; w: [n] f32. y may alias o
+// (each element is read before it is written), never x (x keeps the residual stream).
+void add_rms_norm(Context& ctx, Tensor& x, const Tensor& o, const Tensor& w, float eps, float w_offset, Tensor& y);
+using AddRmsNormFn = void (*)(Context&, Tensor& x, const Tensor& o, const Tensor& w, float eps, float w_offset,
+                              Tensor& y);
+OpTable<AddRmsNormFn>& add_rms_norm_table();  // keyed by x dtype
+
 // y = x * rsqrt(sum(x²) + eps) * scale  (the Gated DeltaNet q/k norm; eps on the SUM).
 void l2_norm(Context& ctx, const Tensor& x, float eps, float scale, Tensor& y);
 using L2NormFn = void (*)(Context&, const Tensor& x, float eps, float scale, Tensor& y);

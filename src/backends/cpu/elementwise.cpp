@@ -1,4 +1,5 @@
-// CPU element-wise ops on f32: add, swiglu, sigmoid_mul, and row-wise softmax.
+// CPU element-wise ops on f32: add, swiglu (also of a stacked gate|up row), sigmoid_mul, and
+// row-wise softmax.
 // Activation functions use the same formulas as PyTorch: silu(g) = g / (1 + exp(-g)),
 // sigmoid(g) = 1 / (1 + exp(-g)), softmax = exp(x - max) / sum.
 #include "ops/elementwise.h"
@@ -25,8 +26,22 @@ void add_f32(ops::Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
   binary_f32("add", ctx, a, b, out, [](float x, float y) { return x + y; });
 }
 
+inline float swiglu1(float g, float u) { return (g / (1.0f + std::exp(-g))) * u; }
+
 void swiglu_f32(ops::Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
-  binary_f32("swiglu", ctx, gate, up, out, [](float g, float u) { return (g / (1.0f + std::exp(-g))) * u; });
+  binary_f32("swiglu", ctx, gate, up, out, [](float g, float u) { return swiglu1(g, u); });
+}
+
+void swiglu_halves_f32(ops::Context& ctx, const Tensor& gu, Tensor& out) {
+  require_f32("swiglu_halves", gu, "gu");
+  const int64_t F = out.cols();
+  pool(ctx).parallel_for(out.rows(), grain_for(F), [&](int64_t r0, int64_t r1, int) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* g = gu.row<float>(r);  // [gate (F) | up (F)]
+      float* y = out.row<float>(r);
+      for (int64_t j = 0; j < F; ++j) y[j] = swiglu1(g[j], g[F + j]);
+    }
+  });
 }
 
 void sigmoid_mul_f32(ops::Context& ctx, const Tensor& x, const Tensor& gate, Tensor& out) {
@@ -56,6 +71,7 @@ void softmax_f32(ops::Context& ctx, const Tensor& x, Tensor& out) {
 const bool registered = [] {
   ops::add_table().add(Device::CPU, DType::F32, add_f32);
   ops::swiglu_table().add(Device::CPU, DType::F32, swiglu_f32);
+  ops::swiglu_halves_table().add(Device::CPU, DType::F32, swiglu_halves_f32);
   ops::sigmoid_mul_table().add(Device::CPU, DType::F32, sigmoid_mul_f32);
   ops::softmax_table().add(Device::CPU, DType::F32, softmax_f32);
   return true;

@@ -1,5 +1,6 @@
-// CUDA kernels of add, swiglu, sigmoid_mul (grid-stride, one element per thread step) and
-// softmax (one block per row, fp32 max/sum reductions, exact two-pass like the CPU).
+// CUDA kernels of add, swiglu, sigmoid_mul (grid-stride, one element per thread step),
+// swiglu_halves (of a stacked gate|up row) and softmax (one block per row, fp32 max/sum
+// reductions, exact two-pass like the CPU).
 #include "backends/cuda/elementwise.cuh"
 #include "ops/elementwise.h"
 
@@ -39,6 +40,32 @@ void sigmoid_mul_cuda(ops::Context& ctx, const Tensor& a, const Tensor& b, Tenso
   binary<Bin::kSigmoidMul>("sigmoid_mul", ctx, a, b, out);
 }
 
+// out[r, j] = silu(gu[r, j]) * gu[r, F + j]: the swiglu kernel's arithmetic on the two halves
+// of a row. x of the grid walks the columns, y the rows (grid-stride past 65535), so no
+// thread divides an index by F.
+template <class T>
+__global__ void swiglu_halves_kernel(const T* __restrict__ gu, T* __restrict__ out, int64_t rows, int64_t F) {
+  const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (j >= F) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const T* g = gu + r * 2 * F;
+    out[r * F + j] = from_f32<T>(silu_f(to_f32(g[j])) * to_f32(g[F + j]));
+  }
+}
+
+void swiglu_halves_cuda(ops::Context& ctx, const Tensor& gu, Tensor& out) {
+  dispatch_act("swiglu_halves", gu.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t rows = out.rows(), F = out.cols();
+    if (rows == 0 || F == 0) return;
+    const int64_t col_blocks = (F + 255) / 256;
+    VI_CHECK(col_blocks <= INT32_MAX, "op 'swiglu_halves' on cuda: rows of {} are too wide", F);
+    const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(rows < 65535 ? rows : 65535));
+    swiglu_halves_kernel<T><<<grid, 256, 0, stream_of(ctx)>>>(gu.ptr<T>(), out.ptr<T>(), rows, F);
+    VI_CUDA_LAUNCH_CHECK();
+  });
+}
+
 // One block per row; out may alias x (each element is read before it is written).
 template <class T>
 __global__ void softmax_kernel(const T* x, T* out, int64_t n) {
@@ -69,6 +96,7 @@ const bool registered = [] {
   for (DType t : {DType::F32, DType::F16}) {
     ops::add_table().add(Device::CUDA, t, add_cuda);
     ops::swiglu_table().add(Device::CUDA, t, swiglu_cuda);
+    ops::swiglu_halves_table().add(Device::CUDA, t, swiglu_halves_cuda);
     ops::sigmoid_mul_table().add(Device::CUDA, t, sigmoid_mul_cuda);
     ops::softmax_table().add(Device::CUDA, t, softmax_cuda);
   }

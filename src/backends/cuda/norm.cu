@@ -1,5 +1,6 @@
-// CUDA kernels of rms_norm, l2_norm and gated_rms_norm. Each output is written by the
-// thread that read its input, after the row's reduction, so y may alias x (or z).
+// CUDA kernels of rms_norm, add_rms_norm, l2_norm and gated_rms_norm. Each output is written
+// by the thread that read its input, after the row's reduction, so y may alias x (or z; for
+// add_rms_norm, o).
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/norm.cuh"
 #include "ops/norm.h"
@@ -24,6 +25,30 @@ __global__ void rms_norm_kernel(const T* x, const float* __restrict__ w, float e
   const T* xr = x + blockIdx.x * n;
   T* yr = y + blockIdx.x * n;
   const float inv = 1.0f / sqrtf(row_sum_sq(xr, n, red) / static_cast<float>(n) + eps);
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = from_f32<T>((to_f32(xr[i]) * inv) * (w[i] + w_offset));
+}
+
+// x += o, then y = rms_norm(x). The sum is rounded to T before it is squared or stored,
+// as the add kernel rounds it, so y equals rms_norm of what ops::add would have left in x.
+// The second loop reads back x[i] that the same thread wrote in the first (no other thread
+// touches it), from L1/L2: one DRAM pass over x, o and y.
+template <class T>
+__global__ void add_rms_norm_kernel(T* x, const T* o, const float* __restrict__ w, float eps, float w_offset, T* y,
+                                    int64_t n) {
+  __shared__ float red[32];
+  T* xr = x + blockIdx.x * n;
+  const T* orow = o + blockIdx.x * n;
+  T* yr = y + blockIdx.x * n;
+  float ss = 0.0f;
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const T s = from_f32<T>(to_f32(xr[i]) + to_f32(orow[i]));
+    xr[i] = s;
+    const float v = to_f32(s);
+    ss += v * v;
+  }
+  const float inv = 1.0f / sqrtf(block_sum(ss, red) / static_cast<float>(n) + eps);
 #pragma unroll 4
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = from_f32<T>((to_f32(xr[i]) * inv) * (w[i] + w_offset));
 }
@@ -63,6 +88,17 @@ void rms_norm_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, float ep
   });
 }
 
+void add_rms_norm_cuda(ops::Context& ctx, Tensor& x, const Tensor& o, const Tensor& w, float eps, float w_offset,
+                       Tensor& y) {
+  dispatch_act("add_rms_norm", x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (x.numel() == 0) return;
+    add_rms_norm_kernel<T><<<row_grid("add_rms_norm", x), norm_threads(x.cols()), 0, stream_of(ctx)>>>(
+        x.ptr<T>(), o.ptr<T>(), w.ptr<float>(), eps, w_offset, y.ptr<T>(), x.cols());
+    VI_CUDA_LAUNCH_CHECK();
+  });
+}
+
 void l2_norm_cuda(ops::Context& ctx, const Tensor& x, float eps, float scale, Tensor& y) {
   dispatch_act("l2_norm", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -86,6 +122,7 @@ void gated_rms_norm_cuda(ops::Context& ctx, const Tensor& x, const Tensor& z, co
 const bool registered = [] {
   for (DType t : {DType::F32, DType::F16}) {
     ops::rms_norm_table().add(Device::CUDA, t, rms_norm_cuda);
+    ops::add_rms_norm_table().add(Device::CUDA, t, add_rms_norm_cuda);
     ops::l2_norm_table().add(Device::CUDA, t, l2_norm_cuda);
     ops::gated_rms_norm_table().add(Device::CUDA, t, gated_rms_norm_cuda);
   }

@@ -1,5 +1,5 @@
-// CUDA normalisation ops (ops/norm.h): rms_norm, l2_norm (GDN q/k) and gated_rms_norm (GDN
-// output). One block per row, fp32 sum of squares, f32/f16 storage.
+// CUDA normalisation ops (ops/norm.h): rms_norm, add_rms_norm (residual add + norm), l2_norm
+// (GDN q/k) and gated_rms_norm (GDN output). One block per row, fp32 sum of squares, f32/f16 storage.
 #pragma once
 
 #include "backends/cuda/cuda_util.cuh"

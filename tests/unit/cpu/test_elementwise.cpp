@@ -1,4 +1,5 @@
-// CPU add, swiglu, sigmoid_mul and softmax vs double-precision formulas.
+// CPU add, swiglu, sigmoid_mul and softmax vs double-precision formulas; swiglu_halves vs
+// swiglu on the two halves (bit for bit).
 #include <gtest/gtest.h>
 
 #include "ops/elementwise.h"
@@ -70,6 +71,41 @@ TEST(CpuElementwise, SoftmaxMatchesDouble) {
       test::expect_bitwise_equal(x, y, "softmax in place");
     }
   }
+}
+
+// A stacked [gate | up] row gives what swiglu gives on the gate and up rows apart.
+TEST(CpuElementwise, SwigluHalvesEqualsSwigluOfTheHalves) {
+  const unsigned seed = test::test_seed();
+  std::mt19937 rng(seed);
+  ThreadPool p3(3);
+  ops::Context c1, c3{Device::CPU, &p3};
+  for (int64_t R : {1, 3, 17, 97}) {
+    for (int64_t F : {1, 64, 1536, 4099}) {
+      const std::string sz = " R=" + std::to_string(R) + " F=" + std::to_string(F);
+      Tensor gu = test::random_f32(rng, {R, 2 * F}, 4.0f);
+      Tensor gate = Tensor::empty(DType::F32, {R, F}), up = Tensor::empty(DType::F32, {R, F});
+      for (int64_t r = 0; r < R; ++r) {
+        std::memcpy(gate.row<float>(r), gu.row<float>(r), F * sizeof(float));
+        std::memcpy(up.row<float>(r), gu.row<float>(r) + F, F * sizeof(float));
+      }
+      Tensor want = Tensor::empty(DType::F32, {R, F}), y = Tensor::empty(DType::F32, {R, F});
+      ops::swiglu(c1, gate, up, want);
+      ops::swiglu_halves(c3, gu, y);
+      test::expect_bitwise_equal(y, want, "swiglu_halves" + sz);
+    }
+  }
+}
+
+TEST(CpuElementwise, SwigluHalvesErrors) {
+  ops::Context ctx;
+  Tensor gu = Tensor::empty(DType::F32, {3, 128});
+  Tensor y_bad = Tensor::empty(DType::F32, {3, 65});
+  std::string msg = test::error_of([&] { ops::swiglu_halves(ctx, gu, y_bad); });
+  EXPECT_NE(msg.find("swiglu_halves"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[3, 65]"), std::string::npos) << msg;
+  Tensor in_place = gu.reshape({6, 64}).slice_rows(0, 3);  // the first half of gu's storage
+  msg = test::error_of([&] { ops::swiglu_halves(ctx, gu, in_place); });
+  EXPECT_NE(msg.find("overlaps"), std::string::npos) << msg;
 }
 
 TEST(CpuElementwise, Errors) {

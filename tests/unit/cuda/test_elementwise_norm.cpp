@@ -1,6 +1,6 @@
-// CUDA vs CPU: add, swiglu, sigmoid_mul, softmax, add_bias, copy, rms_norm, l2_norm,
-// gated_rms_norm and rope on fresh random inputs of odd sizes, in both kernel profiles and
-// both activation dtypes. Tolerances (relative L2): f32 1e-5 (summation order only), f16
+// CUDA vs CPU: add, swiglu, swiglu_halves, sigmoid_mul, softmax, add_bias, copy, rms_norm,
+// add_rms_norm, l2_norm, gated_rms_norm and rope on fresh random inputs of odd sizes, in both
+// kernel profiles and both activation dtypes. Tolerances (relative L2): f32 1e-5 (summation order only), f16
 // 2e-3 (one f16 rounding of the output, plus the f16 inputs of in-place ops).
 #include <gtest/gtest.h>
 
@@ -35,6 +35,18 @@ TEST_P(Elementwise, BinaryOpsAndSoftmax) {
   Tensor ds = up(a);
   ops::softmax(g, ds, ds);  // in place, as models may call it
   EXPECT_CLOSE(down(ds), ref, tol(1e-5, 1e-3), "softmax");
+}
+
+// gu [R, 2F] -> [R, F]; 70001 rows cross the grid's 65535-row limit (rows are grid-strided).
+TEST_P(Elementwise, SwigluHalves) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 17408}, {37, 301}, {5, 1}, {70001, 3}};
+  for (auto [R, F] : shapes) {
+    Tensor gu = rand_f32({R, 2 * F}, act(), -4, 4);
+    Tensor ref = Tensor::empty(DType::F32, {R, F}), dout = gpu_empty({R, F});
+    ops::swiglu_halves(cpu, gu, ref);
+    ops::swiglu_halves(g, up(gu), dout);
+    EXPECT_CLOSE(down(dout), ref, tol(1e-6, 1e-3), "swiglu_halves " + std::to_string(R) + "x" + std::to_string(F));
+  }
 }
 
 TEST_P(Elementwise, AddBiasAndCopy) {
@@ -74,6 +86,40 @@ TEST_P(Norm, RmsL2Gated) {
     ops::gated_rms_norm(cpu, x, z, w, 1e-6f, ref);
     ops::gated_rms_norm(g, dx, dz, dw, 1e-6f, dy);
     EXPECT_CLOSE(down(dy), ref, tol(1e-5, 2e-3), "gated_rms_norm n=" + std::to_string(n));
+  }
+}
+
+// x += o; y = rms_norm(x). The residual must be exactly what ops::add leaves (the sum
+// rounded once to the activation dtype: the host does the same rounding), and y the norm of
+// that rounded sum. 5120 is the 27B model's width (1024 threads, 5 elements each).
+TEST_P(Norm, AddRmsNorm) {
+  for (int64_t n : {515, 64, 129, 5120}) {
+    const int64_t R = 29;
+    const std::string sz = " n=" + std::to_string(n);
+    Tensor x = rand_f32({R, n}, act(), -3, 3), o = rand_f32({R, n}, act(), -3, 3), w = rand_f32({n}, DType::F32);
+    Tensor sum = Tensor::empty(DType::F32, {R, n}), ref = Tensor::empty(DType::F32, {R, n});
+    ops::add(cpu, x, o, sum);
+    if (act() == DType::F16)
+      for (int64_t i = 0; i < sum.numel(); ++i) sum.ptr<float>()[i] = round_fp16(sum.ptr<float>()[i]);
+    ops::rms_norm(cpu, sum, w, 1e-6f, 1.0f, ref);
+
+    Tensor dx = up(x), d_o = up(o), dw = ops::upload(g, w), dy = gpu_empty({R, n});
+    ops::add_rms_norm(g, dx, d_o, dw, 1e-6f, 1.0f, dy);
+    EXPECT_EQ(rel_l2(down(dx), sum), 0.0) << "add_rms_norm residual" << sz;
+    EXPECT_CLOSE(down(dy), ref, tol(1e-5, 2e-3), "add_rms_norm" + sz);
+
+    // The two ops it replaces, on the GPU: the same arithmetic in the same order, so equal up
+    // to the compiler's choices (no more than one f16 ulp here and there).
+    Tensor dx2 = up(x), dy2 = gpu_empty({R, n});
+    ops::add(g, dx2, d_o, dx2);
+    ops::rms_norm(g, dx2, dw, 1e-6f, 1.0f, dy2);
+    EXPECT_CLOSE(down(dy), down(dy2), tol(1e-6, 5e-4), "add_rms_norm vs add, rms_norm" + sz);
+
+    // y aliasing o (each element is read before it is written).
+    Tensor dx3 = up(x), do3 = up(o);
+    ops::add_rms_norm(g, dx3, do3, dw, 1e-6f, 1.0f, do3);
+    EXPECT_EQ(rel_l2(down(dx3), sum), 0.0) << "add_rms_norm residual, y = o" << sz;
+    EXPECT_CLOSE(down(do3), ref, tol(1e-5, 2e-3), "add_rms_norm, y = o" + sz);
   }
 }
 
