@@ -6,7 +6,7 @@
 //                               context, recurrent states) over the round time over the
 //                               device's copy bandwidth, measured in this process
 //   verify   --verify 1,2,4,8   ms for a round that feeds T tokens at once (MTP verification)
-//   --profile-ops               per-op table of a decode round (ops/profiler.h)
+//   --profile-ops               per-op tables of a decode round and a prefill (ops/profiler.h)
 // Every configuration runs -r times; the markdown table gives mean and min–max, --json
 // writes every raw sample as a JSON line. An MBU above 100% is refused as a measurement
 // error, never printed as a result.
@@ -45,7 +45,7 @@ struct BenchArgs {
   std::vector<std::string> styles = {"code"};
   std::string fill = "synthetic";
   std::string json_out, md_out;
-  int64_t n_batch = 512;
+  int64_t n_batch = 0;  // 0: as the server (2048 on a GPU, 256 on the CPU)
   bool profile_ops = false;
   int profile_rounds = 8;
   double bandwidth_gbs = 0, peak_tflops = 0;
@@ -193,6 +193,25 @@ void Bench::prefill_test(const std::string& style, int64_t P) {
           {"prefill_s", s}, {"tok_s", P / s}, {"flops", flops}, {"mfu_pct", mfu_ok ? json(pct) : json(nullptr)},
           {"mfu_error", pct > 100 ? json(fmt::format("computed {:.1f}% > 100%", pct)) : json(nullptr)}});
   }
+  if (a_.profile_ops) {
+    // One more prefill with events around every op: where the prefill time goes (the timed
+    // runs above carry no events).
+    std::vector<int32_t> prompt = prompt_tokens(style, P, 0);
+    auto seq = L_.model->new_sequence(L_.n_ctx);
+    ops::OpProfiler prof(L_.ctx.device);
+    L_.ctx.profiler = &prof;
+    prof.begin_round(L_.ctx);
+    prefill(*L_.model, L_.ctx, *seq, prompt, a_.n_batch);
+    prof.end_round(L_.ctx);
+    L_.ctx.profiler = nullptr;
+    const ops::OpProfiler::Summary s = prof.summary();
+    profiles_ += fmt::format(
+        "\n### Prefill of {} tokens ({} prompt, batches of {}) — {}, profile {}, {}, KV {}\n\n"
+        "Per-op times with CUDA events around every op entry point, one profiled prefill ({:.1f} ms with the "
+        "events). share = op time / profiled wall time.\n\n",
+        P, style, a_.n_batch, device_, profile_, wformat_, kv_dtype_, s.wall_us / 1e3);
+    profiles_ += prof.markdown();
+  }
   Stats m = summarize(mfu);
   row(fmt::format("prefill {}", P), style, tps, "tok/s",
       mfu.empty()   ? "MFU n/a (no tensor peak)"
@@ -324,6 +343,7 @@ void Bench::run() {
     longest = std::max(longest, d + 3 + a_.n_gen + verify_tokens + (a_.profile_ops ? a_.profile_rounds : 0));
   if (a_.model.ctx_size == 0) a_.model.ctx_size = longest + 16;
   L_ = load(a_.model);
+  if (a_.n_batch == 0) a_.n_batch = L_.ctx.device == Device::CPU ? 256 : 2048;  // what `serve` uses
   VI_CHECK(longest <= L_.n_ctx, "the tests need a context of {} tokens but -c is {}", longest, L_.n_ctx);
   device_ = device_label(L_.ctx);
   profile_ = profile_label(L_.ctx);
@@ -395,8 +415,9 @@ void register_bench(CLI::App& app) {
       ->check(CLI::IsMember({"synthetic", "prefill"}));
   cmd->add_option("--json", a->json_out, "Append every raw sample as a JSON line to this file");
   cmd->add_option("--md", a->md_out, "Append the markdown tables to this file");
-  cmd->add_option("-b,--batch-size", a->n_batch, "Prompt tokens per forward pass")->check(CLI::PositiveNumber);
-  cmd->add_flag("--profile-ops", a->profile_ops, "Per-op table of decode rounds (also VI_PROFILE_OPS=1)");
+  cmd->add_option("-b,--batch-size", a->n_batch, "Prompt tokens per forward pass (default: as `serve`, 2048 on a GPU, 256 on the CPU)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--profile-ops", a->profile_ops, "Per-op tables of decode rounds and of one prefill per prompt length (also VI_PROFILE_OPS=1)");
   cmd->add_option("--profile-rounds", a->profile_rounds, "Rounds averaged in the per-op table")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--bandwidth-gbs", a->bandwidth_gbs, "Copy bandwidth for MBU (default: measured now)");

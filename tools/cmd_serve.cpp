@@ -23,7 +23,7 @@ struct ServeArgs {
   server::ServerOptions server;
   std::string alias;
   int parallel = 4;
-  int64_t batch = 256;
+  int64_t batch = 0;  // 0: 2048 on a GPU, 256 on the CPU
   int max_queue = 64;
   double cache_ram = 0;  // GB
   bool no_prefix_cache = false;
@@ -50,7 +50,10 @@ void run_serve(ServeArgs& a) {
   EngineOptions eo;
   eo.max_seqs = a.parallel;
   eo.n_ctx = L.n_ctx;
-  eo.step_tokens = a.batch;
+  // A GPU runs a prompt's matrices on tensor cores near peak only with long chunks (an 8K
+  // prompt on the H200: 3518 tok/s in chunks of 512, 4509 in chunks of 2048); the CPU gains
+  // nothing from them and would hold decoding sequences up for longer.
+  eo.step_tokens = a.batch > 0 ? a.batch : L.ctx.device == Device::CPU ? 256 : 2048;
   eo.max_queue = a.max_queue;
   eo.cache_ram_gb = a.cache_ram;
   eo.prefix_cache = !a.no_prefix_cache;
@@ -99,7 +102,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-body", a->server.max_body, "Largest request body in bytes (HTTP 413 above)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("-b,--batch-size", a->batch,
-                  "Tokens per forward pass: decode tokens plus prompt chunks (chunked prefill)")
+                  "Tokens per forward pass: decode tokens plus prompt chunks (chunked prefill); default 2048 on a GPU, 256 on the CPU")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--max-queue", a->max_queue, "Requests that may wait when every sequence is busy; one more gets HTTP 503 (0: none wait)")
       ->check(CLI::Range(0, 1 << 20));

@@ -74,6 +74,24 @@ TEST_P(Gdn, Conv1dCarriesState) {
   }
 }
 
+// Out of place the kernel splits the tokens into runs (16 per thread): runs that start inside
+// the chunk, a last partial run, and a call shorter than the state must all match the CPU.
+TEST_P(Gdn, Conv1dRunsMatchCpuOutOfPlace) {
+  const int64_t C = 131, K = 4;
+  Tensor w = rand_f32({C, K}, DType::F32);
+  Tensor state = rand_f32({K - 1, C}, DType::F32);
+  Tensor dw = ops::upload(g, w), dstate = ops::upload(g, state);
+  for (int64_t T : {100, 2, 16, 33, 1, 17}) {
+    Tensor x = rand_f32({T, C}, act(), -2, 2);
+    Tensor ref = Tensor::empty(DType::F32, {T, C});
+    ops::conv1d_causal(cpu, x, w, state, /*silu=*/true, ref);
+    Tensor dx = up(x), dy = gpu_empty({T, C});
+    ops::conv1d_causal(g, dx, dw, dstate, true, dy);
+    EXPECT_CLOSE(down(dy), ref, tol(1e-6, 2e-3), fmt::format("conv1d T={}", T));
+    EXPECT_CLOSE(down(dstate), state, tol(0.0, 1e-3), fmt::format("conv1d state T={}", T));
+  }
+}
+
 TEST_P(Gdn, Gates) {
   const int64_t T = 11, Hv = 7;
   Tensor a = rand_f32({T, Hv}, act(), -8, 30), b = rand_f32({T, Hv}, act(), -6, 6);  // > 20: softplus identity
