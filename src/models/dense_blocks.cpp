@@ -4,28 +4,52 @@
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
 #include "ops/memory.h"
-#include "ops/norm.h"
 
 namespace vi {
 
-void swiglu_mlp_block(ops::Context& ctx, Tensor& x, const Tensor& norm_w, float eps, float norm_off,
-                      const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down, Tensor& n, Tensor& g, Tensor& u,
-                      Tensor& o) {
-  ops::rms_norm(ctx, x, norm_w, eps, norm_off, n);
-  ops::matmul(ctx, n, w_gate, g);
-  ops::matmul(ctx, n, w_up, u);
-  ops::swiglu(ctx, g, u, g);
-  ops::matmul(ctx, g, w_down, o);
-  ops::add(ctx, x, o, x);
+SwigluWeights load_swiglu(WeightLoader& w, const std::string& g, const std::string& h, int64_t d, int64_t d_ff) {
+  SwigluWeights m;
+  m.gate = w.load(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", {d_ff, d});
+  m.up = w.load(g + "ffn_up.weight", h + "mlp.up_proj.weight", {d_ff, d});
+  m.down = w.load(g + "ffn_down.weight", h + "mlp.down_proj.weight", {d, d_ff});
+  if (m.gate.dtype() == m.up.dtype()) {
+    m.gate_up = concat_rows({&m.gate, &m.up});
+    m.gate_up.set_name(g + "ffn_gate_up.weight");
+    stacked_views(m.gate_up, {&m.gate, &m.up});  // the loaded originals are dropped here
+  }
+  return m;
 }
 
-void output_logits(ops::Context& ctx, const BatchPlan& plan, const Tensor& x, const Tensor& norm_w, float eps,
-                   float norm_off, const Tensor& lm_head, int64_t n_vocab, Tensor& n, LogitsOn where, Tensor& logits) {
-  Tensor last = gather_output_rows(ctx, plan, x);
-  Tensor nl = n.slice_rows(0, last.dim(0));
-  ops::rms_norm(ctx, last, norm_w, eps, norm_off, nl);
+void swiglu_to_device(ops::Context& ctx, SwigluWeights& m) {
+  to_device(ctx, {&m.down});
+  if (m.gate_up.data() != nullptr) {
+    to_device(ctx, {&m.gate_up});
+    stacked_views(m.gate_up, {&m.gate, &m.up});
+  } else {
+    to_device(ctx, {&m.gate, &m.up});
+  }
+}
+
+void swiglu_mlp(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tensor& gu, Tensor& h, Tensor& o) {
+  if (m.gate_up.data() != nullptr) {
+    ops::matmul(ctx, n, m.gate_up, gu);
+    ops::swiglu_halves(ctx, gu, h);
+  } else {
+    const int64_t N = n.rows();
+    Tensor halves = gu.reshape({2 * N, gu.cols() / 2});
+    Tensor g = halves.slice_rows(0, N), u = halves.slice_rows(N, 2 * N);
+    ops::matmul(ctx, n, m.gate, g);
+    ops::matmul(ctx, n, m.up, u);
+    ops::swiglu(ctx, g, u, h);
+  }
+  ops::matmul(ctx, h, m.down, o);
+}
+
+void output_logits(ops::Context& ctx, const BatchPlan& plan, const Tensor& n, const Tensor& lm_head, int64_t n_vocab,
+                   LogitsOn where, Tensor& logits) {
+  Tensor last = gather_output_rows(ctx, plan, n);
   logits = ops::empty(ctx, ctx.act, {last.dim(0), n_vocab});
-  ops::matmul(ctx, nl, lm_head, logits);
+  ops::matmul(ctx, last, lm_head, logits);
   if (where == LogitsOn::kHostF32) logits = logits_to_host_f32(ctx, logits);
 }
 

@@ -1,7 +1,10 @@
-// The pieces every decoder here ends its layers and its pass with: the SwiGLU MLP with
-// its pre-norm and residual add, and the final norm plus output head over the rows the
-// batch wants logits for.
+// The pieces every decoder here ends its layers and its pass with: the SwiGLU MLP (its
+// weights, loaded with gate and up stacked where they can be, and its forward), and the
+// output head over the rows the batch wants logits for. The norms around them are the
+// caller's: a layer's residual add and the next norm run as one ops::add_rms_norm.
 #pragma once
+
+#include <string>
 
 #include "core/tensor.h"
 #include "models/batch.h"
@@ -10,15 +13,32 @@
 
 namespace vi {
 
-// x += down(silu(gate(rms(x))) * up(rms(x))). x, n, o: [N, d]; g, u: [N, d_ff] (scratch).
-// norm_off: the RMSNorm weight offset (1 for Qwen3.5's HF weights, else 0).
-void swiglu_mlp_block(ops::Context& ctx, Tensor& x, const Tensor& norm_w, float eps, float norm_off,
-                      const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down, Tensor& n, Tensor& g, Tensor& u,
-                      Tensor& o);
+class WeightLoader;
 
-// logits = head(rms(x rows the plan returns)), [rows, n_vocab] in ctx.act, then moved to
-// the host as f32 when `where` asks for it. n: [N, d] scratch.
-void output_logits(ops::Context& ctx, const BatchPlan& plan, const Tensor& x, const Tensor& norm_w, float eps,
-                   float norm_off, const Tensor& lm_head, int64_t n_vocab, Tensor& n, LogitsOn where, Tensor& logits);
+struct SwigluWeights {
+  Tensor gate, up;  // [d_ff, d] each
+  Tensor down;      // [d, d_ff]
+  // gate and up stacked, [2 * d_ff, d], when they share a dtype (then gate and up are row
+  // views of it, so the weights are held once): one matmul reads both.
+  Tensor gate_up;
+};
+
+// Loads ffn_gate/ffn_up/ffn_down (GGUF names after the prefix g) or mlp.gate_proj/up_proj/
+// down_proj (HF names after h) and stacks gate|up when it can.
+SwigluWeights load_swiglu(WeightLoader& w, const std::string& g, const std::string& h, int64_t d, int64_t d_ff);
+// Moves the weights to ctx's device (to_device); gate and up stay row views of gate_up.
+void swiglu_to_device(ops::Context& ctx, SwigluWeights& m);
+
+// o = down(silu(gate(n)) * up(n)). n, o: [N, d]; gu: [N, 2 * d_ff] and h: [N, d_ff] scratch
+// (with the stack, gu holds each row's gate|up product; without, its two halves hold the
+// gate and the up products of all rows).
+void swiglu_mlp(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tensor& gu, Tensor& h, Tensor& o);
+
+// logits = head(rows of the normed stream n that the plan returns), [rows, n_vocab] in
+// ctx.act, then moved to the host as f32 when `where` asks for it. n: [N, d], already through
+// the final norm (norms are per row, so norming all rows and then picking equals picking
+// then norming).
+void output_logits(ops::Context& ctx, const BatchPlan& plan, const Tensor& n, const Tensor& lm_head, int64_t n_vocab,
+                   LogitsOn where, Tensor& logits);
 
 }  // namespace vi

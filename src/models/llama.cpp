@@ -2,7 +2,9 @@
 //   x += o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n)))   n = rms_norm(x)
 //   x += down(silu(gate(n)) * up(n))                                 n = rms_norm(x)
 // logits = lm_head(rms_norm(x)). qwen2 adds q/k/v biases; qwen3 RMS-normalises each
-// q/k head before RoPE. This file only composes ops.
+// q/k head before RoPE. Each residual add runs together with the norm after it
+// (ops::add_rms_norm), and gate|up are one stacked weight where they share a dtype.
+// This file only composes ops.
 #include "models/llama.h"
 
 #include <cmath>
@@ -40,7 +42,7 @@ struct LlamaLayer {
   Tensor bq, bk, bv;           // qwen2: [Hq*hd], [Hkv*hd], [Hkv*hd] f32
   Tensor q_norm, k_norm;       // qwen3: [hd] f32
   Tensor ffn_norm;             // [d] f32
-  Tensor w_gate, w_up, w_down;  // [ff, d], [ff, d], [d, ff]
+  SwigluWeights mlp;
 };
 
 // --- paged KV cache ---
@@ -168,9 +170,7 @@ LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts)
       L.k_norm = w.load_f32(g("attn_k_norm.weight"), h("self_attn.k_norm.weight"), {hd});
     }
     L.ffn_norm = w.load_f32(g("ffn_norm.weight"), h("post_attention_layernorm.weight"), {d});
-    L.w_gate = w.load(g("ffn_gate.weight"), h("mlp.gate_proj.weight"), {hp_.d_ff, d});
-    L.w_up = w.load(g("ffn_up.weight"), h("mlp.up_proj.weight"), {hp_.d_ff, d});
-    L.w_down = w.load(g("ffn_down.weight"), h("mlp.down_proj.weight"), {d, hp_.d_ff});
+    L.mlp = load_swiglu(w, g(""), h(""), d, hp_.d_ff);
     layers_.push_back(std::move(L));
   }
   w.finish();
@@ -179,9 +179,10 @@ LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts)
   to_device(ctx_, {&tok_embd_, &out_norm_});
   lm_head_ = tied ? tok_embd_ : lm_head_;
   if (!tied) to_device(ctx_, {&lm_head_});
-  for (LlamaLayer& L : layers_)
-    to_device(ctx_, {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm,
-                     &L.w_gate, &L.w_up, &L.w_down});
+  for (LlamaLayer& L : layers_) {
+    to_device(ctx_, {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm});
+    swiglu_to_device(ctx_, L.mlp);
+  }
 
   info_.name = model_display_name(src);
   info_.n_vocab = hp_.n_vocab;
@@ -200,20 +201,26 @@ void LlamaModel::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::spa
   const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, Hkv = hp_.n_kv_head, kv_w = Hkv * hd;
 
   Tensor x = ops::empty(ctx, ctx.act, {N, d});          // [N, d] residual stream
-  Tensor n = ops::empty(ctx, ctx.act, {N, d});          // [N, d] normed input
+  Tensor n = ops::empty(ctx, ctx.act, {N, d});          // [N, d] the stream through the next norm
   Tensor q = ops::empty(ctx, ctx.act, {N, Hq * hd});
   Tensor k = ops::empty(ctx, ctx.act, {N, kv_w});
   Tensor v = ops::empty(ctx, ctx.act, {N, kv_w});
   Tensor a = ops::empty(ctx, ctx.act, {N, Hq * hd});    // attention output
   Tensor o = ops::empty(ctx, ctx.act, {N, d});
-  Tensor gate = ops::empty(ctx, ctx.act, {N, hp_.d_ff});
-  Tensor up = ops::empty(ctx, ctx.act, {N, hp_.d_ff});
+  Tensor gu = ops::empty(ctx, ctx.act, {N, 2 * hp_.d_ff});  // MLP gate|up products
+  Tensor h = ops::empty(ctx, ctx.act, {N, hp_.d_ff});
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // The norm the residual stream goes through after layer l: the next layer's attention
+  // norm, after the last layer the output norm.
+  auto norm_after = [&](int64_t l) -> const Tensor& {
+    return l + 1 < hp_.n_layer ? layers_[l + 1].attn_norm : out_norm_;
+  };
 
   ops::embedding(ctx, tok_embd_, plan.dev.ids, x);
+  ops::rms_norm(ctx, x, norm_after(-1), hp_.norm_eps, 0.0f, n);
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
     const LlamaLayer& L = layers_[l];
-    ops::rms_norm(ctx, x, L.attn_norm, hp_.norm_eps, 0.0f, n);
+    // n = attn_norm(x) here (made by the previous layer's last add_rms_norm).
     ops::matmul(ctx, n, L.wq, q);
     ops::matmul(ctx, n, L.wk, k);
     ops::matmul(ctx, n, L.wv, v);
@@ -232,11 +239,11 @@ void LlamaModel::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::spa
     ops::rope(ctx, kh, plan.dev.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
     paged_attention_block(ctx, plan, items, l, qh, k, v, scale, a);
     ops::matmul(ctx, a, L.wo, o);
-    ops::add(ctx, x, o, x);
-
-    swiglu_mlp_block(ctx, x, L.ffn_norm, hp_.norm_eps, 0.0f, L.w_gate, L.w_up, L.w_down, n, gate, up, o);
+    ops::add_rms_norm(ctx, x, o, L.ffn_norm, hp_.norm_eps, 0.0f, n);  // x += attn; n = ffn_norm(x)
+    swiglu_mlp(ctx, n, L.mlp, gu, h, o);
+    ops::add_rms_norm(ctx, x, o, norm_after(l), hp_.norm_eps, 0.0f, n);  // x += mlp; n = next norm(x)
   }
-  output_logits(ctx, plan, x, out_norm_, hp_.norm_eps, 0.0f, lm_head_, hp_.n_vocab, n, where, logits);
+  output_logits(ctx, plan, n, lm_head_, hp_.n_vocab, where, logits);
 }
 
 }  // namespace

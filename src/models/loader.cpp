@@ -149,6 +149,18 @@ Tensor concat_rows(const std::vector<const Tensor*>& parts) {
   return out;
 }
 
+void stacked_views(const Tensor& stack, std::initializer_list<Tensor*> parts) {
+  int64_t r = 0;
+  for (Tensor* t : parts) {
+    const int64_t rows = t->dim(0);
+    std::string name = t->name();
+    *t = stack.slice_rows(r, r + rows);
+    t->set_name(std::move(name));
+    r += rows;
+  }
+  VI_CHECK(r == stack.dim(0), "stacked_views: {} rows of parts for the {} rows of {}", r, stack.dim(0), stack.name());
+}
+
 Tensor permute_rows(const Tensor& t, const std::vector<int64_t>& perm) {
   VI_CHECK(static_cast<int64_t>(perm.size()) == t.rows(), "permutation of {} rows for a tensor of {} rows",
            perm.size(), t.rows());

@@ -77,6 +77,10 @@ Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& idx);
 // The rows of every tensor in `parts`, in order, as one owned host tensor (one dtype and row
 // width; quantized rows too).
 Tensor concat_rows(const std::vector<const Tensor*>& parts);
+// Makes each of `parts` (the row blocks of `stack`, in order) a row view of it, keeping
+// their names: weights stacked for one matmul are then held once, wherever the stack lives
+// (called again after the stack moves to a device). Their rows must add up to the stack's.
+void stacked_views(const Tensor& stack, std::initializer_list<Tensor*> parts);
 // gather_rows with a full permutation (same shape as t).
 Tensor permute_rows(const Tensor& t, const std::vector<int64_t>& perm);
 

@@ -5,7 +5,9 @@
 //     g/beta gates, delta rule with fp32 state, gated RMSNorm with z, out_proj
 // Loading folds format differences away: the q_proj query/gate interleave and the
 // in_proj_qkv q|k|v blocks are split into separate weights (row gathers work on
-// quantized rows), HF's 1+w norms get w_offset = 1 (GGUF already added the 1), HF's
+// quantized rows), then the projections that read the same input are stacked again into
+// one weight each (attention q|gate|k|v, GDN q|k|v|z|b|a, MLP gate|up) so that one-row
+// steps run one GEMV where they would run several; HF's 1+w norms get w_offset = 1 (GGUF already added the 1), HF's
 // A_log becomes -exp(A_log) (GGUF stores that), and the GVA head order is passed to
 // the delta-rule op (HF groups value heads, llama.cpp's converter tiles them).
 #include "models/qwen3_5.h"
@@ -46,6 +48,9 @@ struct Qwen35HParams {
 struct AttnWeights {  // gated full attention
   Tensor wq, wgate;   // [Hq*hd, d] each (split from q_proj's per-head interleave)
   Tensor wk, wv;      // [Hkv*hd, d]
+  // The four above stacked, [2*Hq*hd + 2*Hkv*hd, d], when they share a dtype (then they
+  // are row views of it): a one-row forward pass runs them as one GEMV.
+  Tensor w_in;
   Tensor wo;          // [d, Hq*hd]
   Tensor q_norm, k_norm;  // [hd] f32
 };
@@ -68,7 +73,7 @@ struct Layer {
   bool full = false;
   AttnWeights attn;
   GdnWeights gdn;
-  Tensor w_gate, w_up, w_down;
+  SwigluWeights mlp;
 };
 
 // --- paged KV cache ---
@@ -154,6 +159,7 @@ class Qwen35Model final : public Model {
   float norm_offset_ = 0;        // 1 for HF (1+w stored as w), 0 for GGUF (1 folded in)
   ops::GvaLayout gva_ = ops::GvaLayout::kGrouped;
   bool gdn_in_fused_ = false;    // every GDN layer has its input projections stacked (w_in)
+  bool attn_in_fused_ = false;   // every full-attention layer has q|gate|k|v stacked (w_in)
   Tensor tok_embd_, out_norm_, lm_head_;
   std::vector<Layer> layers_;
   // MTP head (one full-attention block); used by speculative decoding.
@@ -215,6 +221,31 @@ Qwen35HParams read_hparams(const WeightSource& src) {
   return hp;
 }
 
+// The outputs of projections that read the same input. Stacked into one weight, for one row
+// they are column blocks of one [1, width] product (each block of a one-row tensor is
+// contiguous), so a decode step of one sequence reads all of a layer's input weights in one
+// GEMV; otherwise each is an [N, w] tensor of its own.
+class ProjOutputs {
+ public:
+  ProjOutputs(ops::Context& ctx, bool fused, int64_t n_rows, int64_t width)
+      : ctx_(ctx), fused_(fused), n_rows_(n_rows), width_(width) {
+    if (fused) all = ops::empty(ctx, ctx.act, {1, width});
+  }
+  // The next output, w wide: [1, w] block of `all` or [N, w] of its own.
+  Tensor next(int64_t w) {
+    if (!fused_) return ops::empty(ctx_, ctx_.act, {n_rows_, w});
+    Tensor b = all.reshape({width_, 1}).slice_rows(off_, off_ + w).reshape({1, w});
+    off_ += w;
+    return b;
+  }
+  Tensor all;  // [1, width] when fused
+
+ private:
+  ops::Context& ctx_;
+  bool fused_;
+  int64_t n_rows_, width_, off_ = 0;
+};
+
 std::vector<int64_t> iota_rows(int64_t begin, int64_t end) {
   std::vector<int64_t> v;
   for (int64_t i = begin; i < end; ++i) v.push_back(i);
@@ -250,15 +281,15 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
       load_attention(w, g, h + "self_attn.", L.attn);
     else
       load_gdn(w, g, h + "linear_attn.", L.gdn);
-    L.w_gate = w.load(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", {hp_.d_ff, d});
-    L.w_up = w.load(g + "ffn_up.weight", h + "mlp.up_proj.weight", {hp_.d_ff, d});
-    L.w_down = w.load(g + "ffn_down.weight", h + "mlp.down_proj.weight", {d, hp_.d_ff});
+    L.mlp = load_swiglu(w, g, h, d, hp_.d_ff);
     layers_.push_back(std::move(L));
   }
   load_mtp(w);
   w.finish();
   gdn_in_fused_ = std::all_of(layers_.begin(), layers_.end(),
                               [](const Layer& L) { return L.full || L.gdn.w_in.data() != nullptr; });
+  attn_in_fused_ = std::all_of(layers_.begin(), layers_.end(),
+                               [](const Layer& L) { return !L.full || L.attn.w_in.data() != nullptr; });
   // Weights the forward pass reads go to the model's device (nothing happens on the CPU).
   const bool tied = lm_head_.data() == tok_embd_.data();
   to_device(ctx_, {&tok_embd_, &out_norm_});
@@ -267,20 +298,19 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
   for (Layer& L : layers_) {
     AttnWeights& A = L.attn;
     GdnWeights& G = L.gdn;
-    to_device(ctx_, {&L.in_norm, &L.post_norm, &L.w_gate, &L.w_up, &L.w_down, &A.wq, &A.wgate, &A.wk, &A.wv, &A.wo,
-                     &A.q_norm, &A.k_norm, &G.conv_q, &G.conv_k, &G.conv_v, &G.neg_exp_A, &G.dt_bias, &G.norm,
-                     &G.wout});
+    to_device(ctx_, {&L.in_norm, &L.post_norm, &A.wo, &A.q_norm, &A.k_norm, &G.conv_q, &G.conv_k, &G.conv_v,
+                     &G.neg_exp_A, &G.dt_bias, &G.norm, &G.wout});
+    swiglu_to_device(ctx_, L.mlp);
+    // One copy of the input projections: with a stack, the weights become row views of it.
+    if (A.w_in.data() != nullptr) {
+      to_device(ctx_, {&A.w_in});
+      stacked_views(A.w_in, {&A.wq, &A.wgate, &A.wk, &A.wv});
+    } else {
+      to_device(ctx_, {&A.wq, &A.wgate, &A.wk, &A.wv});
+    }
     if (G.w_in.data() != nullptr) {
-      // One copy of the input projections: the six weights become row views of the stack.
       to_device(ctx_, {&G.w_in});
-      int64_t r = 0;
-      for (Tensor* t : {&G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa}) {
-        const int64_t rows = t->dim(0);
-        std::string name = t->name();
-        *t = G.w_in.slice_rows(r, r + rows);
-        t->set_name(name);
-        r += rows;
-      }
+      stacked_views(G.w_in, {&G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa});
     } else {
       to_device(ctx_, {&G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa});
     }
@@ -310,6 +340,11 @@ void Qwen35Model::load_attention(WeightLoader& w, const std::string& g, const st
   a.wgate = gather_rows(qg, grows);
   a.wk = w.load(g + "attn_k.weight", h + "k_proj.weight", {kv_w, d});
   a.wv = w.load(g + "attn_v.weight", h + "v_proj.weight", {kv_w, d});
+  if (a.wk.dtype() == qg.dtype() && a.wv.dtype() == qg.dtype()) {
+    a.w_in = concat_rows({&a.wq, &a.wgate, &a.wk, &a.wv});
+    a.w_in.set_name(g + "attn_in_fused.weight");
+    stacked_views(a.w_in, {&a.wq, &a.wgate, &a.wk, &a.wv});  // the gathered and loaded originals go
+  }
   a.wo = w.load(g + "attn_output.weight", h + "o_proj.weight", {d, Hq * hd});
   a.q_norm = w.load_f32(g + "attn_q_norm.weight", h + "q_norm.weight", {hd});
   a.k_norm = w.load_f32(g + "attn_k_norm.weight", h + "k_norm.weight", {hd});
@@ -370,9 +405,7 @@ void Qwen35Model::load_mtp(WeightLoader& w) {
     L.in_norm = w.load_f32(gm + "attn_norm.weight", hm + "input_layernorm.weight", {d});
     L.post_norm = w.load_f32(gm + "post_attention_norm.weight", hm + "post_attention_layernorm.weight", {d});
     load_attention(w, gm, hm + "self_attn.", L.attn);
-    L.w_gate = w.load(gm + "ffn_gate.weight", hm + "mlp.gate_proj.weight", {hp_.d_ff, d});
-    L.w_up = w.load(gm + "ffn_up.weight", hm + "mlp.up_proj.weight", {hp_.d_ff, d});
-    L.w_down = w.load(gm + "ffn_down.weight", hm + "mlp.down_proj.weight", {d, hp_.d_ff});
+    L.mlp = load_swiglu(w, gm, hm, d, hp_.d_ff);
     mtp_layers_.push_back(std::move(L));
   }
   w.set_hf_prefix(saved);
@@ -389,30 +422,19 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   const float off = norm_offset_, eps = hp_.norm_eps;
 
   Tensor x = ops::empty(ctx, ctx.act, {N, d});  // [N, d] residual stream
-  Tensor n = ops::empty(ctx, ctx.act, {N, d});
-  Tensor o = ops::empty(ctx, ctx.act, {N, d});
-  Tensor ff_g = ops::empty(ctx, ctx.act, {N, hp_.d_ff});
-  Tensor ff_u = ops::empty(ctx, ctx.act, {N, hp_.d_ff});
-  // Full-attention scratch.
-  Tensor q = ops::empty(ctx, ctx.act, {N, Hq * hd}), gate = ops::empty(ctx, ctx.act, {N, Hq * hd});
-  Tensor k = ops::empty(ctx, ctx.act, {N, kv_w}), v = ops::empty(ctx, ctx.act, {N, kv_w});
+  Tensor n = ops::empty(ctx, ctx.act, {N, d});  // [N, d] the stream through the next norm
+  Tensor o = ops::empty(ctx, ctx.act, {N, d});  // [N, d] a block's output, added to x
+  Tensor ff_gu = ops::empty(ctx, ctx.act, {N, 2 * hp_.d_ff}), ff_h = ops::empty(ctx, ctx.act, {N, hp_.d_ff});
+  // Full-attention scratch: q, gate, k, v in the stack's order.
+  const bool attn_fused = N == 1 && attn_in_fused_;
+  ProjOutputs attn_in(ctx, attn_fused, N, 2 * Hq * hd + 2 * kv_w);
+  Tensor q = attn_in.next(Hq * hd), gate = attn_in.next(Hq * hd), k = attn_in.next(kv_w), v = attn_in.next(kv_w);
   Tensor att = ops::empty(ctx, ctx.act, {N, Hq * hd});
-  // GDN scratch.
-  // The six GDN input projections: for one row their outputs are column blocks of one
-  // product with the stacked weight (each block of a one-row tensor is contiguous), so a
-  // decode step of one sequence reads all six weights in one GEMV instead of six.
-  const int64_t in_w = 2 * key_dim + 2 * value_dim + 2 * Hv;
+  // GDN scratch: the six input projections in the stack's order (q k v z b a).
   const bool fused_in = N == 1 && gdn_in_fused_;
-  Tensor lin = fused_in ? ops::empty(ctx, ctx.act, {1, in_w}) : Tensor();
-  int64_t in_off = 0;
-  auto in_block = [&](int64_t w) {  // next column block of lin, or a tensor of its own
-    if (!fused_in) return ops::empty(ctx, ctx.act, {N, w});
-    Tensor b = lin.reshape({in_w, 1}).slice_rows(in_off, in_off + w).reshape({1, w});
-    in_off += w;
-    return b;
-  };
-  Tensor lq = in_block(key_dim), lk = in_block(key_dim), lv = in_block(value_dim), lz = in_block(value_dim);
-  Tensor lb = in_block(Hv), la = in_block(Hv);  // stacked in the weight's order: q k v z b a
+  ProjOutputs gdn_in(ctx, fused_in, N, 2 * key_dim + 2 * value_dim + 2 * Hv);
+  Tensor lq = gdn_in.next(key_dim), lk = gdn_in.next(key_dim), lv = gdn_in.next(value_dim), lz = gdn_in.next(value_dim);
+  Tensor lb = gdn_in.next(Hv), la = gdn_in.next(Hv);
   Tensor cq = ops::empty(ctx, ctx.act, {N, key_dim}), ck = ops::empty(ctx, ctx.act, {N, key_dim});
   Tensor cv = ops::empty(ctx, ctx.act, {N, value_dim});
   Tensor g = ops::empty(ctx, DType::F32, {N, Hv}), beta = ops::empty(ctx, DType::F32, {N, Hv});
@@ -420,17 +442,28 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
 
+  // The norm each layer's residual stream goes through next: the next layer's input norm,
+  // after the last layer the output norm.
+  auto norm_after = [&](int64_t l) -> const Tensor& {
+    return l + 1 < hp_.n_layer ? layers_[l + 1].in_norm : out_norm_;
+  };
+
   ops::embedding(ctx, tok_embd_, plan.dev.ids, x);
+  ops::rms_norm(ctx, x, norm_after(-1), eps, off, n);
   size_t attn_idx = 0;  // index of the full-attention layer in the KV pool
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
     const Layer& L = layers_[l];
-    ops::rms_norm(ctx, x, L.in_norm, eps, off, n);
+    // n = in_norm(x) here (the previous layer's last add_rms_norm made it).
     if (L.full) {
       const AttnWeights& A = L.attn;
-      ops::matmul(ctx, n, A.wq, q);
-      ops::matmul(ctx, n, A.wgate, gate);
-      ops::matmul(ctx, n, A.wk, k);
-      ops::matmul(ctx, n, A.wv, v);
+      if (attn_fused) {
+        ops::matmul(ctx, n, A.w_in, attn_in.all);
+      } else {
+        ops::matmul(ctx, n, A.wq, q);
+        ops::matmul(ctx, n, A.wgate, gate);
+        ops::matmul(ctx, n, A.wk, k);
+        ops::matmul(ctx, n, A.wv, v);
+      }
       Tensor qr = q.reshape({N * Hq, hd}), kr = k.reshape({N * Hkv, hd});
       ops::rms_norm(ctx, qr, A.q_norm, eps, off, qr);
       ops::rms_norm(ctx, kr, A.k_norm, eps, off, kr);
@@ -443,7 +476,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     } else {
       const GdnWeights& G = L.gdn;
       if (fused_in) {
-        ops::matmul(ctx, n, G.w_in, lin);
+        ops::matmul(ctx, n, G.w_in, gdn_in.all);
       } else {
         ops::matmul(ctx, n, G.wq, lq);
         ops::matmul(ctx, n, G.wk, lk);
@@ -473,10 +506,11 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
       ops::gated_rms_norm(ctx, core.reshape({N * Hv, dv}), lz.reshape({N * Hv, dv}), G.norm, eps, yr);
       ops::matmul(ctx, y, G.wout, o);
     }
-    ops::add(ctx, x, o, x);
-    swiglu_mlp_block(ctx, x, L.post_norm, eps, off, L.w_gate, L.w_up, L.w_down, n, ff_g, ff_u, o);
+    ops::add_rms_norm(ctx, x, o, L.post_norm, eps, off, n);  // x += block(x); n = post_norm(x)
+    swiglu_mlp(ctx, n, L.mlp, ff_gu, ff_h, o);
+    ops::add_rms_norm(ctx, x, o, norm_after(l), eps, off, n);  // x += mlp; n = next norm(x)
   }
-  output_logits(ctx, plan, x, out_norm_, eps, off, lm_head_, hp_.n_vocab, n, where, logits);
+  output_logits(ctx, plan, n, lm_head_, hp_.n_vocab, where, logits);
 }
 
 }  // namespace
