@@ -30,19 +30,21 @@ void swiglu_to_device(ops::Context& ctx, SwigluWeights& m) {
   }
 }
 
-void swiglu_mlp(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tensor& gu, Tensor& h, Tensor& o) {
-  if (m.gate_up.data() != nullptr) {
+void swiglu_mlp(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tensor& gu, Tensor& o) {
+  const int64_t N = n.rows(), F = gu.cols() / 2;
+  if (m.gate_up.data() != nullptr && N <= kStackedMlpMaxRows) {
+    Tensor h = ops::empty(ctx, gu.dtype(), {N, F});  // [N, d_ff] SwiGLU output
     ops::matmul(ctx, n, m.gate_up, gu);
     ops::swiglu_halves(ctx, gu, h);
-  } else {
-    const int64_t N = n.rows();
-    Tensor halves = gu.reshape({2 * N, gu.cols() / 2});
-    Tensor g = halves.slice_rows(0, N), u = halves.slice_rows(N, 2 * N);
-    ops::matmul(ctx, n, m.gate, g);
-    ops::matmul(ctx, n, m.up, u);
-    ops::swiglu(ctx, g, u, h);
+    ops::matmul(ctx, h, m.down, o);
+    return;
   }
-  ops::matmul(ctx, h, m.down, o);
+  Tensor halves = gu.reshape({2 * N, F});
+  Tensor g = halves.slice_rows(0, N), u = halves.slice_rows(N, 2 * N);  // [N, d_ff] each
+  ops::matmul(ctx, n, m.gate, g);
+  ops::matmul(ctx, n, m.up, u);
+  ops::swiglu(ctx, g, u, g);
+  ops::matmul(ctx, g, m.down, o);
 }
 
 void output_logits(ops::Context& ctx, const BatchPlan& plan, const Tensor& n, const Tensor& lm_head, int64_t n_vocab,

@@ -424,7 +424,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   Tensor x = ops::empty(ctx, ctx.act, {N, d});  // [N, d] residual stream
   Tensor n = ops::empty(ctx, ctx.act, {N, d});  // [N, d] the stream through the next norm
   Tensor o = ops::empty(ctx, ctx.act, {N, d});  // [N, d] a block's output, added to x
-  Tensor ff_gu = ops::empty(ctx, ctx.act, {N, 2 * hp_.d_ff}), ff_h = ops::empty(ctx, ctx.act, {N, hp_.d_ff});
+  Tensor ff_gu = ops::empty(ctx, ctx.act, {N, 2 * hp_.d_ff});  // MLP gate|up products
   // Full-attention scratch: q, gate, k, v in the stack's order.
   const bool attn_fused = N == 1 && attn_in_fused_;
   ProjOutputs attn_in(ctx, attn_fused, N, 2 * Hq * hd + 2 * kv_w);
@@ -507,7 +507,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
       ops::matmul(ctx, y, G.wout, o);
     }
     ops::add_rms_norm(ctx, x, o, L.post_norm, eps, off, n);  // x += block(x); n = post_norm(x)
-    swiglu_mlp(ctx, n, L.mlp, ff_gu, ff_h, o);
+    swiglu_mlp(ctx, n, L.mlp, ff_gu, o);
     ops::add_rms_norm(ctx, x, o, norm_after(l), eps, off, n);  // x += mlp; n = next norm(x)
   }
   output_logits(ctx, plan, n, lm_head_, hp_.n_vocab, where, logits);
