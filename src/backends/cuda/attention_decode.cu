@@ -7,9 +7,11 @@
 // Per batch and row: the 8 partial dot products are reduced with a reduce-scatter
 // (9 shuffles for 8 keys instead of 40), after which lane l holds the score of key l / 4.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "backends/cuda/attention_decode.cuh"
+#include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/kv_quant.cuh"
 
@@ -327,6 +329,16 @@ int row_groups_for(int R) {
 
 }  // namespace
 
+namespace {
+std::atomic<int> g_tc_min_rows{kDecodeTcMinRowsDefault};
+std::atomic<int64_t> g_tc_min_keys{kDecodeTcMinKeysDefault};
+}  // namespace
+
+int decode_tc_min_rows() { return g_tc_min_rows.load(std::memory_order_relaxed); }
+int64_t decode_tc_min_keys() { return g_tc_min_keys.load(std::memory_order_relaxed); }
+void set_decode_tc_min_rows(int rows) { g_tc_min_rows.store(rows, std::memory_order_relaxed); }
+void set_decode_tc_min_keys(int64_t keys) { g_tc_min_keys.store(keys, std::memory_order_relaxed); }
+
 bool decode_attention_fits(int64_t T, int64_t Hq, int64_t Hkv, int64_t D) {
   return T >= 1 && T <= kDecodeMaxT && Hkv > 0 && Hq % Hkv == 0 && T * (Hq / Hkv) <= kDecodeMaxRows &&
          D >= 1 && D <= kDecodeMaxDim;
@@ -343,22 +355,43 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
   const int64_t n_keys = a.kv_bound > 0 ? a.kv_bound : a.q_pos0 + a.T;  // the launch's bound
   VI_CHECK(n_keys >= a.T && n_keys < INT32_MAX, "decode attention on cuda: {} keys do not fit 32-bit positions",
            n_keys);
+  const bool tc = (R >= decode_tc_min_rows() || n_keys >= decode_tc_min_keys()) && decode_tc_fits(a);
 
   // Splits: about two blocks per SM over all KV heads, but each split long enough that its
-  // partial (R * D floats written, then read) stays a few percent of the K/V it reads.
+  // partial (R * D floats written, then read) stays a few percent of the K/V it reads. The
+  // tensor-core kernel works in tiles of 32 keys, and its cost per key does not grow with R.
+  const int64_t align = tc ? 32 : kBatch;
   int n_splits = a.n_splits;
   if (n_splits <= 0) {
     const int64_t want = std::max<int64_t>(1, (2 * current_device().sm_count + a.Hkv - 1) / a.Hkv);
-    const int64_t min_keys = std::max<int64_t>({int64_t(4) * kBatch * kg, int64_t(16) * R, 128});
+    const int64_t min_keys =
+        tc ? 256 : std::max<int64_t>({int64_t(4) * kBatch * kg, int64_t(16) * R, 128});
     n_splits = static_cast<int>(std::clamp<int64_t>((n_keys + min_keys - 1) / min_keys, 1, want));
   }
   int64_t keys_per_split = (n_keys + n_splits - 1) / n_splits;
-  keys_per_split = (keys_per_split + kBatch - 1) / kBatch * kBatch;
+  keys_per_split = (keys_per_split + align - 1) / align * align;
   n_splits = static_cast<int>((n_keys + keys_per_split - 1) / keys_per_split);
 
   const int64_t n_rows = a.T * a.Hq;
   const size_t part_floats = n_splits > 1 ? static_cast<size_t>(n_splits) * n_rows * (a.D + 2) : 1;
   Scratch part(ctx, part_floats * sizeof(float));
+  float* part_acc = n_splits > 1 ? part.as<float>() : nullptr;
+  float* part_ml = n_splits > 1 ? part.as<float>() + static_cast<size_t>(n_splits) * n_rows * a.D : nullptr;
+  auto combine = [&]() {
+    if (n_splits <= 1) return;
+    dispatch_act("paged_attention", a.q_dtype, [&](auto qtag) {
+      using TQ = decltype(qtag);
+      decode_combine_kernel<TQ><<<static_cast<unsigned>(n_rows), kCombineThreads, n_splits * sizeof(float),
+                                  stream_of(ctx)>>>(part_acc, part_ml, n_splits, n_rows, static_cast<int>(a.D),
+                                                    static_cast<TQ*>(a.out));
+      VI_CUDA_LAUNCH_CHECK();
+    });
+  };
+  if (tc) {
+    decode_split_tc(ctx, a, DecodeSplitPlan{n_splits, keys_per_split, part_acc, part_ml});
+    combine();
+    return;
+  }
 
   SplitParams P{};
   P.table = a.table;
@@ -378,8 +411,8 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
   P.row_groups = rg;
   P.rotate_q = a.k_dtype == DType::I8;
   P.batch_in_block = a.table == nullptr || a.block_size % kBatch == 0;
-  P.part_acc = n_splits > 1 ? part.as<float>() : nullptr;
-  P.part_ml = n_splits > 1 ? part.as<float>() + static_cast<size_t>(n_splits) * n_rows * a.D : nullptr;
+  P.part_acc = part_acc;
+  P.part_ml = part_ml;
 
   const int DPL = a.D <= 128 ? 4 : 8;
   auto aligned = [&](const void* p, DType t) {
@@ -405,13 +438,8 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
         else launch(decode_split_kernel<TQ, TK, TV, 8>);
       });
     });
-    if (n_splits > 1) {
-      decode_combine_kernel<TQ><<<static_cast<unsigned>(n_rows), kCombineThreads, n_splits * sizeof(float),
-                                  stream_of(ctx)>>>(P.part_acc, P.part_ml, n_splits, n_rows, static_cast<int>(a.D),
-                                                    static_cast<TQ*>(a.out));
-      VI_CUDA_LAUNCH_CHECK();
-    }
   });
+  combine();
 }
 
 }  // namespace vi::cuda

@@ -11,11 +11,17 @@
 // K/V: f32, f16, or i8 with a per-(row, kv head) f32 scale (value = scale * int8); i8 K
 // rows hold Hadamard-rotated keys (ops/kv_quant.h), so the kernel rotates the queries the
 // same way and q·k is unchanged. Only sm_70 features are used (plain loads, shuffles,
-// fp32 FMA), so the volta and native profiles run the same code.
+// fp32 FMA; WMMA in the tensor-core kernel), so the volta and native profiles run the same
+// code. Two split kernels: CUDA cores (every dtype; cost grows with the rows) and tensor
+// cores (f16 queries; cost nearly flat in the rows), chosen per call by the row count and
+// the key bound.
+// This header is plain C++ (no CUDA types), so host code and tests can include it.
 #pragma once
 
-#include "backends/cuda/cuda_util.cuh"
+#include <cstdint>
+
 #include "backends/cuda/paged_kernel_args.h"
+#include "ops/registry.h"
 
 namespace vi::cuda {
 
@@ -35,5 +41,33 @@ struct DecodeArgs : PagedKernelArgs {
   int n_splits = 0;  // 0: chosen from the key bound and the SM count
 };
 void decode_attention(const ops::Context& ctx, const DecodeArgs& a);
+
+// Tensor-core split kernel (attention_decode_tc.cu): f16 queries, f16 or i8 K/V, the same
+// semantics as the CUDA-core one. decode_attention sends a call there when it fits and
+// either T * (Hq / Hkv) >= decode_tc_min_rows() (verification: the CUDA-core kernel's cost
+// grows with the rows) or the key bound is >= decode_tc_min_keys() (plain decode at long
+// context, where the tensor-core kernel streams K/V faster); the rest stays on CUDA cores
+// (exact fp32 math, which the f32-activation wiring checks rely on). Both measured on the
+// H200: docs/notes/decode_attention.md.
+constexpr int kDecodeTcMinRowsDefault = 9;
+constexpr int64_t kDecodeTcMinKeysDefault = 32768;
+int decode_tc_min_rows();
+int64_t decode_tc_min_keys();
+// Tests and benchmarks: force a path (rows 1: every call that fits; rows INT_MAX and keys
+// INT64_MAX: none). Process-wide.
+void set_decode_tc_min_rows(int rows);
+void set_decode_tc_min_keys(int64_t keys);
+bool decode_tc_fits(const DecodeArgs& a);
+
+// How decode_attention split the keys: split s covers keys [s * keys_per_split, +keys_per_split);
+// part_acc [n_splits, T * Hq, D] and part_ml [n_splits, T * Hq, 2] (f32, device) take the
+// partials, or are null when n_splits is 1 and the split kernel writes the output.
+struct DecodeSplitPlan {
+  int n_splits = 1;
+  int64_t keys_per_split = 0;
+  float* part_acc = nullptr;
+  float* part_ml = nullptr;
+};
+void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeSplitPlan& plan);
 
 }  // namespace vi::cuda

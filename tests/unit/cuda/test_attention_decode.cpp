@@ -3,17 +3,29 @@
 // table), the int8 KV cache (quantizing write of rotated K / plain V, attention over i8
 // K and V and over mixed i8 K + f16 V) and i8 prefill chunks. Fresh random inputs, both
 // kernel profiles, f32 and f16 activations.
+// Both split kernels (CUDA cores; tensor cores for f16 queries over f16/i8 pools) are forced
+// in turn for T = 1, 2, 4, 8 through cuda::decode_attention with device positions, a key
+// bound past the true length (empty splits) and forced split counts (a split whose first
+// key lies after some rows' positions); pool rows past the last position hold NaN, and the
+// output starts at 1e4, so a read past the causal bound or a row left unwritten fails.
 // Tolerances (relative L2): f32 K/V 2e-5; f16 3e-3; i8 K/V (same quantized rows on both
-// sides, so only the summation order differs) 2e-5 / 3e-3 like the float pools.
+// sides, so only the summation order differs) 2e-5 / 3e-3 like the float pools. The
+// tensor-core kernel rounds its operands to f16 (queries, dequantized i8 rows, P), one
+// 2^-11 rounding each, like the prefill kernel, within the same 3e-3.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <climits>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
+#include "backends/cuda/attention_decode.cuh"
 #include "cuda_test_util.h"
 #include "ops/kv_quant.h"
+#include "ops/memory.h"
 #include "ops/paged_attention.h"
 
 namespace vi::cudatest {
@@ -23,8 +35,103 @@ struct Shape {
   int64_t Hq, Hkv, D, bs;
 };
 
+// One K or V pool on the host in the reference's form, plus its device copy.
+struct Pool {
+  ops::KvRows host, dev;
+};
+
+// Sets the tensor-core row threshold for a scope (process-wide; the key threshold off) and
+// restores the defaults.
+struct TcRows {
+  explicit TcRows(int rows) {
+    cuda::set_decode_tc_min_rows(rows);
+    cuda::set_decode_tc_min_keys(INT64_MAX);
+  }
+  ~TcRows() {
+    cuda::set_decode_tc_min_rows(cuda::kDecodeTcMinRowsDefault);
+    cuda::set_decode_tc_min_keys(cuda::kDecodeTcMinKeysDefault);
+  }
+};
+
 class AttentionDecode : public CudaOpTest {
  protected:
+  // n_rows rows of random values through the identity table; the rows of positions >= S
+  // (through `table`) hold NaN (f16) or a NaN scale (i8).
+  Pool make_pool(DType dt, bool is_k, const Shape& s, int64_t n_rows, const Tensor& table, int64_t S) {
+    const int64_t n_blocks = n_rows / s.bs;
+    Tensor x = rand_f32({n_rows, s.Hkv * s.D}, DType::F16, -2, 2);
+    Pool p;
+    if (dt == DType::I8) {
+      Tensor identity = Tensor::empty(DType::I32, {n_blocks});
+      std::iota(identity.ptr<int32_t>(), identity.ptr<int32_t>() + n_blocks, 0);
+      Tensor q8 = Tensor::empty(DType::I8, {n_rows, s.Hkv, s.D}), sc = Tensor::empty(DType::F32, {n_rows, s.Hkv});
+      ops::paged_kv_write_i8(cpu, x, q8, sc, identity, s.bs, 0, /*rotate=*/is_k);
+      for (int64_t pos = S; pos < n_rows; ++pos) {
+        const int64_t row = int64_t(table.ptr<int32_t>()[pos / s.bs]) * s.bs + pos % s.bs;
+        std::fill_n(sc.ptr<float>() + row * s.Hkv, s.Hkv, std::numeric_limits<float>::quiet_NaN());
+      }
+      p.host = {q8, sc};
+      p.dev = {ops::upload(g, q8), ops::upload(g, sc)};
+    } else {
+      Tensor h = host_as(x, DType::F16).reshape({n_rows, s.Hkv, s.D});
+      for (int64_t pos = S; pos < n_rows; ++pos) {
+        const int64_t row = int64_t(table.ptr<int32_t>()[pos / s.bs]) * s.bs + pos % s.bs;
+        std::fill_n(h.ptr<uint16_t>() + row * s.Hkv * s.D, s.Hkv * s.D, uint16_t{0x7e00});  // f16 NaN
+      }
+      p.host = {h, {}};
+      p.dev = {ops::upload(g, h), {}};
+    }
+    return p;
+  }
+
+  // T queries at q_pos0 through cuda::decode_attention with the position on the device and
+  // a key bound `extra` past the true length; tc_rows picks the split kernel (1: tensor
+  // cores where they fit, INT_MAX: CUDA cores); n_splits 0: the kernel's own choice.
+  void check_split(const Shape& s, int64_t T, int64_t q_pos0, DType kdt, DType vdt, int tc_rows, int n_splits,
+                   int64_t extra) {
+    TcRows rows(tc_rows);
+    const int64_t S = q_pos0 + T, bound = S + extra, n_blocks = (bound + s.bs - 1) / s.bs + 1;
+    const int64_t n_rows = n_blocks * s.bs;
+    Tensor table = shuffled_table(n_blocks);
+    Pool k = make_pool(kdt, true, s, n_rows, table, S), v = make_pool(vdt, false, s, n_rows, table, S);
+    Tensor q = rand_f32({T, s.Hq, s.D}, act(), -2, 2);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+    Tensor ref = Tensor::empty(DType::F32, {T, s.Hq, s.D});
+    ops::paged_attention(cpu, q, k.host, v.host, table, s.bs, q_pos0, scale, ref);
+
+    Tensor pos = Tensor::empty(DType::I32, {1});
+    pos.ptr<int32_t>()[0] = static_cast<int32_t>(q_pos0);
+    Tensor poison = Tensor::empty(DType::F32, {T, s.Hq, s.D});
+    std::fill_n(poison.ptr<float>(), poison.numel(), 1e4f);
+    Tensor dq = up(q), dtable = ops::upload(g, table), dpos = ops::upload(g, pos), dout = up(poison);
+    cuda::DecodeArgs a;
+    a.q = dq.data();
+    a.q_dtype = act();
+    a.k = k.dev.data.data();
+    a.v = v.dev.data.data();
+    a.k_dtype = kdt;
+    a.v_dtype = vdt;
+    a.k_scale = kdt == DType::I8 ? k.dev.scale.ptr<float>() : nullptr;
+    a.v_scale = vdt == DType::I8 ? v.dev.scale.ptr<float>() : nullptr;
+    a.table = dtable.ptr<int32_t>();
+    a.block_size = s.bs;
+    a.q_pos = dpos.ptr<int32_t>();
+    a.kv_bound = bound;
+    a.T = T;
+    a.Hq = s.Hq;
+    a.Hkv = s.Hkv;
+    a.D = s.D;
+    a.scale = scale;
+    a.out = dout.data();
+    a.n_splits = n_splits;
+    cuda::decode_attention(g, a);
+    const bool tc = T * (s.Hq / s.Hkv) >= tc_rows && cuda::decode_tc_fits(a);
+    EXPECT_CLOSE(down(dout), ref, tol(2e-5, 3e-3),
+                 fmt::format("split ({}) K {} V {}: Hq={} Hkv={} D={} bs={} T={} pos0={} splits={} bound+{}",
+                             tc ? "tensor cores" : "CUDA cores", dtype_name(kdt), dtype_name(vdt), s.Hq, s.Hkv, s.D,
+                             s.bs, T, q_pos0, n_splits, extra));
+  }
+
   // Float pools (the activation dtype): T query tokens at q_pos0 against the pool.
   void check_float(const Shape& s, int64_t T, int64_t q_pos0) {
     const int64_t S = q_pos0 + T, n_blocks = (S + s.bs - 1) / s.bs + 2;
@@ -129,6 +236,48 @@ TEST_P(AttentionDecode, Int8KvMatchesCpu) {
       }
     }
   }
+}
+
+using TP = std::pair<int64_t, int64_t>;  // (T, q_pos0)
+
+// MTP verification shapes on both split kernels: T = 1, 2, 4, 8 over f16, i8 and mixed
+// pools, contexts that are no multiple of the block or tile size, the kernel's own split
+// count, and a key bound 300 past the true length (whole empty splits).
+TEST_P(AttentionDecode, SplitKernelsVerifyTokens) {
+  const Shape shapes[] = {{24, 4, 256, 16}, {9, 3, 80, 16}, {6, 2, 37, 7}, {16, 2, 128, 16}};
+  const std::pair<DType, DType> kvs[] = {{DType::F16, DType::F16}, {DType::I8, DType::I8}, {DType::I8, DType::F16}};
+  for (int tc_rows : {1, INT_MAX})
+    for (const Shape& s : shapes)
+      for (auto [kdt, vdt] : kvs)
+        for (auto [T, p0] : {TP{1, 0}, TP{2, 45}, TP{4, 1000}, TP{8, 3001}, TP{4, 131}, TP{8, 0}})
+          check_split(s, T, p0, kdt, vdt, tc_rows, 0, T == 4 ? 300 : 0);
+}
+
+// Forced split counts: keys_per_split 32 over 103 keys (q_pos0 95, T 8) puts keys 96..102 in
+// the last filled split, where the first query (position 95) sees none; 10 splits over a
+// bound of 303 leave six empty. Also one split (the kernel writes the output itself).
+TEST_P(AttentionDecode, SplitKernelsForcedSplits) {
+  for (int tc_rows : {1, INT_MAX})
+    for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{16, 2, 128, 16}, Shape{6, 2, 37, 7}})
+      for (DType kv : {DType::F16, DType::I8}) {
+        check_split(s, 8, 95, kv, kv, tc_rows, 4, 0);
+        check_split(s, 8, 95, kv, kv, tc_rows, 10, 200);
+        check_split(s, 8, 95, kv, kv, tc_rows, 1, 0);
+        check_split(s, 3, 700, kv, kv, tc_rows, 7, 33);
+      }
+}
+
+TEST_P(AttentionDecode, TensorCoreFits) {
+  cuda::DecodeArgs a;
+  a.T = 4, a.Hq = 24, a.Hkv = 4, a.D = 256, a.block_size = 16;
+  a.q_dtype = DType::F16, a.k_dtype = DType::I8, a.v_dtype = DType::F16;
+  EXPECT_TRUE(cuda::decode_tc_fits(a));
+  a.q_dtype = DType::F32;  // f32 queries stay on the exact CUDA-core kernel
+  EXPECT_FALSE(cuda::decode_tc_fits(a));
+  a.q_dtype = DType::F16, a.k_dtype = DType::F32;  // f32 pools too
+  EXPECT_FALSE(cuda::decode_tc_fits(a));
+  a.k_dtype = DType::F16, a.T = 9;  // past the decode kernel's token limit
+  EXPECT_FALSE(cuda::decode_tc_fits(a));
 }
 
 VI_CUDA_INSTANTIATE(AttentionDecode);
