@@ -1,7 +1,11 @@
 // Decode-attention micro-benchmark: ops::paged_attention (the split-KV decode kernel and its
 // combine step) on one layer of the 27B-shaped Qwen3.5 (24 query heads, 4 KV heads, head
 // dim 256, blocks of 16 tokens through a shuffled block table), f16 activations, for f16 and
-// int8 K/V, T = 1 and 4 query tokens, contexts 8K / 32K / 128K, both kernel profiles.
+// int8 K/V, T = 1, 4 and 8 query tokens (MTP verification), contexts 8K and 128K, both kernel
+// profiles, and both split kernels (the CUDA-core one and the tensor-core one, forced through
+// cuda::set_decode_tc_min_rows; "auto" is whichever the default threshold picks). Per line:
+// the time relative to T = 1 on the same kernel and against the best T = 1 of the two, and
+// the relative L2 difference of the two kernels' outputs on the same inputs.
 // Each figure: the median over 9 timings (CUDA events) of back-to-back calls that rotate
 // over enough pool copies (>= 256 MiB) that the 50 MB L2 cannot hold them, replayed as one
 // captured CUDA graph (GPU time, as a decode graph runs) and also issued call by call from
@@ -9,19 +13,25 @@
 // the context's K/V rows (+ int8 scales) + q + out, read once; % copy is against the
 // device-to-device copy bandwidth (bytes read + written) measured in the same run.
 //
-//   bench_attention_decode [--ctx 8192,32768,131072] [--tokens 1,4] [--json FILE]
+//   bench_attention_decode [--ctx 8192,131072] [--tokens 1,4,8] [--profiles native,volta] [--json FILE]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cmath>
 #include <exception>
+#include <map>
 #include <cstdio>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backends/cuda/attention_decode.cuh"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
+#include "core/half.h"
 #include "core/tensor.h"
 #include "ops/memory.h"
 #include "ops/paged_attention.h"
@@ -40,13 +50,23 @@ using vi::benchutil::parse_list;
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<int64_t> ctxs = {8192, 32768, 131072}, tokens = {1, 4};
+  std::vector<int64_t> ctxs = {8192, 131072}, tokens = {1, 4, 8};
+  std::vector<std::string> profiles = {"native", "volta"};
   std::string json_path;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--ctx") ctxs = parse_list(argv[i + 1]);
     else if (a == "--tokens") tokens = parse_list(argv[i + 1]);
     else if (a == "--json") json_path = argv[i + 1];
+    else if (a == "--profiles") {
+      profiles.clear();
+      std::string l = argv[i + 1];
+      for (size_t p = 0; p <= l.size();) {
+        const size_t e = std::min(l.find(',', p), l.size());
+        profiles.push_back(l.substr(p, e - p));
+        p = e + 1;
+      }
+    }
   }
   FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
   const int64_t Hq = 24, Hkv = 4, D = 256, bs = 16;
@@ -56,12 +76,13 @@ int main(int argc, char** argv) {
   std::printf("# %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", prop.name, prop.multiProcessorCount, copy_gbs);
   std::printf("# one layer: Hq=%lld Hkv=%lld D=%lld, block size %lld, f16 activations\n", (long long)Hq,
               (long long)Hkv, (long long)D, (long long)bs);
-  std::printf("| profile | KV | context | T | us/call (graph) | GB/s | %% copy | us/call (stream) |\n"
-              "|---|---|---|---|---|---|---|---|\n");
+  std::printf("| profile | KV | context | T | kernel | us/call (graph) | GB/s | %% copy | us/call (stream) | / T=1 same "
+              "kernel | / best T=1 | rel L2 tc vs cc |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   cudaStream_t stream;
   VI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::mt19937 rng(1234);
-  for (const char* prof : {"native", "volta"}) {
+  for (const std::string& prof_s : profiles) {
+    const char* prof = prof_s.c_str();
     ops::Context g;
     g.device = vi::Device::CUDA;
     g.act = DType::F16;
@@ -92,63 +113,109 @@ int main(int argc, char** argv) {
         Tensor htable = Tensor::empty(DType::I32, {n_blocks});
         std::copy(perm.begin(), perm.end(), htable.ptr<int32_t>());
         Tensor table = ops::upload(g, htable);
+        std::map<std::string, float> t1_us;  // T = 1 time per kernel
         for (int64_t T : tokens) {
           Tensor q = ops::empty(g, DType::F16, {T, Hq, D}), out = ops::empty(g, DType::F16, {T, Hq, D});
           fill_tensor(q, 3);
           const int64_t pos0 = ctx - T;  // the last query sees `ctx` keys
-          auto call = [&](int c) { ops::paged_attention(g, q, ks[c], vs[c], table, bs, pos0, 0.0625f, out); };
-          for (int c = 0; c < copies; ++c) call(c);  // warm-up
-          const int n_calls = std::max(copies, 20);
-          VI_CUDA_CHECK(cudaStreamSynchronize(stream));
-          cudaEvent_t e0, e1;
-          VI_CUDA_CHECK(cudaEventCreate(&e0));
-          VI_CUDA_CHECK(cudaEventCreate(&e1));
-          // Call by call from the host.
-          std::vector<float> us_stream;
-          for (int r = 0; r < 9; ++r) {
-            VI_CUDA_CHECK(cudaEventRecord(e0, stream));
-            for (int i = 0; i < n_calls; ++i) call(i % copies);
-            VI_CUDA_CHECK(cudaEventRecord(e1, stream));
-            VI_CUDA_CHECK(cudaEventSynchronize(e1));
-            float ms = 0;
-            VI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            us_stream.push_back(ms * 1e3f / n_calls);
-          }
-          // The same calls captured once into a graph, replayed (if capture fails, the
-          // stream figure stands in and the line says so).
-          std::vector<float> us;
-          try {
-            us = vi::benchutil::graph_us_per_call(stream, n_calls, 9, cudaStreamCaptureModeThreadLocal,
-                                                  [&](int i) { call(i % copies); });
-          } catch (const std::exception& e) {
-            std::printf("# graph capture failed (%s): the stream time is reported instead\n", e.what());
-            cudaStreamCaptureStatus st;
-            if (cudaStreamIsCapturing(stream, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
-              cudaGraph_t g2;
-              cudaStreamEndCapture(stream, &g2);
+          // Positions on the device, uploaded once: the host-position overload uploads them
+          // on every call, which a captured graph would replay from freed host memory.
+          std::vector<int32_t> hpos(static_cast<size_t>(T));
+          std::iota(hpos.begin(), hpos.end(), static_cast<int32_t>(pos0));
+          Tensor dpos = ops::i32_on_device(g, hpos);
+          auto call = [&](int c) { ops::paged_attention(g, q, ks[c], vs[c], table, bs, dpos, ctx, 0.0625f, out); };
+          // The two kernels' outputs on copy 0, f16 -> f32 on the host.
+          auto out_host = [&]() {
+            call(0);
+            VI_CUDA_CHECK(cudaStreamSynchronize(stream));
+            std::vector<uint16_t> h(static_cast<size_t>(out.numel()));
+            VI_CUDA_CHECK(cudaMemcpy(h.data(), out.data(), h.size() * 2, cudaMemcpyDeviceToHost));
+            std::vector<double> f(h.size());
+            for (size_t i = 0; i < h.size(); ++i) f[i] = vi::fp16_to_fp32(h[i]);
+            return f;
+          };
+          auto force = [](bool tc) {
+            vi::cuda::set_decode_tc_min_rows(tc ? 1 : INT_MAX);
+            vi::cuda::set_decode_tc_min_keys(tc ? 1 : INT64_MAX);
+          };
+          force(false);
+          const std::vector<double> ref = out_host();
+          force(true);
+          const std::vector<double> got = out_host();
+          double num = 0, den = 0;
+          for (size_t i = 0; i < ref.size(); ++i) num += (got[i] - ref[i]) * (got[i] - ref[i]), den += ref[i] * ref[i];
+          const double rel_l2 = std::sqrt(num / std::max(den, 1e-30));
+          const bool auto_tc = T * (Hq / Hkv) >= vi::cuda::kDecodeTcMinRowsDefault ||
+                               ctx >= vi::cuda::kDecodeTcMinKeysDefault;
+          for (const char* path : {"cuda-core", "tensor-core"}) {
+            const bool tc = std::string(path) == "tensor-core";
+            force(tc);
+            for (int c = 0; c < copies; ++c) call(c);  // warm-up
+            const int n_calls = std::max(copies, 20);
+            VI_CUDA_CHECK(cudaStreamSynchronize(stream));
+            cudaEvent_t e0, e1;
+            VI_CUDA_CHECK(cudaEventCreate(&e0));
+            VI_CUDA_CHECK(cudaEventCreate(&e1));
+            // Call by call from the host.
+            std::vector<float> us_stream;
+            for (int r = 0; r < 9; ++r) {
+              VI_CUDA_CHECK(cudaEventRecord(e0, stream));
+              for (int i = 0; i < n_calls; ++i) call(i % copies);
+              VI_CUDA_CHECK(cudaEventRecord(e1, stream));
+              VI_CUDA_CHECK(cudaEventSynchronize(e1));
+              float ms = 0;
+              VI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+              us_stream.push_back(ms * 1e3f / n_calls);
             }
-            cudaGetLastError();
-            us = us_stream;
+            // The same calls captured once into a graph, replayed (if capture fails, the
+            // stream figure stands in and the line says so).
+            std::vector<float> us;
+            try {
+              us = vi::benchutil::graph_us_per_call(stream, n_calls, 9, cudaStreamCaptureModeThreadLocal,
+                                                    [&](int i) { call(i % copies); });
+            } catch (const std::exception& e) {
+              std::printf("# graph capture failed (%s): the stream time is reported instead\n", e.what());
+              cudaStreamCaptureStatus st;
+              if (cudaStreamIsCapturing(stream, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
+                cudaGraph_t g2;
+                cudaStreamEndCapture(stream, &g2);
+              }
+              cudaGetLastError();
+              us = us_stream;
+            }
+            VI_CUDA_CHECK(cudaEventDestroy(e0));
+            VI_CUDA_CHECK(cudaEventDestroy(e1));
+            const double bytes = double(ctx) * Hkv * D * 2 * (kv == DType::I8 ? 1 : 2) +
+                                 (kv == DType::I8 ? double(ctx) * Hkv * 2 * 4 : 0.0) + 2.0 * q.nbytes();
+            const float t = median(us);
+            const double gbs = bytes / (t * 1e-6) / 1e9;
+            if (T == 1) t1_us[path] = t;
+            const std::string label = std::string(path) + (tc == auto_tc ? " (auto)" : "");
+            auto ratio = [&](float base) {
+              char b[32] = "-";
+              if (base > 0) std::snprintf(b, sizeof b, "%.2f", t / base);
+              return std::string(b);
+            };
+            float best1 = 0;
+            for (const auto& [name, u] : t1_us) best1 = best1 == 0 ? u : std::min(best1, u);
+            std::printf("| %s | %s | %lld | %lld | %s | %.1f | %.0f | %.0f%% | %.1f | %s | %s | %.1e |\n", prof,
+                        vi::dtype_name(kv), (long long)ctx, (long long)T, label.c_str(), t, gbs, 100.0 * gbs / copy_gbs,
+                        median(us_stream), ratio(t1_us.count(path) ? t1_us[path] : 0).c_str(), ratio(best1).c_str(),
+                        rel_l2);
+            if (json)
+              std::fprintf(json,
+                           "{\"profile\":\"%s\",\"kv\":\"%s\",\"ctx\":%lld,\"T\":%lld,\"kernel\":\"%s\",\"us\":%.2f,\"gbs\":%.1f,"
+                           "\"copy_gbs\":%.1f,\"us_stream\":%.2f,\"samples_us\":[%s]}\n",
+                           prof, vi::dtype_name(kv), (long long)ctx, (long long)T, path, t, gbs, copy_gbs, median(us_stream),
+                           [&] {
+                             std::string s;
+                             for (float u : us) s += (s.empty() ? "" : ",") + std::to_string(u);
+                             return s;
+                           }()
+                               .c_str());
           }
-          VI_CUDA_CHECK(cudaEventDestroy(e0));
-          VI_CUDA_CHECK(cudaEventDestroy(e1));
-          const double bytes = double(ctx) * Hkv * D * 2 * (kv == DType::I8 ? 1 : 2) +
-                               (kv == DType::I8 ? double(ctx) * Hkv * 2 * 4 : 0.0) + 2.0 * q.nbytes();
-          const float t = median(us);
-          const double gbs = bytes / (t * 1e-6) / 1e9;
-          std::printf("| %s | %s | %lld | %lld | %.1f | %.0f | %.0f%% | %.1f |\n", prof, vi::dtype_name(kv),
-                      (long long)ctx, (long long)T, t, gbs, 100.0 * gbs / copy_gbs, median(us_stream));
-          if (json)
-            std::fprintf(json,
-                         "{\"profile\":\"%s\",\"kv\":\"%s\",\"ctx\":%lld,\"T\":%lld,\"us\":%.2f,\"gbs\":%.1f,"
-                         "\"copy_gbs\":%.1f,\"us_stream\":%.2f,\"samples_us\":[%s]}\n",
-                         prof, vi::dtype_name(kv), (long long)ctx, (long long)T, t, gbs, copy_gbs, median(us_stream),
-                         [&] {
-                           std::string s;
-                           for (float u : us) s += (s.empty() ? "" : ",") + std::to_string(u);
-                           return s;
-                         }()
-                             .c_str());
+          vi::cuda::set_decode_tc_min_rows(vi::cuda::kDecodeTcMinRowsDefault);
+          vi::cuda::set_decode_tc_min_keys(vi::cuda::kDecodeTcMinKeysDefault);
         }
         std::fflush(stdout);
       }
