@@ -1,8 +1,9 @@
 // Qwen3.5 forward pass (HF Qwen3_5ForCausalLM semantics), composed of ops only.
 //   full-attention layer: q|gate = q_proj(n) (per-head interleaved), q/k per-head (1+w)
 //     RMSNorm, partial NeoX RoPE, causal GQA attention, out = o_proj(attn * sigmoid(gate))
-//   Gated DeltaNet layer: q,k,v = silu(causal_conv(in_proj_qkv(n))), L2-normed q/k,
-//     g/beta gates, delta rule with fp32 state, gated RMSNorm with z, out_proj
+//   Gated DeltaNet layer: q,k,v = silu(causal_conv(in_proj_qkv(n))), L2-normed q/k (one
+//     op for a decode token), g/beta gates, delta rule with fp32 state, gated RMSNorm
+//     with z, out_proj
 // Loading folds format differences away: the q_proj query/gate interleave and the
 // in_proj_qkv q|k|v blocks are split into separate weights (row gathers work on
 // quantized rows), then the projections that read the same input are stacked again into
@@ -26,6 +27,7 @@
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/gdn.h"
+#include "ops/gdn_conv_step.h"
 #include "ops/matmul.h"
 #include "ops/memory.h"
 #include "ops/norm.h"
@@ -490,12 +492,18 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
         auto& seq = static_cast<Qwen35State&>(*items[i].seq);
         const int64_t r0 = plan.row0[i], T = plan.rows_of(i), r1 = r0 + T;
         Tensor cqi = cq.slice_rows(r0, r1), cki = ck.slice_rows(r0, r1), cvi = cv.slice_rows(r0, r1);
-        ops::conv1d_causal(ctx, lq.slice_rows(r0, r1), G.conv_q, seq.conv_q[l], /*silu=*/true, cqi);
-        ops::conv1d_causal(ctx, lk.slice_rows(r0, r1), G.conv_k, seq.conv_k[l], true, cki);
-        ops::conv1d_causal(ctx, lv.slice_rows(r0, r1), G.conv_v, seq.conv_v[l], true, cvi);
-        Tensor qn = cqi.reshape({T * Hk, dk}), kn = cki.reshape({T * Hk, dk});
-        ops::l2_norm(ctx, qn, 1e-6f, q_scale, qn);
-        ops::l2_norm(ctx, kn, 1e-6f, 1.0f, kn);
+        if (T == 1) {  // a decode token: the same five steps as below in one op
+          ops::gdn_conv_step(ctx, ops::ConvGroup{lq.slice_rows(r0, r1), G.conv_q, seq.conv_q[l], cqi},
+                             ops::ConvGroup{lk.slice_rows(r0, r1), G.conv_k, seq.conv_k[l], cki},
+                             ops::ConvGroup{lv.slice_rows(r0, r1), G.conv_v, seq.conv_v[l], cvi}, dk, 1e-6f, q_scale);
+        } else {
+          ops::conv1d_causal(ctx, lq.slice_rows(r0, r1), G.conv_q, seq.conv_q[l], /*silu=*/true, cqi);
+          ops::conv1d_causal(ctx, lk.slice_rows(r0, r1), G.conv_k, seq.conv_k[l], true, cki);
+          ops::conv1d_causal(ctx, lv.slice_rows(r0, r1), G.conv_v, seq.conv_v[l], true, cvi);
+          Tensor qn = cqi.reshape({T * Hk, dk}), kn = cki.reshape({T * Hk, dk});
+          ops::l2_norm(ctx, qn, 1e-6f, q_scale, qn);
+          ops::l2_norm(ctx, kn, 1e-6f, 1.0f, kn);
+        }
         // HF's split: the chunked form for multi-token calls, the recurrent one per token.
         const auto form = T > 1 ? ops::DeltaRuleForm::kChunked : ops::DeltaRuleForm::kRecurrent;
         Tensor core_i = core.slice_rows(r0, r1).reshape({T, Hv, dv});
