@@ -22,6 +22,7 @@ constexpr DTypeInfo kInfo[] = {
     {"q5_k", kQKK, sizeof(BlockQ5_K), true},
     {"q6_k", kQKK, sizeof(BlockQ6_K), true},
     {"q8_0r", 8 * kQK, sizeof(BlockQ8_0R), true},
+    {"q4_kr", 4 * kQKK, sizeof(BlockQ4_KR), true},
 };
 static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(DType::kCount));
 }  // namespace
@@ -40,6 +41,14 @@ DType dtype_from_name(std::string_view name) {
     if (lower == kInfo[i].name) return static_cast<DType>(i);
   }
   VI_FAIL("unknown dtype '{}' (known: f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k)", name);
+}
+
+DType dtype_file_form(DType t) {
+  switch (t) {
+    case DType::Q8_0R: return DType::Q8_0;
+    case DType::Q4_KR: return DType::Q4_K;
+    default: return t;
+  }
 }
 
 size_t dtype_row_bytes(DType t, int64_t n) {

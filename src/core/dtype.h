@@ -23,6 +23,7 @@ enum class DType : uint8_t {
   Q6_K,
   // Device layouts made at load by ops::prepare_matmul_weight (never in a file):
   Q8_0R,  // Q8_0 regrouped by 8 blocks (BlockQ8_0R): aligned 16-byte loads for the GEMV
+  Q4_KR,  // Q4_K regrouped by 4 super-blocks (BlockQ4_KR): nibbles in mma fragment order
   kCount
 };
 
@@ -38,6 +39,9 @@ inline const char* dtype_name(DType t) { return dtype_info(t).name; }
 inline bool dtype_is_quantized(DType t) { return dtype_info(t).quantized; }
 // Parses "f32", "q4_k", ... (case-insensitive); throws vi::Error on an unknown name.
 DType dtype_from_name(std::string_view name);
+
+// The file dtype a device layout is made from (Q8_0R: Q8_0, Q4_KR: Q4_K); t itself otherwise.
+DType dtype_file_form(DType t);
 
 // Bytes needed for `n` values of type t laid out in one row; throws vi::Error if n is
 // not a multiple of the block size.
@@ -86,6 +90,24 @@ struct BlockQ8_0R {
   int8_t qs[8 * kQK];  // values of blocks 0..7
   uint16_t d[8];       // their scales (fp16)
 };
+// Four Q4_K super-blocks of one row (1024 values) for the tensor-core GEMV, 4 bytes more per
+// super-block than Q4_K (148 instead of 144: 8-bit scales and mins instead of the 6-bit
+// packing, whose unpacking cost the GEMV more than the bytes). value = d·sc·q − dmin·m as in
+// Q4_K, with the same d, dmin, sc, m and q.
+//   qs: super-block b (0..3), sub-block j (0..7) at byte 128b + 16j: word i (0..3, 32 bits)
+//       holds values 8i .. 8i+7 of the sub-block, value 8i + p in nibble (p >> 1) + 4 (p & 1)
+//       (bits 4n .. 4n+3), so masking the word (and the word shifted by 8) with 0x000F000F /
+//       0x00F000F0 gives value pairs (0,1), (2,3), (4,5), (6,7) as f16 halves under 0x6400.
+//   hdr: super-block b's d, dmin (fp16), then sc[0..3], m[0..3], sc[4..7], m[4..7] (bytes).
+struct BlockQ4_KRHeader {
+  uint16_t d, dmin;
+  uint8_t sm[16];
+};
+struct BlockQ4_KR {
+  uint8_t qs[4 * kQKK / 2];
+  BlockQ4_KRHeader hdr[4];
+};
+static_assert(sizeof(BlockQ4_KR) == 4 * 148);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_0R) == 8 * sizeof(BlockQ8_0));
 static_assert(sizeof(BlockQ4_0) == 18);

@@ -9,8 +9,10 @@
 //
 //   bench_cuda_gemv [--dtypes q4_k,q8_0,...] [--tokens 1,2,4,8] [--profiles native,volta]
 //                   [--shapes 17408x5120,...] [--json FILE] [--variants]
-// --variants: also time every work shape of the tensor-core GEMV (row tiles per warp x blocks
-// per SM) and check that each gives the same outputs as the default one.
+// --variants: also time every work shape of the tensor-core GEMVs (gemv_mma: row tiles per warp
+// x blocks per SM; gemv_q4kr: warps per block x steps in flight) and count the outputs that
+// differ from the default shape's. Bytes are those of the weight as prepared (Q4_KR: 148 per
+// 256 values, Q4_K's 144 in the file).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/gemv_mma.cuh"
+#include "backends/cuda/gemv_q4kr.cuh"
 #include "bench_cuda_util.cuh"
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -171,6 +174,37 @@ int main(int argc, char** argv) {
             return median(vi::benchutil::graph_us_per_call(stream, calls, 9, cudaStreamCaptureModeRelaxed,
                                                            [&](int i) { ops::matmul(ctx, xt, ws[i % copies], yt); }));
           };
+          if (variants && pn == "native" && vi::cuda::gemv_q4kr_supports(ctx, xt, ws[0])) {
+            ops::matmul(ctx, xt, ws[0], yt);
+            VI_CUDA_CHECK(cudaStreamSynchronize(stream));
+            const Tensor ref = ops::download(ctx, yt);
+            const vi::cuda::GemvQ4krShape def = vi::cuda::gemv_q4kr_default_shape(sh.N, sh.K);
+            for (vi::cuda::GemvQ4krShape v : vi::cuda::gemv_q4kr_shapes()) {
+              vi::cuda::gemv_q4kr(ctx, xt, ws[0], yt, v);
+              VI_CUDA_CHECK(cudaStreamSynchronize(stream));
+              const Tensor got = ops::download(ctx, yt);
+              int64_t diff = 0;
+              for (int64_t i = 0; i < got.numel(); ++i) diff += got.ptr<uint16_t>()[i] != ref.ptr<uint16_t>()[i];
+              auto time_variant = [&](int calls) {
+                return median(vi::benchutil::graph_us_per_call(
+                    stream, calls, 9, cudaStreamCaptureModeRelaxed,
+                    [&](int i) { vi::cuda::gemv_q4kr(ctx, xt, ws[i % copies], yt, v); }));
+              };
+              const float e = time_variant(copies);
+              const int calls = std::max(copies, std::min(2000, static_cast<int>(2000.0f / std::max(e, 1.0f))));
+              const float vus = calls == copies ? e : time_variant(calls);
+              const double vgbs = (double(ws[0].nbytes()) + 2.0 * T * sh.K + 2.0 * T * sh.N) / (vus * 1e-6) / 1e9;
+              std::printf("variant q4_kr  %-20s %7lld %6lld %2lld warps %d x %s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
+                          sh.what, (long long)sh.N, (long long)sh.K, (long long)T, v.warps, v.stage_x ? "staged" : "late",
+                          v.warps == def.warps && v.stage_x == def.stage_x ? " (default)" : "", vus, 100.0 * vgbs / copy_gbs,
+                          (long long)diff);
+              if (jf)
+                std::fprintf(jf,
+                             "{\"variant\":\"w%d_x%d\",\"dtype\":\"q4_kr\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
+                             "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
+                             v.warps, v.stage_x ? 1 : 0, (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
+            }
+          }
           if (variants && pn == "native" && vi::cuda::gemv_mma_supports(ctx, xt, ws[0])) {
             ops::matmul(ctx, xt, ws[0], yt);
             VI_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -209,7 +243,7 @@ int main(int argc, char** argv) {
           const float est = run_graph(copies);
           const int calls = std::max(copies, std::min(2000, static_cast<int>(2000.0f / std::max(est, 1.0f))));
           const float us = calls == copies ? est : run_graph(calls);
-          const double bytes = double(wbytes) + 2.0 * T * sh.K + 2.0 * T * sh.N;
+          const double bytes = double(ws[0].nbytes()) + 2.0 * T * sh.K + 2.0 * T * sh.N;
           const double gbs = bytes / (us * 1e-6) / 1e9;
           std::printf("%-7s %-6s %-20s %7lld %6lld %2lld %9.1f %8.0f %6.1f%%\n", pn.c_str(),
                       vi::dtype_name(ws[0].dtype()), sh.what, (long long)sh.N, (long long)sh.K, (long long)T, us, gbs,

@@ -1,8 +1,9 @@
-// CUDA matmul: the dispatch between the tensor-core GEMV (gemv_mma.cu), the CUDA-core GEMV
-// (gemv_simt.cu) and the prefill GEMM path (gemm_path.cu). See matmul.cuh for the plan.
+// CUDA matmul: the dispatch between the tensor-core GEMVs (gemv_q4kr.cu, gemv_mma.cu), the
+// CUDA-core GEMV (gemv_simt.cu) and the prefill GEMM path (gemm_path.cu). See matmul.cuh.
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/gemm_path.cuh"
 #include "backends/cuda/gemv_mma.cuh"
+#include "backends/cuda/gemv_q4kr.cuh"
 #include "backends/cuda/gemv_simt.cuh"
 #include "backends/cuda/matmul.cuh"
 #include "ops/matmul.h"
@@ -14,7 +15,11 @@ template <DType W>
 void matmul_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t n_tok = x.rows();
   if (n_tok == 0 || w.dim(0) == 0) return;
-  if (gemv_mma_supports(ctx, x, w)) {  // decode on tensor cores (native profile, sm_80+)
+  if (gemv_q4kr_supports(ctx, x, w)) {  // decode on tensor cores (native profile, sm_80+)
+    gemv_q4kr(ctx, x, w, y);
+    return;
+  }
+  if (gemv_mma_supports(ctx, x, w)) {
     gemv_mma(ctx, x, w, y);
     return;
   }
@@ -44,6 +49,7 @@ const bool registered = [] {
   add_matmul<DType::Q5_K>();
   add_matmul<DType::Q6_K>();
   add_matmul<DType::Q8_0R>();
+  add_matmul<DType::Q4_KR>();
   return true;
 }();
 

@@ -1,6 +1,6 @@
 // Device-side decoding of one weight value from a row of any weight dtype (F32, F16, BF16,
-// the ggml blocks Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, and the device layout Q8_0R that
-// ops::prepare_matmul_weight makes; layouts in core/dtype.h and the reference dequantizers
+// the ggml blocks Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, and the device layouts Q8_0R and Q4_KR
+// that ops::prepare_matmul_weight makes; layouts in core/dtype.h and the reference dequantizers
 // in core/quant.cpp). Shared by embedding and matmul.
 #pragma once
 
@@ -37,6 +37,16 @@ __device__ __forceinline__ float dq(const uint8_t* row, int64_t i) {
     const BlockQ8_0R* b = reinterpret_cast<const BlockQ8_0R*>(row) + i / (8 * kQK);
     const int v = static_cast<int>(i % (8 * kQK));
     return half_bits_to_f32(b->d[v / kQK]) * static_cast<float>(b->qs[v]);
+  } else if constexpr (W == DType::Q4_KR) {
+    const BlockQ4_KR* b = reinterpret_cast<const BlockQ4_KR*>(row) + i / (4 * kQKK);
+    const int v = static_cast<int>(i % (4 * kQKK)), sb = v / kQKK, j = (v % kQKK) / 32, l = v % 32;
+    const int p = l % 8, n = (p >> 1) + 4 * (p & 1);  // the value's nibble in its word
+    const uint8_t byte = b->qs[128 * sb + 16 * j + 4 * (l / 8) + n / 2];
+    const int q = (byte >> (4 * (n & 1))) & 0xF;
+    const BlockQ4_KRHeader& h = b->hdr[sb];
+    const int sc = h.sm[8 * (j / 4) + j % 4], m = h.sm[8 * (j / 4) + 4 + j % 4];
+    return half_bits_to_f32(h.d) * static_cast<float>(sc) * static_cast<float>(q) -
+           half_bits_to_f32(h.dmin) * static_cast<float>(m);
   } else if constexpr (W == DType::Q4_0) {
     const BlockQ4_0* b = reinterpret_cast<const BlockQ4_0*>(row) + i / kQK;
     const int l = static_cast<int>(i % kQK);
@@ -108,6 +118,16 @@ __device__ __forceinline__ void dq8(const uint8_t* row, int64_t i0, float* out) 
     const int8_t* qv = reinterpret_cast<const int8_t*>(&q);
 #pragma unroll
     for (int k = 0; k < 8; ++k) out[k] = d * static_cast<float>(qv[k]);
+  } else if constexpr (W == DType::Q4_KR) {
+    // Eight values = one aligned 32-bit word.
+    const BlockQ4_KR* b = reinterpret_cast<const BlockQ4_KR*>(row) + i0 / (4 * kQKK);
+    const int v0 = static_cast<int>(i0 % (4 * kQKK)), sb = v0 / kQKK, j = (v0 % kQKK) / 32, i = (v0 % 32) / 8;
+    const uint32_t wq = *reinterpret_cast<const uint32_t*>(b->qs + 128 * sb + 16 * j + 4 * i);
+    const BlockQ4_KRHeader& h = b->hdr[sb];
+    const float dl = half_bits_to_f32(h.d) * static_cast<float>(h.sm[8 * (j / 4) + j % 4]);
+    const float ml = half_bits_to_f32(h.dmin) * static_cast<float>(h.sm[8 * (j / 4) + 4 + j % 4]);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) out[k] = dl * static_cast<float>((wq >> (4 * ((k >> 1) + 4 * (k & 1)))) & 0xF) - ml;
   } else if constexpr (W == DType::Q4_0 || W == DType::Q4_1) {
     using B = std::conditional_t<W == DType::Q4_0, BlockQ4_0, BlockQ4_1>;
     const B* b = reinterpret_cast<const B*>(row) + i0 / kQK;
@@ -170,11 +190,13 @@ void dispatch_weight(const char* op, DType t, F&& f) {
     case DType::Q5_K: f(std::integral_constant<DType, DType::Q5_K>{}); break;
     case DType::Q6_K: f(std::integral_constant<DType, DType::Q6_K>{}); break;
     case DType::Q8_0R: f(std::integral_constant<DType, DType::Q8_0R>{}); break;
+    case DType::Q4_KR: f(std::integral_constant<DType, DType::Q4_KR>{}); break;
     default: VI_FAIL("op '{}' on cuda: no kernel for weight dtype {}", op, dtype_name(t));
   }
 }
 
 constexpr DType kWeightDTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                                   DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0R};
+                                   DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0R,
+                                   DType::Q4_KR};
 
 }  // namespace vi::cuda

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "backends/cuda/gemv_mma.cuh"
+#include "backends/cuda/gemv_q4kr.cuh"
 #include "core/quant.h"
 #include "cuda_test_util.h"
 #include "ops/embedding.h"
@@ -106,6 +107,56 @@ TEST_P(MatmulGemv, EveryWorkShapeOfTheTensorCoreGemv) {
       }
     }
   }
+}
+
+// Q4_K rows of whole 1024-value groups become Q4_KR: the tensor-core GEMV of gemv_q4kr.cu in
+// the native profile with f16 activations (every work shape it has), the CUDA-core GEMV and
+// the GEMM path (T = 9, 17) everywhere else, all against the CPU on the Q4_K original. N = 97
+// leaves a partial 16-row tile; K = 1024 is 8 steps (fewer than the warps of some shapes),
+// 3072 is 24. Weights of magnitude 0.02 put the f16 scales far below 1.
+TEST_P(MatmulGemv, Q4KRepackedEveryPathAndWorkShape) {
+  const int64_t N = 97;
+  for (int64_t K : {1024, 3072}) {
+    for (float scale : {1.0f, 0.02f}) {
+      Tensor w = rand_weight(DType::Q4_K, N, K, scale);
+      Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+      ASSERT_EQ(dw.dtype(), DType::Q4_KR);
+      EXPECT_EQ(dw.shape(), w.shape());
+      EXPECT_EQ(dw.row_bytes(), static_cast<size_t>(K / 256 * 148));
+      for (int64_t T : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17})
+        check(w, dw, T, 4.0f, fmt::format("q4_kr scale {}", scale));
+      for (int64_t T : {1, 4, 8}) {
+        Tensor x = rand_f32({T, K}, act(), -4.0f, 4.0f);
+        Tensor dx = up(x);
+        if (!cuda::gemv_q4kr_supports(g, dx, dw)) continue;  // volta profile / f32: covered by check()
+        Tensor ref = Tensor::empty(DType::F32, {T, N});
+        ops::matmul(cpu, x, w, ref);
+        for (cuda::GemvQ4krShape v : cuda::gemv_q4kr_shapes()) {
+          Tensor nan = Tensor::empty(DType::F32, {T, N});
+          for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+          Tensor dy = up(nan);
+          cuda::gemv_q4kr(g, dx, dw, dy, v);
+          EXPECT_CLOSE(down(dy), ref, 4e-3, fmt::format("q4_kr K={} T={} warps {} x staged {}", K, T, v.warps, v.stage_x));
+        }
+      }
+    }
+  }
+}
+
+// Every value of a Q4_KR row decodes to the Q4_K original's value (embedding reads rows
+// through the same decoder the CUDA-core GEMV and the GEMM path use).
+TEST_P(MatmulGemv, Q4KRDecodesEveryValueLikeQ4K) {
+  const int64_t V = 9, d = 2048, T = 9;
+  Tensor table = rand_weight(DType::Q4_K, V, d);
+  Tensor dt = ops::prepare_matmul_weight(g, ops::upload(g, table));
+  ASSERT_EQ(dt.dtype(), DType::Q4_KR);
+  Tensor ids = Tensor::empty(DType::I32, {T});
+  for (int64_t t = 0; t < T; ++t) ids.ptr<int32_t>()[t] = static_cast<int32_t>(t);
+  Tensor ref = Tensor::empty(DType::F32, {T, d});
+  ops::embedding(cpu, table, ids, ref);
+  Tensor dout = gpu_empty({T, d});
+  ops::embedding(g, dt, ids, dout);
+  EXPECT_CLOSE(down(dout), ref, tol(1e-6, 1e-3), "embedding q4_kr");
 }
 
 TEST_P(MatmulGemv, EmbeddingReadsAPreparedTable) {
