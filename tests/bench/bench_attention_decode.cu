@@ -2,10 +2,13 @@
 // combine step) on one layer of the 27B-shaped Qwen3.5 (24 query heads, 4 KV heads, head
 // dim 256, blocks of 16 tokens through a shuffled block table), f16 activations, for f16 and
 // int8 K/V, T = 1, 4 and 8 query tokens (MTP verification), contexts 8K and 128K, both kernel
-// profiles, and both split kernels (the CUDA-core one and the tensor-core one, forced through
-// cuda::set_decode_tc_min_rows; "auto" is whichever the default threshold picks). Per line:
-// the time relative to T = 1 on the same kernel and against the best T = 1 of the two, and
-// the relative L2 difference of the two kernels' outputs on the same inputs.
+// profiles, and the split kernels (the CUDA-core one, the tensor-core register-prefetch one
+// "tc-registers", the cp.async ring kernel "tc-ring" (native profile, else the register one)
+// and the tensor-core default "tensor-core" (the ring kernel for i8 pools); forced through
+// cuda::set_decode_tc_min_rows / set_decode_tc_ring; "auto" is whichever the default
+// thresholds pick). Per line: the time relative to T = 1 on the same
+// kernel and against the best T = 1 so far, and the relative L2 difference of the kernel's
+// output from the CUDA-core kernel's on the same inputs.
 // Each figure: the median over 9 timings (CUDA events) of back-to-back calls that rotate
 // over enough pool copies (>= 256 MiB) that the 50 MB L2 cannot hold them, replayed as one
 // captured CUDA graph (GPU time, as a decode graph runs) and also issued call by call from
@@ -77,7 +80,7 @@ int main(int argc, char** argv) {
   std::printf("# one layer: Hq=%lld Hkv=%lld D=%lld, block size %lld, f16 activations\n", (long long)Hq,
               (long long)Hkv, (long long)D, (long long)bs);
   std::printf("| profile | KV | context | T | kernel | us/call (graph) | GB/s | %% copy | us/call (stream) | / T=1 same "
-              "kernel | / best T=1 | rel L2 tc vs cc |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "kernel | / best T=1 | rel L2 vs cuda-core |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   cudaStream_t stream;
   VI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::mt19937 rng(1234);
@@ -134,22 +137,30 @@ int main(int argc, char** argv) {
             for (size_t i = 0; i < h.size(); ++i) f[i] = vi::fp16_to_fp32(h[i]);
             return f;
           };
-          auto force = [](bool tc) {
+          // Paths: the CUDA-core kernel, the tensor-core register-prefetch kernel (the only
+          // one before the ring kernel; what the volta profile runs), the cp.async ring
+          // kernel forced where it fits (native profile), and the tensor-core default
+          // (cuda::DecodeTcRing::kAuto: the ring kernel for i8 pools).
+          auto force = [](const std::string& path) {
+            const bool tc = path != "cuda-core";
             vi::cuda::set_decode_tc_min_rows(tc ? 1 : INT_MAX);
             vi::cuda::set_decode_tc_min_keys(tc ? 1 : INT64_MAX);
+            vi::cuda::set_decode_tc_ring(path == "tc-registers" ? vi::cuda::DecodeTcRing::kNever
+                                         : path == "tc-ring"    ? vi::cuda::DecodeTcRing::kAlways
+                                                                : vi::cuda::DecodeTcRing::kAuto);
           };
-          force(false);
+          force("cuda-core");
           const std::vector<double> ref = out_host();
-          force(true);
-          const std::vector<double> got = out_host();
-          double num = 0, den = 0;
-          for (size_t i = 0; i < ref.size(); ++i) num += (got[i] - ref[i]) * (got[i] - ref[i]), den += ref[i] * ref[i];
-          const double rel_l2 = std::sqrt(num / std::max(den, 1e-30));
           const bool auto_tc = T * (Hq / Hkv) >= vi::cuda::kDecodeTcMinRowsDefault ||
                                ctx >= vi::cuda::kDecodeTcMinKeysDefault;
-          for (const char* path : {"cuda-core", "tensor-core"}) {
-            const bool tc = std::string(path) == "tensor-core";
-            force(tc);
+          for (const char* path : {"cuda-core", "tc-registers", "tc-ring", "tensor-core"}) {
+            const bool tc = std::string(path) != "cuda-core";
+            force(path);
+            // This path's output against the CUDA-core kernel's on the same inputs.
+            const std::vector<double> got = out_host();
+            double num = 0, den = 0;
+            for (size_t i = 0; i < ref.size(); ++i) num += (got[i] - ref[i]) * (got[i] - ref[i]), den += ref[i] * ref[i];
+            const double rel_l2 = std::sqrt(num / std::max(den, 1e-30));
             for (int c = 0; c < copies; ++c) call(c);  // warm-up
             const int n_calls = std::max(copies, 20);
             VI_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -190,7 +201,7 @@ int main(int argc, char** argv) {
             const float t = median(us);
             const double gbs = bytes / (t * 1e-6) / 1e9;
             if (T == 1) t1_us[path] = t;
-            const std::string label = std::string(path) + (tc == auto_tc ? " (auto)" : "");
+            const std::string label = std::string(path) + (tc == auto_tc && (path == std::string("cuda-core") || path == std::string("tensor-core")) ? " (auto)" : "");
             auto ratio = [&](float base) {
               char b[32] = "-";
               if (base > 0) std::snprintf(b, sizeof b, "%.2f", t / base);
@@ -216,6 +227,7 @@ int main(int argc, char** argv) {
           }
           vi::cuda::set_decode_tc_min_rows(vi::cuda::kDecodeTcMinRowsDefault);
           vi::cuda::set_decode_tc_min_keys(vi::cuda::kDecodeTcMinKeysDefault);
+          vi::cuda::set_decode_tc_ring(vi::cuda::DecodeTcRing::kAuto);
         }
         std::fflush(stdout);
       }

@@ -10,11 +10,11 @@
 //
 // K/V: f32, f16, or i8 with a per-(row, kv head) f32 scale (value = scale * int8); i8 K
 // rows hold Hadamard-rotated keys (ops/kv_quant.h), so the kernel rotates the queries the
-// same way and q·k is unchanged. Only sm_70 features are used (plain loads, shuffles,
-// fp32 FMA; WMMA in the tensor-core kernel), so the volta and native profiles run the same
-// code. Two split kernels: CUDA cores (every dtype; cost grows with the rows) and tensor
-// cores (f16 queries; cost nearly flat in the rows), chosen per call by the row count and
-// the key bound.
+// same way and q·k is unchanged. sm_70 features (plain loads, shuffles, fp32 FMA; WMMA in
+// the tensor-core kernels) except the tensor-core ring kernel (cp.async, sm_80+), which only
+// the native profile takes. Split kernels: CUDA cores (every dtype; cost grows with the
+// rows) and tensor cores (f16 queries; cost nearly flat in the rows; register-prefetch or
+// cp.async ring), chosen per call by the row count, the key bound and the pool dtypes.
 // This header is plain C++ (no CUDA types), so host code and tests can include it.
 #pragma once
 
@@ -45,12 +45,13 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a);
 // Tensor-core split kernel (attention_decode_tc.cu): f16 queries, f16 or i8 K/V, the same
 // semantics as the CUDA-core one. decode_attention sends a call there when it fits and
 // either T * (Hq / Hkv) >= decode_tc_min_rows() (verification: the CUDA-core kernel's cost
-// grows with the rows) or the key bound is >= decode_tc_min_keys() (plain decode at long
-// context, where the tensor-core kernel streams K/V faster); the rest stays on CUDA cores
-// (exact fp32 math, which the f32-activation wiring checks rely on). Both measured on the
-// H200: docs/notes/decode_attention.md.
+// grows with the rows) or the key bound is >= decode_tc_min_keys() (plain decode from 8K
+// keys: on the H200, GPU time at 8K, T = 1, native profile: i8 54.1 -> 43.4 us, f16 49.0 ->
+// 30.6 us; the volta profile's i8 register kernel measured 56.4 there, 4% slower); the rest
+// stays on CUDA cores (exact fp32 math, which the f32-activation wiring checks rely on).
+// Measured: docs/notes/decode_attention.md.
 constexpr int kDecodeTcMinRowsDefault = 9;
-constexpr int64_t kDecodeTcMinKeysDefault = 32768;
+constexpr int64_t kDecodeTcMinKeysDefault = 8192;
 int decode_tc_min_rows();
 int64_t decode_tc_min_keys();
 // Tests and benchmarks: force a path (rows 1: every call that fits; rows INT_MAX and keys
@@ -58,6 +59,18 @@ int64_t decode_tc_min_keys();
 void set_decode_tc_min_rows(int rows);
 void set_decode_tc_min_keys(int64_t keys);
 bool decode_tc_fits(const DecodeArgs& a);
+// Which tensor-core split kernel: the cp.async ring kernel (sm_80 instructions: only on the
+// native profile with sm_80 code, sm80_code(); 16-byte aligned pools, D a multiple of 16 for
+// i8 / 8 for f16; f16/f16, i8/i8 or i8 K + f16 V; its shared memory within the device's) or
+// the register-prefetch one (sm_70 features: the volta profile, the CUDA 11.8 build).
+// kAuto takes the ring kernel for i8 K and V only: on the H200 it was faster there (T = 1,
+// 128K: 255 against 284 us) and slower over f16 pools (235 against 207 us);
+// docs/notes/decode_attention.md. kAlways / kNever force it where it fits / never (tests,
+// benchmarks). Process-wide.
+enum class DecodeTcRing { kAuto, kAlways, kNever };
+void set_decode_tc_ring(DecodeTcRing mode);
+DecodeTcRing decode_tc_ring();
+bool decode_tc_ring_fits(const ops::Context& ctx, const DecodeArgs& a);
 
 // How decode_attention split the keys: split s covers keys [s * keys_per_split, +keys_per_split);
 // part_acc [n_splits, T * Hq, D] and part_ml [n_splits, T * Hq, 2] (f32, device) take the

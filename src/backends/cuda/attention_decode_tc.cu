@@ -26,6 +26,8 @@
 // units, sum, O) like the CUDA-core kernel, or the final rows when one split covers all.
 // What is rounded to f16: the scaled (rotated) queries, i8 rows dequantized, P. The rest
 // is fp32. sm_70 features only (WMMA 16x16x16, plain loads): both kernel profiles.
+// A second split kernel below (decode_tc_ring_kernel, sm_80+, native profile) does the same
+// math over a cp.async ring of K/V slots; decode_split_tc picks one (attention_decode.cuh).
 #include <mma.h>
 
 #include <atomic>
@@ -136,6 +138,7 @@ struct TcParams {
   const float* k_scale;  // [n_rows, Hkv] (i8 K)
   const float* v_scale;  // [n_rows, Hkv] (i8 V)
   int bs, q_pos0, T, Hq, Hkv, D, G, R, MT, keys_per_split;
+  int bs_shift;  // log2(bs) when bs is a power of two, else -1 (the ring kernel's row lookup)
   float qscale;  // scale * log2(e)
   bool rotate_q, vec_k, vec_v;
   float* part_acc;  // [n_splits, T * Hq, D] unnormalised (null: one split, write out)
@@ -375,6 +378,429 @@ __global__ void __launch_bounds__(kThreads, min_blocks(DP, MTM))
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// sm_80+ (native profile): the same math over a cp.async ring of K/V slots.
+//
+// Why: the register-prefetch kernel above keeps one 32-key tile in flight per block, and
+// only while the block does math, so an i8 block spends most of a tile waiting on the
+// table -> K/V load chain (936 GB/s at 128K on the H200); f16 tiles carry twice the bytes
+// and reach ~2.5 TB/s. Here each block keeps NS slots of 16 keys (K and V rows, and their
+// i8 scales) loading into shared memory with cp.async (no registers held), so two blocks
+// per SM keep ~48-110 KB in flight while they compute.
+//
+// Per tile of 32 keys (slots 2j and 2j + 1):
+//   wait for the two slots; barrier; i8 rows are converted to f16 integers (exact: byte
+//   permute into the mantissa of 1024.0, one subtraction; no scale) into Kc/Vc, the tile's
+//   scales copied out, barrier; S = Q·Kᵀ on raw integers, the K scale applied per key
+//   column in the softmax; P = p · (V scale of the key) in f16, so O += P·V reads V as
+//   integers too. f16 rows are read by WMMA straight from their slot (padded rows).
+// A slot is refilled as soon as it is free: right after the conversion when K and V are
+// both i8, else at the next tile's first barrier (then NS >= 4 keeps one tile ahead).
+// Rows past the split's end (and head dims past D) are zero-filled by cp.async, never read
+// from memory; their scales are 0, so S there is 0 before the mask and P·V adds 0.
+// ---------------------------------------------------------------------------------------
+
+constexpr int kSlotKeys = 16;
+constexpr int kBudget2 = 113 * 1024;  // per block, two blocks on a 228 KB SM (1 KB reserved each)
+constexpr int kBudget1 = 227 * 1024;  // the opt-in limit of one block (H100/H200)
+
+template <class TK, class TV, int DP, int MTM>
+struct RingLayout {
+  static constexpr bool kKi8 = sizeof(TK) == 1, kVi8 = sizeof(TV) == 1;
+  static constexpr bool kFreeEarly = kKi8 && kVi8;  // the slots are free after the conversion
+  static constexpr int kRows = 16 * MTM;
+  static constexpr int kLd = DP + 8;                // halves per f16 row (Q, Kc, Vc, f16 slot rows)
+  static constexpr int kKRow = kKi8 ? DP : kLd * 2;  // bytes per K row in a slot (i8: raw, unpadded)
+  static constexpr int kVRow = kVi8 ? DP : kLd * 2;
+  // A slot: K rows [16][kKRow], V rows [16][kVRow], K scales f32 [16], V scales f32 [16].
+  static constexpr int kSlotK = 0;
+  static constexpr int kSlotV = kSlotK + kSlotKeys * kKRow;
+  static constexpr int kSlotKs = kSlotV + kSlotKeys * kVRow;
+  static constexpr int kSlotVs = kSlotKs + kSlotKeys * 4;
+  static constexpr int kSlotBytes = kSlotVs + kSlotKeys * 4;
+  // Block: per-row corr, max, sum [3][64] f32 and the tile's scales [2][32] f32 first (the
+  // output staging goes over everything after them), then Q, Kc, Vc, S, P, the ring.
+  static constexpr int kOffRow = 0;
+  static constexpr int kOffQ = 1024;                                   // half  [kRows][kLd]
+  static constexpr int kOffKc = kOffQ + kRows * kLd * 2;               // half  [32][kLd] (i8 K); q staging
+  static constexpr int kOffVc = kOffKc + (kKi8 ? kBN * kLd * 2 : 0);   // half  [32][kLd] (i8 V)
+  static constexpr int kOffS = kOffVc + (kVi8 ? kBN * kLd * 2 : 0);    // float [64][kLdS]
+  static constexpr int kOffP = kOffS + 64 * kLdS * 4;                  // half  [kRows][kLdP]
+  static constexpr int kOffRing = (kOffP + kRows * kLdP * 2 + 127) / 128 * 128;
+  static constexpr int kMinNS = kFreeEarly ? 3 : 4;
+  static constexpr int kNS2 = (kBudget2 - kOffRing) / kSlotBytes;
+  static constexpr bool kTwo = kNS2 >= kMinNS;  // two blocks per SM
+  static constexpr int kNSmax = (kTwo ? kBudget2 - kOffRing : kBudget1 - kOffRing) / kSlotBytes;
+  static constexpr int kNS = kNSmax < 8 ? kNSmax : 8;
+  static constexpr int kBytes = kOffRing + kNS * kSlotBytes;
+  // cp.async groups still pending when a tile's two slots must have landed (see the loop).
+  static constexpr int kLag = kFreeEarly ? kNS - 2 : kNS - 4;
+  static constexpr int kLdO = DP + 4;
+  static_assert(kNS >= kMinNS, "the ring keeps at least one tile ahead");
+  static_assert(kSlotBytes % 32 == 0 && kSlotV % 32 == 0 && kOffQ % 32 == 0 && kOffKc % 32 == 0 &&
+                    kOffVc % 32 == 0 && kOffS % 32 == 0 && kOffP % 32 == 0,
+                "WMMA needs 32-byte aligned tiles");
+  static_assert(!kKi8 || 16 * DP * 4 <= kOffVc - kOffKc + (kVi8 ? kBN * kLd * 2 : 0),
+                "16 rows of f32 q staging fit over Kc (and Vc)");
+  static_assert(kOffQ + kRows * kLdO * 4 <= kBytes, "the output staging fits");
+  static_assert(kBytes <= kBudget1, "the opt-in shared memory of a block");
+};
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
+#else
+  (void)dst, (void)src, (void)valid;
+  __trap();
+#endif
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0) : "memory");
+#else
+  (void)dst, (void)src, (void)valid;
+  __trap();
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// 16 int8 (a uint4) as 16 f16 integers: v + 128 byte-permuted under the exponent byte of
+// 1024.0 (0x64XX is 1024 + XX), minus 1152. Exact for every int8.
+__device__ __forceinline__ void i8x16_to_half(uint4 w, uint4& lo, uint4& hi) {
+  const uint32_t in[4] = {w.x, w.y, w.z, w.w};
+  uint32_t o[8];
+  const __half2 bias = __float2half2_rn(1152.0f);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t x = in[i] ^ 0x80808080u;
+    uint32_t a = __byte_perm(x, 0x64646464u, 0x4140u), b = __byte_perm(x, 0x64646464u, 0x4342u);
+    __half2 ha = __hsub2(*reinterpret_cast<__half2*>(&a), bias), hb = __hsub2(*reinterpret_cast<__half2*>(&b), bias);
+    o[2 * i] = *reinterpret_cast<uint32_t*>(&ha);
+    o[2 * i + 1] = *reinterpret_cast<uint32_t*>(&hb);
+  }
+  lo = make_uint4(o[0], o[1], o[2], o[3]);
+  hi = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+// Grid (n_splits, Hkv). TcParams as above; vec_k / vec_v are true (the host checks).
+template <class TK, class TV, int DP, int MTM>
+__global__ void __launch_bounds__(kThreads, RingLayout<TK, TV, DP, MTM>::kTwo ? 2 : 1)
+    decode_tc_ring_kernel(const __half* __restrict__ q, const TK* __restrict__ k, const TV* __restrict__ v,
+                          __half* __restrict__ out, TcParams P) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using L = RingLayout<TK, TV, DP, MTM>;
+  constexpr int kLd = L::kLd, NS = L::kNS;
+  constexpr int NC = DP / 16 / kWarps;  // head-dim column tiles of O per warp
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* corr_s = reinterpret_cast<float*>(smem + L::kOffRow);
+  float* m_s = corr_s + 64;
+  float* l_s = corr_s + 128;
+  float* ksc_s = corr_s + 192;  // [32] K scale of each key of the tile (1 for f16)
+  float* vsc_s = corr_s + 224;  // [32] V scale
+  __half* Qs = reinterpret_cast<__half*>(smem + L::kOffQ);
+  __half* Kc = reinterpret_cast<__half*>(smem + L::kOffKc);
+  __half* Vc = reinterpret_cast<__half*>(smem + L::kOffVc);
+  float* Ss = reinterpret_cast<float*>(smem + L::kOffS);
+  __half* Ps = reinterpret_cast<__half*>(smem + L::kOffP);
+  unsigned char* ring = smem + L::kOffRing;
+
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int split = blockIdx.x, hk = blockIdx.y;
+  const int R = P.R, MT = P.MT, rows = 16 * MT;
+
+  const int p0 = P.q_pos ? P.q_pos[0] : P.q_pos0;
+  const int n_keys = p0 + P.T;
+  const int s_begin = split * P.keys_per_split;
+  const int s_end = min(n_keys, s_begin + P.keys_per_split);
+  const int n_tiles = s_end > s_begin ? (s_end - s_begin + kBN - 1) / kBN : 0;  // block-uniform
+  const int n_slots = 2 * n_tiles;
+  const int64_t kv_stride = int64_t(P.Hkv) * P.D;
+
+  auto pool_row = [&](int s) -> int64_t {
+    if (!P.table) return s;
+    const int b = P.bs_shift >= 0 ? s >> P.bs_shift : s / P.bs;
+    return int64_t(__ldg(P.table + b)) * P.bs + (s - b * P.bs);
+  };
+  // Starts the copies of slot n (keys s_begin + 16 n ..) into ring slot n % NS.
+  auto issue = [&](int n) {
+    unsigned char* slot = ring + (n % NS) * L::kSlotBytes;
+    const int key0 = s_begin + n * kSlotKeys;
+    constexpr int kKRowChunks = DP * int(sizeof(TK)) / 16, kVRowChunks = DP * int(sizeof(TV)) / 16;
+    constexpr int kKE = 16 / int(sizeof(TK)), kVE = 16 / int(sizeof(TV));  // elements per chunk
+#pragma unroll
+    for (int c = tid; c < kSlotKeys * kKRowChunks; c += kThreads) {
+      const int r = c / kKRowChunks, cc = c % kKRowChunks, s = key0 + r, d0 = cc * kKE;
+      const bool ok = s < s_end && d0 < P.D;
+      const TK* src = ok ? k + pool_row(s) * kv_stride + int64_t(hk) * P.D + d0 : k;
+      cp_async16(slot + L::kSlotK + r * L::kKRow + cc * 16, src, ok);
+    }
+#pragma unroll
+    for (int c = tid; c < kSlotKeys * kVRowChunks; c += kThreads) {
+      const int r = c / kVRowChunks, cc = c % kVRowChunks, s = key0 + r, d0 = cc * kVE;
+      const bool ok = s < s_end && d0 < P.D;
+      const TV* src = ok ? v + pool_row(s) * kv_stride + int64_t(hk) * P.D + d0 : v;
+      cp_async16(slot + L::kSlotV + r * L::kVRow + cc * 16, src, ok);
+    }
+    if (L::kKi8 && tid < kSlotKeys) {
+      const int s = key0 + tid;
+      const bool ok = s < s_end;
+      cp_async4(slot + L::kSlotKs + tid * 4, ok ? P.k_scale + pool_row(s) * P.Hkv + hk : P.k_scale, ok);
+    }
+    if (L::kVi8 && tid >= 32 && tid < 32 + kSlotKeys) {
+      const int s = key0 + tid - 32;
+      const bool ok = s < s_end;
+      cp_async4(slot + L::kSlotVs + (tid - 32) * 4, ok ? P.v_scale + pool_row(s) * P.Hkv + hk : P.v_scale, ok);
+    }
+  };
+  // Slot n is cp.async group n for n < NS; the refills keep that order (see the loop).
+#pragma unroll 1
+  for (int n = 0; n < NS; ++n) {
+    if (n < n_slots) issue(n);
+    cp_async_commit();
+  }
+
+  // This GPU's accumulator layout: rid[i] = row of element i in every 16x16 fp32 fragment.
+  for (int i = tid; i < 256; i += kThreads) Ss[i] = static_cast<float>(i / 16);
+  __syncthreads();
+  int rid[kAccElems];
+  {
+    FragC f;
+    wmma::load_matrix_sync(f, Ss, 16, wmma::mem_row_major);
+#pragma unroll
+    for (int i = 0; i < kAccElems; ++i) rid[i] = static_cast<int>(f.x[i]);
+  }
+
+  // Q, scaled: rotated like the keys for an i8 K pool (16 rows at a time staged in f32 over
+  // Kc/Vc), rounded to f16; zeros past R and D. The ring loads meanwhile.
+  if (L::kKi8 && P.rotate_q) {
+    float* stage = reinterpret_cast<float*>(smem + L::kOffKc);
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+      for (int idx = tid; idx < 16 * DP; idx += kThreads) {
+        const int r = r0 + idx / DP, d = idx % DP, t = r / P.G, g = r % P.G;
+        stage[idx] = r < R && d < P.D ? __half2float(q[(int64_t(t) * P.Hq + hk * P.G + g) * P.D + d]) * P.qscale : 0.0f;
+      }
+      __syncthreads();
+      hadamard_rows_smem(stage, 16, DP, P.D);
+      for (int idx = tid; idx < 16 * DP; idx += kThreads) Qs[(r0 + idx / DP) * kLd + idx % DP] = __float2half_rn(stage[idx]);
+      __syncthreads();
+    }
+  } else {
+    for (int idx = tid; idx < rows * DP; idx += kThreads) {
+      const int r = idx / DP, d = idx % DP, t = r / P.G, g = r % P.G;
+      Qs[r * kLd + d] = __float2half_rn(
+          r < R && d < P.D ? __half2float(q[(int64_t(t) * P.Hq + hk * P.G + g) * P.D + d]) * P.qscale : 0.0f);
+    }
+  }
+
+  FragC o[MTM][NC];
+#pragma unroll
+  for (int rt = 0; rt < MTM; ++rt)
+#pragma unroll
+    for (int f = 0; f < NC; ++f) wmma::fill_fragment(o[rt][f], 0.0f);
+
+  const int ds = MT <= 2 ? 4 / MT : 1;
+  const int s_items = MT * 2 * ds;
+  const int s_rt = warp / (2 * ds), s_kh = (warp / ds) % 2, s_dp = warp % ds;
+  const int s_ksteps = DP / 16 / ds;
+  const int sm_row = tid >> 2, sm_c0 = (tid & 3) * 8;
+  const int sm_pos = sm_row < R ? p0 + sm_row / P.G : -1;
+  float m_run = -INFINITY, l_run = 0.0f;
+
+#pragma unroll 1
+  for (int j = 0; j < n_tiles; ++j) {
+    const int kt0 = s_begin + j * kBN;
+    // Groups committed so far: NS + 2j. Free-early: slot n >= NS is group n, so slots 2j,
+    // 2j + 1 are done when NS - 2 remain. Else the refill at tile j' (two groups, empty at
+    // j' = 0) holds slots 2j' - 2 + NS, +1: slot n >= NS is group n + 2, and NS - 4 remain.
+    cp_async_wait<L::kLag>();
+    __syncthreads();  // every thread's copies landed; the previous tile's readers are done
+    unsigned char* slot0 = ring + ((2 * j) % NS) * L::kSlotBytes;
+    unsigned char* slot1 = ring + ((2 * j + 1) % NS) * L::kSlotBytes;
+    if (!L::kFreeEarly) {  // the slots of tile j - 1 are free now
+      if (j > 0 && 2 * j - 2 + NS < n_slots) issue(2 * j - 2 + NS);
+      cp_async_commit();
+      if (j > 0 && 2 * j - 1 + NS < n_slots) issue(2 * j - 1 + NS);
+      cp_async_commit();
+    }
+    if (L::kKi8 || L::kVi8) {
+      // i8 rows -> f16 integers in Kc / Vc: 32 rows x DP / 16 chunks of 16 bytes each.
+      constexpr int kRowChunks = DP / 16;
+#pragma unroll
+      for (int c = tid; c < kBN * kRowChunks; c += kThreads) {
+        const int r = c / kRowChunks, cc = c % kRowChunks;
+        const unsigned char* sl = r < kSlotKeys ? slot0 : slot1;
+        const int rr = r % kSlotKeys;
+        uint4 lo, hi;
+        if (L::kKi8) {
+          i8x16_to_half(*reinterpret_cast<const uint4*>(sl + L::kSlotK + rr * L::kKRow + cc * 16), lo, hi);
+          *reinterpret_cast<uint4*>(Kc + r * kLd + cc * 16) = lo;
+          *reinterpret_cast<uint4*>(Kc + r * kLd + cc * 16 + 8) = hi;
+        }
+        if (L::kVi8) {
+          i8x16_to_half(*reinterpret_cast<const uint4*>(sl + L::kSlotV + rr * L::kVRow + cc * 16), lo, hi);
+          *reinterpret_cast<uint4*>(Vc + r * kLd + cc * 16) = lo;
+          *reinterpret_cast<uint4*>(Vc + r * kLd + cc * 16 + 8) = hi;
+        }
+      }
+    }
+    if (tid < 64) {  // the tile's scales, out of the slots (free-early refills them next)
+      const int key = tid & 31;
+      const unsigned char* sl = key < kSlotKeys ? slot0 : slot1;
+      if (tid < 32) ksc_s[key] = L::kKi8 ? reinterpret_cast<const float*>(sl + L::kSlotKs)[key % kSlotKeys] : 1.0f;
+      else vsc_s[key] = L::kVi8 ? reinterpret_cast<const float*>(sl + L::kSlotVs)[key % kSlotKeys] : 1.0f;
+    }
+    __syncthreads();
+    if (L::kFreeEarly) {  // slots 2j, 2j + 1 are converted: refill them now
+      if (2 * j + NS < n_slots) issue(2 * j + NS);
+      cp_async_commit();
+      if (2 * j + 1 + NS < n_slots) issue(2 * j + 1 + NS);
+      cp_async_commit();
+    }
+    // The K / V rows of key half h (keys kt0 + 16 h ..) as f16, row stride kLd.
+    auto k_half = [&](int h) -> const __half* {
+      if (L::kKi8) return Kc + h * kSlotKeys * kLd;
+      return reinterpret_cast<const __half*>((h ? slot1 : slot0) + L::kSlotK);
+    };
+    auto v_half = [&](int h) -> const __half* {
+      if (L::kVi8) return Vc + h * kSlotKeys * kLd;
+      return reinterpret_cast<const __half*>((h ? slot1 : slot0) + L::kSlotV);
+    };
+
+    if (warp < s_items) {  // S part s_dp of tile (s_rt, s_kh), on raw (unscaled) keys
+      FragC s;
+      wmma::fill_fragment(s, 0.0f);
+      const __half* kb = k_half(s_kh);
+      for (int kk = s_dp * s_ksteps; kk < (s_dp + 1) * s_ksteps; ++kk) {
+        FragA a;
+        FragBc b;
+        wmma::load_matrix_sync(a, Qs + s_rt * 16 * kLd + kk * 16, kLd);
+        wmma::load_matrix_sync(b, kb + kk * 16, kLd);
+        wmma::mma_sync(s, a, b, s);
+      }
+      wmma::store_matrix_sync(Ss + (s_dp * rows + s_rt * 16) * kLdS + s_kh * 16, s, kLdS, wmma::mem_row_major);
+    }
+    __syncthreads();
+
+    if (sm_row < rows) {
+      float x[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) x[e] = 0.0f;
+      for (int p = 0; p < ds; ++p) {
+        const float4* src = reinterpret_cast<const float4*>(Ss + (p * rows + sm_row) * kLdS + sm_c0);
+        const float4 a = src[0], b = src[1];
+        x[0] += a.x, x[1] += a.y, x[2] += a.z, x[3] += a.w, x[4] += b.x, x[5] += b.y, x[6] += b.z, x[7] += b.w;
+      }
+      float mx = -INFINITY;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int key = kt0 + sm_c0 + e;
+        x[e] *= ksc_s[sm_c0 + e];
+        if (key > sm_pos || key >= s_end) x[e] = -INFINITY;
+        mx = fmaxf(mx, x[e]);
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_run, mx);
+      const bool none = m_new == -INFINITY;
+      const float corr = none ? 1.0f : exp2f(m_run - m_new);
+      float sum = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        x[e] = none ? 0.0f : exp2f(x[e] - m_new);
+        sum += x[e];
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      l_run = l_run * corr + sum;
+      m_run = m_new;
+      // P carries the V scale of its key (O += P·V then reads V as integers); the sum does not.
+      float pv[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) pv[e] = x[e] * vsc_s[sm_c0 + e];
+      *reinterpret_cast<uint4*>(Ps + sm_row * kLdP + sm_c0) =
+          make_uint4(pack_half2(pv[0], pv[1]), pack_half2(pv[2], pv[3]), pack_half2(pv[4], pv[5]), pack_half2(pv[6], pv[7]));
+      if ((tid & 3) == 0) corr_s[sm_row] = corr;
+    }
+    __syncthreads();
+
+    {  // O = diag(corr)·O + P·V over every row tile, this warp's head-dim columns
+#pragma unroll
+      for (int rt = 0; rt < MTM; ++rt) {
+        if (rt < MT) {
+#pragma unroll
+          for (int i = 0; i < kAccElems; ++i) {
+            const float c = corr_s[rt * 16 + rid[i]];
+#pragma unroll
+            for (int f = 0; f < NC; ++f) o[rt][f].x[i] *= c;
+          }
+        }
+      }
+#pragma unroll
+      for (int ks = 0; ks < kBN / 16; ++ks) {
+        const __half* vb = v_half(ks);
+        FragB b[NC];
+#pragma unroll
+        for (int f = 0; f < NC; ++f) wmma::load_matrix_sync(b[f], vb + (warp * NC + f) * 16, kLd);
+#pragma unroll
+        for (int rt = 0; rt < MTM; ++rt) {
+          if (rt < MT) {
+            FragA a;
+            wmma::load_matrix_sync(a, Ps + rt * 16 * kLdP + ks * 16, kLdP);
+#pragma unroll
+            for (int f = 0; f < NC; ++f) wmma::mma_sync(o[rt][f], a, b[f], o[rt][f]);
+          }
+        }
+      }
+    }
+  }
+
+  // No copy may still land in the smem the output staging reuses (slots past the end were
+  // never issued, but their groups are counted).
+  cp_async_wait<0>();
+  if (sm_row < rows && (tid & 3) == 0) m_s[sm_row] = m_run, l_s[sm_row] = l_run;
+  __syncthreads();
+  float* Os = reinterpret_cast<float*>(smem + L::kOffQ);
+#pragma unroll
+  for (int rt = 0; rt < MTM; ++rt)
+    if (rt < MT)
+#pragma unroll
+      for (int f = 0; f < NC; ++f)
+        wmma::store_matrix_sync(Os + rt * 16 * L::kLdO + (warp * NC + f) * 16, o[rt][f], L::kLdO, wmma::mem_row_major);
+  __syncthreads();
+  const int64_t n_rows = int64_t(P.T) * P.Hq;
+  for (int idx = tid; idx < R * P.D; idx += kThreads) {
+    const int r = idx / P.D, d = idx % P.D, t = r / P.G, g = r % P.G;
+    const int64_t orow = int64_t(t) * P.Hq + hk * P.G + g;
+    const float a = Os[r * L::kLdO + d];
+    if (P.part_acc == nullptr) {
+      out[orow * P.D + d] = __float2half_rn(a / l_s[r]);
+    } else {
+      P.part_acc[(int64_t(split) * n_rows + orow) * P.D + d] = a;
+      if (d == 0) {
+        const float m = m_s[r];
+        P.part_ml[(int64_t(split) * n_rows + orow) * 2] = m == -INFINITY ? -INFINITY : m * kLn2;
+        P.part_ml[(int64_t(split) * n_rows + orow) * 2 + 1] = l_s[r];
+      }
+    }
+  }
+#else
+  (void)q, (void)k, (void)v, (void)out, (void)P;
+  __trap();  // decode_split_tc takes this kernel only where sm80_code() holds
+#endif
+}
+
 int padded_dim(int64_t D) { return D <= 128 ? 128 : 256; }
 
 int smem_bytes(int DP, int MTM) {
@@ -396,7 +822,43 @@ int optin_smem() {
   return bytes[dev].load(std::memory_order_relaxed);
 }
 
+// The ring kernel's shared memory for K/V dtypes (i8: true) and the padded shape.
+template <class TK, class TV>
+int ring_smem_t(int DP, int MTM) {
+  if (DP == 128) {
+    return MTM == 1 ? RingLayout<TK, TV, 128, 1>::kBytes
+                    : MTM == 2 ? RingLayout<TK, TV, 128, 2>::kBytes : RingLayout<TK, TV, 128, 4>::kBytes;
+  }
+  return MTM == 1 ? RingLayout<TK, TV, 256, 1>::kBytes
+                  : MTM == 2 ? RingLayout<TK, TV, 256, 2>::kBytes : RingLayout<TK, TV, 256, 4>::kBytes;
+}
+int ring_smem(DType k, DType v, int DP, int MTM) {
+  if (k == DType::I8) return v == DType::I8 ? ring_smem_t<int8_t, int8_t>(DP, MTM) : ring_smem_t<int8_t, __half>(DP, MTM);
+  return ring_smem_t<__half, __half>(DP, MTM);
+}
+int ring_mtm(int MT) { return MT <= 1 ? 1 : MT <= 2 ? 2 : 4; }
+
+std::atomic<DecodeTcRing> g_tc_ring{DecodeTcRing::kAuto};
+
 }  // namespace
+
+void set_decode_tc_ring(DecodeTcRing mode) { g_tc_ring.store(mode, std::memory_order_relaxed); }
+DecodeTcRing decode_tc_ring() { return g_tc_ring.load(std::memory_order_relaxed); }
+
+bool decode_tc_ring_fits(const ops::Context& ctx, const DecodeArgs& a) {
+  const DecodeTcRing mode = decode_tc_ring();
+  if (mode == DecodeTcRing::kNever || !sm80_code(ctx) || !decode_tc_fits(a)) return false;
+  if (mode == DecodeTcRing::kAuto && (a.k_dtype != DType::I8 || a.v_dtype != DType::I8)) return false;
+  // Pairs with a ring kernel: f16/f16, i8/i8, i8 K + f16 V (f16 K + i8 V keeps the other).
+  const bool pair_ok = (a.k_dtype == DType::F16 && a.v_dtype == DType::F16) || a.k_dtype == DType::I8;
+  // Whole 16-byte chunks: every row (and head) starts on one, and D fills whole chunks.
+  auto chunks_ok = [&](const void* p, DType t) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && a.D % (t == DType::I8 ? 16 : 8) == 0;
+  };
+  const int MT = static_cast<int>((a.T * (a.Hq / a.Hkv) + 15) / 16);
+  return pair_ok && chunks_ok(a.k, a.k_dtype) && chunks_ok(a.v, a.v_dtype) &&
+         ring_smem(a.k_dtype, a.v_dtype, padded_dim(a.D), ring_mtm(MT)) <= optin_smem();
+}
 
 bool decode_tc_fits(const DecodeArgs& a) {
   auto kv_ok = [](DType t) { return t == DType::F16 || t == DType::I8; };
@@ -433,28 +895,57 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
   P.vec_v = vec_ok(a.v, a.v_dtype);
   P.part_acc = plan.part_acc;
   P.part_ml = plan.part_ml;
+  P.bs_shift = -1;
+  for (int sh = 0; sh < 31; ++sh)
+    if ((int64_t(1) << sh) == a.block_size) P.bs_shift = sh;
 
-  const int DP = padded_dim(a.D), MTM = P.MT <= 2 ? 2 : 4;
-  const int smem = smem_bytes(DP, MTM);
+  const int DP = padded_dim(a.D);
   const dim3 grid(static_cast<unsigned>(plan.n_splits), static_cast<unsigned>(a.Hkv));
+  auto go = [&](auto kernel, int smem, const auto* k, const auto* v) {
+    // Over 48 KB of dynamic shared memory must be opted into (per device: set each call).
+    VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    kernel<<<grid, kThreads, smem, stream_of(ctx)>>>(static_cast<const __half*>(a.q), k, v,
+                                                     static_cast<__half*>(a.out), P);
+    VI_CUDA_LAUNCH_CHECK();
+  };
+
+  if (decode_tc_ring_fits(ctx, a)) {
+    const int MTM = ring_mtm(P.MT);
+    const int smem = ring_smem(a.k_dtype, a.v_dtype, DP, MTM);
+    auto ring = [&](auto ktag, auto vtag) {
+      using TK = decltype(ktag);
+      using TV = decltype(vtag);
+      const TK* k = static_cast<const TK*>(a.k);
+      const TV* v = static_cast<const TV*>(a.v);
+      if (DP == 128) {
+        if (MTM == 1) go(decode_tc_ring_kernel<TK, TV, 128, 1>, smem, k, v);
+        else if (MTM == 2) go(decode_tc_ring_kernel<TK, TV, 128, 2>, smem, k, v);
+        else go(decode_tc_ring_kernel<TK, TV, 128, 4>, smem, k, v);
+      } else {
+        if (MTM == 1) go(decode_tc_ring_kernel<TK, TV, 256, 1>, smem, k, v);
+        else if (MTM == 2) go(decode_tc_ring_kernel<TK, TV, 256, 2>, smem, k, v);
+        else go(decode_tc_ring_kernel<TK, TV, 256, 4>, smem, k, v);
+      }
+    };
+    if (a.k_dtype == DType::F16) ring(__half{}, __half{});
+    else if (a.v_dtype == DType::I8) ring(int8_t{}, int8_t{});
+    else ring(int8_t{}, __half{});
+    return;
+  }
+
+  const int MTM = P.MT <= 2 ? 2 : 4;
+  const int smem = smem_bytes(DP, MTM);
   auto run = [&](auto ktag, auto vtag) {
     using TK = decltype(ktag);
     using TV = decltype(vtag);
     const TK* k = static_cast<const TK*>(a.k);
     const TV* v = static_cast<const TV*>(a.v);
-    auto go = [&](auto kernel) {
-      // Over 48 KB of dynamic shared memory must be opted into (per device: set each call).
-      VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      kernel<<<grid, kThreads, smem, stream_of(ctx)>>>(static_cast<const __half*>(a.q), k, v,
-                                                       static_cast<__half*>(a.out), P);
-      VI_CUDA_LAUNCH_CHECK();
-    };
     if (DP == 128) {
-      if (MTM == 2) go(decode_tc_kernel<TK, TV, 128, 2>);
-      else go(decode_tc_kernel<TK, TV, 128, 4>);
+      if (MTM == 2) go(decode_tc_kernel<TK, TV, 128, 2>, smem, k, v);
+      else go(decode_tc_kernel<TK, TV, 128, 4>, smem, k, v);
     } else {
-      if (MTM == 2) go(decode_tc_kernel<TK, TV, 256, 2>);
-      else go(decode_tc_kernel<TK, TV, 256, 4>);
+      if (MTM == 2) go(decode_tc_kernel<TK, TV, 256, 2>, smem, k, v);
+      else go(decode_tc_kernel<TK, TV, 256, 4>, smem, k, v);
     }
   };
   auto with_v = [&](auto ktag) {

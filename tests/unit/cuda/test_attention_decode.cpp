@@ -18,6 +18,7 @@
 #include <cmath>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -40,16 +41,19 @@ struct Pool {
   ops::KvRows host, dev;
 };
 
-// Sets the tensor-core row threshold for a scope (process-wide; the key threshold off) and
-// restores the defaults.
+// Sets the tensor-core row threshold and whether the cp.async ring kernel runs wherever it
+// fits (ring) or never, for a scope (process-wide; the key threshold off), and restores the
+// defaults.
 struct TcRows {
-  explicit TcRows(int rows) {
+  explicit TcRows(int rows, bool ring = true) {
     cuda::set_decode_tc_min_rows(rows);
     cuda::set_decode_tc_min_keys(INT64_MAX);
+    cuda::set_decode_tc_ring(ring ? cuda::DecodeTcRing::kAlways : cuda::DecodeTcRing::kNever);
   }
   ~TcRows() {
     cuda::set_decode_tc_min_rows(cuda::kDecodeTcMinRowsDefault);
     cuda::set_decode_tc_min_keys(cuda::kDecodeTcMinKeysDefault);
+    cuda::set_decode_tc_ring(cuda::DecodeTcRing::kAuto);
   }
 };
 
@@ -86,10 +90,12 @@ class AttentionDecode : public CudaOpTest {
 
   // T queries at q_pos0 through cuda::decode_attention with the position on the device and
   // a key bound `extra` past the true length; tc_rows picks the split kernel (1: tensor
-  // cores where they fit, INT_MAX: CUDA cores); n_splits 0: the kernel's own choice.
+  // cores where they fit, INT_MAX: CUDA cores), ring whether the tensor-core call may take
+  // the cp.async ring kernel (native profile, sm_80 code) or must take the register one;
+  // n_splits 0: the kernel's own choice.
   void check_split(const Shape& s, int64_t T, int64_t q_pos0, DType kdt, DType vdt, int tc_rows, int n_splits,
-                   int64_t extra) {
-    TcRows rows(tc_rows);
+                   int64_t extra, bool ring = true) {
+    TcRows rows(tc_rows, ring);
     const int64_t S = q_pos0 + T, bound = S + extra, n_blocks = (bound + s.bs - 1) / s.bs + 1;
     const int64_t n_rows = n_blocks * s.bs;
     Tensor table = shuffled_table(n_blocks);
@@ -124,11 +130,12 @@ class AttentionDecode : public CudaOpTest {
     a.scale = scale;
     a.out = dout.data();
     a.n_splits = n_splits;
-    cuda::decode_attention(g, a);
     const bool tc = T * (s.Hq / s.Hkv) >= tc_rows && cuda::decode_tc_fits(a);
+    const bool tc_ring = tc && cuda::decode_tc_ring_fits(g, a);
+    cuda::decode_attention(g, a);
     EXPECT_CLOSE(down(dout), ref, tol(2e-5, 3e-3),
                  fmt::format("split ({}) K {} V {}: Hq={} Hkv={} D={} bs={} T={} pos0={} splits={} bound+{}",
-                             tc ? "tensor cores" : "CUDA cores", dtype_name(kdt), dtype_name(vdt), s.Hq, s.Hkv, s.D,
+                             tc_ring ? "tensor cores, ring" : tc ? "tensor cores, registers" : "CUDA cores", dtype_name(kdt), dtype_name(vdt), s.Hq, s.Hkv, s.D,
                              s.bs, T, q_pos0, n_splits, extra));
   }
 
@@ -240,17 +247,36 @@ TEST_P(AttentionDecode, Int8KvMatchesCpu) {
 
 using TP = std::pair<int64_t, int64_t>;  // (T, q_pos0)
 
-// MTP verification shapes on both split kernels: T = 1, 2, 4, 8 over f16, i8 and mixed
-// pools, contexts that are no multiple of the block or tile size, the kernel's own split
-// count, and a key bound 300 past the true length (whole empty splits).
+// MTP verification shapes on the split kernels (CUDA cores; tensor cores with the ring
+// kernel allowed, which the native profile takes where it fits, and with the register one
+// forced): T = 1, 2, 4, 8 over f16, i8 and mixed pools, contexts that are no multiple of
+// the block or tile size, the kernel's own split count, and a key bound 300 past the true
+// length (whole empty splits). D 64 with blocks of 7 takes the ring kernel's row lookup by
+// division (a power-of-two block shifts); D 37 leaves it for the register one.
 TEST_P(AttentionDecode, SplitKernelsVerifyTokens) {
-  const Shape shapes[] = {{24, 4, 256, 16}, {9, 3, 80, 16}, {6, 2, 37, 7}, {16, 2, 128, 16}};
+  const Shape shapes[] = {{24, 4, 256, 16}, {9, 3, 80, 16}, {6, 2, 37, 7}, {16, 2, 128, 16}, {12, 2, 64, 7}};
   const std::pair<DType, DType> kvs[] = {{DType::F16, DType::F16}, {DType::I8, DType::I8}, {DType::I8, DType::F16}};
-  for (int tc_rows : {1, INT_MAX})
+  for (auto [tc_rows, ring] : {std::pair<int, bool>{1, true}, {1, false}, {INT_MAX, true}})
     for (const Shape& s : shapes)
       for (auto [kdt, vdt] : kvs)
         for (auto [T, p0] : {TP{1, 0}, TP{2, 45}, TP{4, 1000}, TP{8, 3001}, TP{4, 131}, TP{8, 0}})
-          check_split(s, T, p0, kdt, vdt, tc_rows, 0, T == 4 ? 300 : 0);
+          check_split(s, T, p0, kdt, vdt, tc_rows, 0, T == 4 ? 300 : 0, ring);
+}
+
+// Long splits on the ring kernel: one split of 2000+ keys (63 tiles: the slot ring wraps
+// many times, the refill order and the cp.async group count are exercised), three splits of
+// ~1700, and a split count that leaves a last split of a few keys; each with the register
+// kernel too, T = 1 (one row tile), 4 (two) and 8 (four).
+TEST_P(AttentionDecode, TensorCoreLongSplits) {
+  for (bool ring : {true, false})
+    for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{16, 2, 128, 16}})
+      for (auto [kdt, vdt] : {std::pair<DType, DType>{DType::F16, DType::F16}, {DType::I8, DType::I8},
+                              {DType::I8, DType::F16}})
+        for (int64_t T : {1, 4, 8}) {
+          check_split(s, T, 2017, kdt, vdt, 1, 1, 0, ring);
+          check_split(s, T, 5100 - T, kdt, vdt, 1, 3, 64, ring);
+          check_split(s, T, 4099, kdt, vdt, 1, 33, 0, ring);
+        }
 }
 
 // Forced split counts: keys_per_split 32 over 103 keys (q_pos0 95, T 8) puts keys 96..102 in
@@ -258,7 +284,7 @@ TEST_P(AttentionDecode, SplitKernelsVerifyTokens) {
 // bound of 303 leave six empty. Also one split (the kernel writes the output itself).
 TEST_P(AttentionDecode, SplitKernelsForcedSplits) {
   for (int tc_rows : {1, INT_MAX})
-    for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{16, 2, 128, 16}, Shape{6, 2, 37, 7}})
+    for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{16, 2, 128, 16}, Shape{6, 2, 37, 7}, Shape{12, 2, 64, 7}})
       for (DType kv : {DType::F16, DType::I8}) {
         check_split(s, 8, 95, kv, kv, tc_rows, 4, 0);
         check_split(s, 8, 95, kv, kv, tc_rows, 10, 200);
@@ -278,6 +304,28 @@ TEST_P(AttentionDecode, TensorCoreFits) {
   EXPECT_FALSE(cuda::decode_tc_fits(a));
   a.k_dtype = DType::F16, a.T = 9;  // past the decode kernel's token limit
   EXPECT_FALSE(cuda::decode_tc_fits(a));
+  // The ring kernel: native profile with sm_80 code, 16-byte chunks, not f16 K + i8 V; by
+  // default for i8 K and V only.
+  a.T = 4, a.k_dtype = DType::I8, a.v_dtype = DType::I8;
+  alignas(16) static const int8_t pool[64] = {};
+  a.k = pool, a.v = pool;
+  if (GetParam().profile == ops::KernelProfile::kVolta) EXPECT_FALSE(cuda::decode_tc_ring_fits(g, a));
+  else std::printf("ring kernel on the native profile: %s\n", cuda::decode_tc_ring_fits(g, a) ? "yes" : "no (no sm_80 code)");
+  const bool ring_here = cuda::decode_tc_ring_fits(g, a);
+  a.D = 200;  // i8 rows of 200 bytes: no whole 16-byte chunks
+  EXPECT_FALSE(cuda::decode_tc_ring_fits(g, a));
+  a.D = 256, a.k = pool + 8;  // misaligned
+  EXPECT_FALSE(cuda::decode_tc_ring_fits(g, a));
+  a.k = pool, a.k_dtype = DType::F16;  // f16 K + i8 V: register kernel
+  EXPECT_FALSE(cuda::decode_tc_ring_fits(g, a));
+  a.v_dtype = DType::F16;  // f16 pools: the ring kernel only when forced
+  EXPECT_FALSE(cuda::decode_tc_ring_fits(g, a));
+  cuda::set_decode_tc_ring(cuda::DecodeTcRing::kAlways);
+  EXPECT_EQ(cuda::decode_tc_ring_fits(g, a), ring_here);
+  cuda::set_decode_tc_ring(cuda::DecodeTcRing::kNever);
+  a.k_dtype = a.v_dtype = DType::I8;
+  EXPECT_FALSE(cuda::decode_tc_ring_fits(g, a));
+  cuda::set_decode_tc_ring(cuda::DecodeTcRing::kAuto);
 }
 
 VI_CUDA_INSTANTIATE(AttentionDecode);
