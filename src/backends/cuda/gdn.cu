@@ -55,17 +55,18 @@ __global__ void conv1d_kernel(const T* x, const float* __restrict__ w, float* st
     if (H > 0) hist[H - 1] = xv;
   }
   if (blockIdx.y != 0) return;
-  // The new state is the last H inputs of (old state, chunk). With fewer than H tokens some
-  // of it is old state: all of it is read here before the first write below.
-  float next[kConvMaxTaps - 1];
+  // The new state is the last H inputs of (old state, chunk). A run that reached the end holds
+  // them in hist (the only way in place, where x is already overwritten); otherwise the chunk
+  // is out of place and its last inputs are read back from x (T_ > kConvRun >= H).
+  if (t1 == T_) {
 #pragma unroll
-  for (int i = 0; i < kConvMaxTaps - 1; ++i) {
-    const int64_t t = T_ - H + i;
-    next[i] = i >= H ? 0.0f : t >= 0 ? to_f32(x[t * C + c]) : state[(H + t) * C + c];
+    for (int i = 0; i < kConvMaxTaps - 1; ++i)
+      if (i < H) state[i * C + c] = hist[i];
+  } else {
+#pragma unroll
+    for (int i = 0; i < kConvMaxTaps - 1; ++i)
+      if (i < H) state[i * C + c] = to_f32(x[(T_ - H + i) * C + c]);
   }
-#pragma unroll
-  for (int i = 0; i < kConvMaxTaps - 1; ++i)
-    if (i < H) state[i * C + c] = next[i];
 }
 
 void conv1d_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& state, bool silu, Tensor& y) {
