@@ -169,31 +169,37 @@ int main(int argc, char** argv) {
         for (const std::string& ts : split(tokens)) {
           const int64_t T = std::stoll(ts);
           Tensor xt = x.slice_rows(0, T), yt = y.slice_rows(0, T);
-          // Calls per graph: about 2 ms of work, at least one pass over the copies.
-          auto run_graph = [&](int calls) {
-            return median(vi::benchutil::graph_us_per_call(stream, calls, 9, cudaStreamCaptureModeRelaxed,
-                                                           [&](int i) { ops::matmul(ctx, xt, ws[i % copies], yt); }));
+          // µs per call of `call(weight)` in a CUDA graph: about 2 ms of calls, at least one
+          // pass over the copies, median of 9 replays.
+          auto timed_us = [&](auto call) {
+            auto run = [&](int calls) {
+              return median(vi::benchutil::graph_us_per_call(stream, calls, 9, cudaStreamCaptureModeRelaxed,
+                                                             [&](int i) { call(ws[i % copies]); }));
+            };
+            const float est = run(copies);
+            const int calls = std::max(copies, std::min(2000, static_cast<int>(2000.0f / std::max(est, 1.0f))));
+            return calls == copies ? est : run(calls);
           };
-          if (variants && pn == "native" && vi::cuda::gemv_q4kr_supports(ctx, xt, ws[0])) {
+          // Outputs of `call(ws[0])` that differ from those of the default path.
+          auto differing = [&](auto call) {
             ops::matmul(ctx, xt, ws[0], yt);
             VI_CUDA_CHECK(cudaStreamSynchronize(stream));
             const Tensor ref = ops::download(ctx, yt);
+            call(ws[0]);
+            VI_CUDA_CHECK(cudaStreamSynchronize(stream));
+            const Tensor got = ops::download(ctx, yt);
+            int64_t diff = 0;
+            for (int64_t i = 0; i < got.numel(); ++i) diff += got.ptr<uint16_t>()[i] != ref.ptr<uint16_t>()[i];
+            return diff;
+          };
+          auto gbs_at = [&](float us) { return (double(ws[0].nbytes()) + 2.0 * T * sh.K + 2.0 * T * sh.N) / (us * 1e-6) / 1e9; };
+          if (variants && pn == "native" && vi::cuda::gemv_q4kr_supports(ctx, xt, ws[0])) {
             const vi::cuda::GemvQ4krShape def = vi::cuda::gemv_q4kr_default_shape(sh.N, sh.K);
             for (vi::cuda::GemvQ4krShape v : vi::cuda::gemv_q4kr_shapes()) {
-              vi::cuda::gemv_q4kr(ctx, xt, ws[0], yt, v);
-              VI_CUDA_CHECK(cudaStreamSynchronize(stream));
-              const Tensor got = ops::download(ctx, yt);
-              int64_t diff = 0;
-              for (int64_t i = 0; i < got.numel(); ++i) diff += got.ptr<uint16_t>()[i] != ref.ptr<uint16_t>()[i];
-              auto time_variant = [&](int calls) {
-                return median(vi::benchutil::graph_us_per_call(
-                    stream, calls, 9, cudaStreamCaptureModeRelaxed,
-                    [&](int i) { vi::cuda::gemv_q4kr(ctx, xt, ws[i % copies], yt, v); }));
-              };
-              const float e = time_variant(copies);
-              const int calls = std::max(copies, std::min(2000, static_cast<int>(2000.0f / std::max(e, 1.0f))));
-              const float vus = calls == copies ? e : time_variant(calls);
-              const double vgbs = (double(ws[0].nbytes()) + 2.0 * T * sh.K + 2.0 * T * sh.N) / (vus * 1e-6) / 1e9;
+              auto call = [&](const Tensor& w) { vi::cuda::gemv_q4kr(ctx, xt, w, yt, v); };
+              const int64_t diff = differing(call);
+              const float vus = timed_us(call);
+              const double vgbs = gbs_at(vus);
               std::printf("variant q4_kr  %-20s %7lld %6lld %2lld warps %d x %s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
                           sh.what, (long long)sh.N, (long long)sh.K, (long long)T, v.warps, v.stage_x ? "staged" : "late",
                           v.warps == def.warps && v.stage_x == def.stage_x ? " (default)" : "", vus, 100.0 * vgbs / copy_gbs,
@@ -206,27 +212,14 @@ int main(int argc, char** argv) {
             }
           }
           if (variants && pn == "native" && vi::cuda::gemv_mma_supports(ctx, xt, ws[0])) {
-            ops::matmul(ctx, xt, ws[0], yt);
-            VI_CUDA_CHECK(cudaStreamSynchronize(stream));
-            const Tensor ref = ops::download(ctx, yt);
             const vi::cuda::GemvMmaShape def = vi::cuda::gemv_mma_default_shape(ws[0], T);
             for (vi::cuda::GemvMmaShape v : {vi::cuda::GemvMmaShape{1, 2, true}, vi::cuda::GemvMmaShape{1, 3, false},
                                              vi::cuda::GemvMmaShape{2, 1, true}, vi::cuda::GemvMmaShape{2, 2, true},
                                              vi::cuda::GemvMmaShape{2, 2, false}}) {
-              vi::cuda::gemv_mma(ctx, xt, ws[0], yt, v);
-              VI_CUDA_CHECK(cudaStreamSynchronize(stream));
-              const Tensor got = ops::download(ctx, yt);
-              int64_t diff = 0;
-              for (int64_t i = 0; i < got.numel(); ++i) diff += got.ptr<uint16_t>()[i] != ref.ptr<uint16_t>()[i];
-              auto time_variant = [&](int calls) {
-                return median(vi::benchutil::graph_us_per_call(
-                    stream, calls, 9, cudaStreamCaptureModeRelaxed,
-                    [&](int i) { vi::cuda::gemv_mma(ctx, xt, ws[i % copies], yt, v); }));
-              };
-              const float e = time_variant(copies);
-              const int calls = std::max(copies, std::min(2000, static_cast<int>(2000.0f / std::max(e, 1.0f))));
-              const float vus = calls == copies ? e : time_variant(calls);
-              const double vgbs = (double(wbytes) + 2.0 * T * sh.K + 2.0 * T * sh.N) / (vus * 1e-6) / 1e9;
+              auto call = [&](const Tensor& w) { vi::cuda::gemv_mma(ctx, xt, w, yt, v); };
+              const int64_t diff = differing(call);
+              const float vus = timed_us(call);
+              const double vgbs = gbs_at(vus);
               std::printf("variant %-6s %-20s %7lld %6lld %2lld tiles %d blocks/SM %d x %s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
                           vi::dtype_name(ws[0].dtype()), sh.what, (long long)sh.N, (long long)sh.K, (long long)T, v.tiles,
                           v.min_blocks, v.stage_x ? "staged" : "late",
@@ -240,11 +233,9 @@ int main(int argc, char** argv) {
                              copy_gbs, (long long)diff);
             }
           }
-          const float est = run_graph(copies);
-          const int calls = std::max(copies, std::min(2000, static_cast<int>(2000.0f / std::max(est, 1.0f))));
-          const float us = calls == copies ? est : run_graph(calls);
+          const float us = timed_us([&](const Tensor& w) { ops::matmul(ctx, xt, w, yt); });
           const double bytes = double(ws[0].nbytes()) + 2.0 * T * sh.K + 2.0 * T * sh.N;
-          const double gbs = bytes / (us * 1e-6) / 1e9;
+          const double gbs = gbs_at(us);
           std::printf("%-7s %-6s %-20s %7lld %6lld %2lld %9.1f %8.0f %6.1f%%\n", pn.c_str(),
                       vi::dtype_name(ws[0].dtype()), sh.what, (long long)sh.N, (long long)sh.K, (long long)T, us, gbs,
                       100.0 * gbs / copy_gbs);
@@ -252,9 +243,9 @@ int main(int argc, char** argv) {
           if (jf)
             std::fprintf(jf,
                          "{\"profile\":\"%s\",\"dtype\":\"%s\",\"stored\":\"%s\",\"N\":%lld,\"K\":%lld,\"T\":%lld,"
-                         "\"us\":%.2f,\"bytes\":%.0f,\"gbs\":%.1f,\"copy_gbs\":%.1f,\"calls\":%d,\"copies\":%d}\n",
+                         "\"us\":%.2f,\"bytes\":%.0f,\"gbs\":%.1f,\"copy_gbs\":%.1f,\"copies\":%d}\n",
                          pn.c_str(), dn.c_str(), vi::dtype_name(ws[0].dtype()), (long long)sh.N, (long long)sh.K,
-                         (long long)T, us, bytes, gbs, copy_gbs, calls, copies);
+                         (long long)T, us, bytes, gbs, copy_gbs, copies);
         }
       }
     }

@@ -2,6 +2,7 @@
 // dequantized to f16 (q exact, times its f16 scale, minus its f16 min: one rounding of
 // 2^-11 relative), products and sums are fp32 inside mma, the output is rounded to f16.
 #include "backends/cuda/device.cuh"
+#include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/gemv_mma.cuh"
 
 namespace vi::cuda {
@@ -10,8 +11,6 @@ namespace {
 constexpr int kWarps = 8;          // warps per block; they split K
 constexpr int kUnitsPerStep = 4;   // lanes per row in one mma row group: 4 units of 32 values
 
-__device__ __forceinline__ __half2 as_h2(uint32_t v) { return *reinterpret_cast<__half2*>(&v); }
-__device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
 
 // A unit is 32 values of one row that one lane turns into the A fragments of 8 mma steps:
 // h[2j] = values (4j, 4j+1), h[2j+1] = values (4j+2, 4j+3) as f16 pairs, and the activations
@@ -168,20 +167,6 @@ struct Unit<DType::F16> {
     }
   }
 };
-
-// d += a · b for one m16n8k16 tile (a: 16 x 16 f16 row-major fragment, b: 16 x 8 f16).
-__device__ __forceinline__ void mma_16816(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-  __trap();  // gemv_mma_supports never picks this kernel below sm_80
-#endif
-}
 
 // Grid: ceil(N / (16 * TILES)) blocks of 32 * kWarps threads. Lane (g = lane / 4, c = lane % 4)
 // reads rows n0 + 16 t + g and n0 + 16 t + g + 8 of each tile t, unit 4 s + c of each step s,

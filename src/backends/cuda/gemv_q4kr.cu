@@ -1,42 +1,12 @@
 // Tensor-core decode GEMV on Q4_KR weights: see gemv_q4kr.cuh for the plan and the numerics.
 #include "backends/cuda/device.cuh"
+#include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
 
 #include <algorithm>
 
 namespace vi::cuda {
 namespace {
-
-__device__ __forceinline__ __half2 as_h2(uint32_t v) { return *reinterpret_cast<__half2*>(&v); }
-__device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
-
-// d += a · b for one m16n8k16 tile (a: 16 x 16 f16 row-major fragment, b: 16 x 8 f16).
-__device__ __forceinline__ void mma_16816(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-  __trap();  // gemv_q4kr_supports never picks this kernel below sm_80
-#endif
-}
-
-// d = a · b for one m16n8k16 tile, starting from zero.
-__device__ __forceinline__ void mma_16816_z(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                            uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%10,%10,%10};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
-#else
-  __trap();
-#endif
-}
 
 // One step (128 values of a row: half h of one super-block) of lane (g, c): sub-block 4h + c
 // of rows g and g + 8, and the activations of token g that meet it.

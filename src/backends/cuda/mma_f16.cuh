@@ -1,0 +1,47 @@
+// The f16 tensor-core instruction the decode GEMVs build on (mma.sync m16n8k16, sm_80+), and
+// the bit casts between uint32_t and __half2 their operand packing needs.
+//
+// Fragments (PTX ISA, lane = 4g + c): a0 = A[g][2c, 2c+1], a1 = A[g+8][2c, 2c+1],
+// a2 = A[g][2c+8, 2c+9], a3 = A[g+8][2c+8, 2c+9]; b0 = B[2c, 2c+1][g], b1 = B[2c+8, 2c+9][g];
+// d = D[g][2c, 2c+1], D[g+8][2c, 2c+1]. fp32 accumulation.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace vi::cuda {
+
+__device__ __forceinline__ __half2 as_h2(uint32_t v) { return *reinterpret_cast<__half2*>(&v); }
+__device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
+
+// d += a · b for one m16n8k16 tile (a: 16 x 16 f16 row-major fragment, b: 16 x 8 f16). Callers
+// run only where sm80_code() holds; below sm_80 the kernel traps.
+__device__ __forceinline__ void mma_16816(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+  __trap();
+#endif
+}
+
+// d = a · b for one m16n8k16 tile, from zero (no zeroed accumulator registers to set first).
+__device__ __forceinline__ void mma_16816_z(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
+#else
+  __trap();
+#endif
+}
+
+}  // namespace vi::cuda
