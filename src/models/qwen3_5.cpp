@@ -227,25 +227,46 @@ Qwen35HParams read_hparams(const WeightSource& src) {
 // they are column blocks of one [1, width] product (each block of a one-row tensor is
 // contiguous), so a decode step of one sequence reads all of a layer's input weights in one
 // GEMV; otherwise each is an [N, w] tensor of its own.
+// Outputs of a layer's input projections when they may run as one stacked matmul into `all`
+// ([N, width]). One row: each output is a [1, w] view of `all`. More rows (up to
+// kStackedMlpMaxRows: verify and batched decode steps): each output has its own [N, w] buffer
+// and split() copies the column blocks of `all` into them (one kernel instead of one matmul
+// per part). Not stacked: own buffers, `all` unused.
 class ProjOutputs {
  public:
-  ProjOutputs(ops::Context& ctx, bool fused, int64_t n_rows, int64_t width)
-      : ctx_(ctx), fused_(fused), n_rows_(n_rows), width_(width) {
-    if (fused) all = ops::empty(ctx, ctx.act, {1, width});
+  ProjOutputs(ops::Context& ctx, bool stacked, int64_t n_rows, int64_t width)
+      : ctx_(ctx), stacked_(stacked), n_rows_(n_rows), width_(width) {
+    if (stacked) all = ops::empty(ctx, ctx.act, {n_rows, width});
   }
-  // The next output, w wide: [1, w] block of `all` or [N, w] of its own.
+  // The next output, w wide.
   Tensor next(int64_t w) {
-    if (!fused_) return ops::empty(ctx_, ctx_.act, {n_rows_, w});
-    Tensor b = all.reshape({width_, 1}).slice_rows(off_, off_ + w).reshape({1, w});
+    Tensor b;
+    if (stacked_ && n_rows_ == 1) {
+      b = all.reshape({width_, 1}).slice_rows(off_, off_ + w).reshape({1, w});
+    } else {
+      b = ops::empty(ctx_, ctx_.act, {n_rows_, w});
+      parts_.push_back(b);
+    }
     off_ += w;
     return b;
   }
-  Tensor all;  // [1, width] when fused
+  // After the stacked matmul wrote `all`: fill the outputs that are not views of it.
+  void split() {
+    if (!stacked_ || n_rows_ == 1) return;
+    VI_CHECK(parts_.size() == 4 || parts_.size() == 6, "ProjOutputs: {} parts", parts_.size());
+    if (parts_.size() == 4) {
+      ops::split_cols(ctx_, all, {&parts_[0], &parts_[1], &parts_[2], &parts_[3]});
+    } else {
+      ops::split_cols(ctx_, all, {&parts_[0], &parts_[1], &parts_[2], &parts_[3], &parts_[4], &parts_[5]});
+    }
+  }
+  Tensor all;  // [N, width] when stacked
 
  private:
   ops::Context& ctx_;
-  bool fused_;
+  bool stacked_;
   int64_t n_rows_, width_, off_ = 0;
+  std::vector<Tensor> parts_;  // the outputs with buffers of their own (shared storage with next()'s results)
 };
 
 std::vector<int64_t> iota_rows(int64_t begin, int64_t end) {
@@ -428,12 +449,12 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   Tensor o = ops::empty(ctx, ctx.act, {N, d});  // [N, d] a block's output, added to x
   Tensor ff_gu = ops::empty(ctx, ctx.act, {N, 2 * hp_.d_ff});  // MLP gate|up products
   // Full-attention scratch: q, gate, k, v in the stack's order.
-  const bool attn_fused = N == 1 && attn_in_fused_;
+  const bool attn_fused = N <= kStackedMlpMaxRows && attn_in_fused_;
   ProjOutputs attn_in(ctx, attn_fused, N, 2 * Hq * hd + 2 * kv_w);
   Tensor q = attn_in.next(Hq * hd), gate = attn_in.next(Hq * hd), k = attn_in.next(kv_w), v = attn_in.next(kv_w);
   Tensor att = ops::empty(ctx, ctx.act, {N, Hq * hd});
   // GDN scratch: the six input projections in the stack's order (q k v z b a).
-  const bool fused_in = N == 1 && gdn_in_fused_;
+  const bool fused_in = N <= kStackedMlpMaxRows && gdn_in_fused_;
   ProjOutputs gdn_in(ctx, fused_in, N, 2 * key_dim + 2 * value_dim + 2 * Hv);
   Tensor lq = gdn_in.next(key_dim), lk = gdn_in.next(key_dim), lv = gdn_in.next(value_dim), lz = gdn_in.next(value_dim);
   Tensor lb = gdn_in.next(Hv), la = gdn_in.next(Hv);
@@ -460,6 +481,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
       const AttnWeights& A = L.attn;
       if (attn_fused) {
         ops::matmul(ctx, n, A.w_in, attn_in.all);
+        attn_in.split();
       } else {
         ops::matmul(ctx, n, A.wq, q);
         ops::matmul(ctx, n, A.wgate, gate);
@@ -479,6 +501,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
       const GdnWeights& G = L.gdn;
       if (fused_in) {
         ops::matmul(ctx, n, G.w_in, gdn_in.all);
+        gdn_in.split();
       } else {
         ops::matmul(ctx, n, G.wq, lq);
         ops::matmul(ctx, n, G.wk, lk);

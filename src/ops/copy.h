@@ -2,6 +2,8 @@
 // (gathering cache rows, compacting logits rows). Shapes may differ in layout only.
 #pragma once
 
+#include <initializer_list>
+
 #include "ops/registry.h"
 
 namespace vi::ops {
@@ -10,5 +12,16 @@ namespace vi::ops {
 void copy(Context& ctx, const Tensor& src, Tensor& dst);
 using CopyFn = void (*)(Context&, const Tensor& src, Tensor& dst);
 OpTable<CopyFn>& copy_table();  // keyed by src dtype
+
+// The column blocks of a row-major src [R, C] into contiguous tensors: dsts[i][r, :] =
+// src[r, c_i : c_i + dsts[i].cols()], c_i the widths of the parts before i. What a stacked
+// projection's output (several matrices multiplied as one) becomes when each part is needed on
+// its own for more than one row. Unquantized dtypes; every dst [R, w_i] of src's dtype, the
+// widths summing to C; 1 to kSplitMaxParts parts, none aliasing src.
+constexpr size_t kSplitMaxParts = 8;
+void split_cols(Context& ctx, const Tensor& src, std::initializer_list<Tensor*> dsts);
+// dsts: n parts (the backends' kernels are also compiled as C++17: no std::span here).
+using SplitColsFn = void (*)(Context&, const Tensor& src, Tensor* const* dsts, size_t n);
+OpTable<SplitColsFn>& split_cols_table();  // keyed by src dtype
 
 }  // namespace vi::ops

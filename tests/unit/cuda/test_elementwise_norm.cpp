@@ -65,6 +65,45 @@ TEST_P(Elementwise, AddBiasAndCopy) {
   EXPECT_EQ(rel_l2(back, src), 0.0);
 }
 
+// split_cols moves bytes: every part must equal the CPU's split exactly, for 4 and 6 parts
+// (the stacked attention and GDN projections) and 3, widths not multiples of anything, 1 to 8 rows.
+TEST_P(Elementwise, SplitColsMatchesCpuExactly) {
+  for (int64_t R : {1, 3, 8}) {
+    for (std::vector<int64_t> widths : {std::vector<int64_t>{6144, 6144, 1024, 1024},
+                                        std::vector<int64_t>{37, 37, 101, 101, 5, 5}, std::vector<int64_t>{1, 2, 9}}) {
+      int64_t C = 0;
+      for (int64_t w : widths) C += w;
+      const Tensor src = host_as(rand_f32({R, C}, act()), act());  // in the activation dtype
+      std::vector<Tensor> ref, got;
+      for (int64_t w : widths) {
+        ref.push_back(Tensor::empty(act(), {R, w}));
+        got.push_back(gpu_empty({R, w}));
+      }
+      std::vector<Tensor*> r, d;
+      for (size_t i = 0; i < widths.size(); ++i) {
+        r.push_back(&ref[i]);
+        d.push_back(&got[i]);
+      }
+      Tensor dsrc = ops::upload(g, src);
+      if (widths.size() == 4) {
+        ops::split_cols(cpu, src, {r[0], r[1], r[2], r[3]});
+        ops::split_cols(g, dsrc, {d[0], d[1], d[2], d[3]});
+      } else if (widths.size() == 6) {
+        ops::split_cols(cpu, src, {r[0], r[1], r[2], r[3], r[4], r[5]});
+        ops::split_cols(g, dsrc, {d[0], d[1], d[2], d[3], d[4], d[5]});
+      } else {
+        ops::split_cols(cpu, src, {r[0], r[1], r[2]});
+        ops::split_cols(g, dsrc, {d[0], d[1], d[2]});
+      }
+      for (size_t i = 0; i < widths.size(); ++i) {
+        const Tensor back = ops::download(g, got[i]);
+        ASSERT_EQ(back.nbytes(), ref[i].nbytes());
+        EXPECT_EQ(std::memcmp(back.data(), ref[i].data(), back.nbytes()), 0) << "part " << i << " of R=" << R;
+      }
+    }
+  }
+}
+
 class Norm : public CudaOpTest {};
 
 TEST_P(Norm, RmsL2Gated) {
