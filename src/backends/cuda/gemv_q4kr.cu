@@ -3,8 +3,6 @@
 #include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
 
-#include <algorithm>
-
 namespace vi::cuda {
 namespace {
 
