@@ -200,15 +200,17 @@ int main(int argc, char** argv) {
               const int64_t diff = differing(call);
               const float vus = timed_us(call);
               const double vgbs = gbs_at(vus);
-              std::printf("variant q4_kr  %-20s %7lld %6lld %2lld warps %d x %s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
+              std::printf("variant q4_kr  %-20s %7lld %6lld %2lld warps %d x %s%s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
                           sh.what, (long long)sh.N, (long long)sh.K, (long long)T, v.warps, v.stage_x ? "staged" : "late",
-                          v.warps == def.warps && v.stage_x == def.stage_x ? " (default)" : "", vus, 100.0 * vgbs / copy_gbs,
+                          v.affine ? " affine" : "",
+                          v.warps == def.warps && v.stage_x == def.stage_x && v.affine == def.affine ? " (default)" : "", vus,
+                          100.0 * vgbs / copy_gbs,
                           (long long)diff);
               if (jf)
                 std::fprintf(jf,
-                             "{\"variant\":\"w%d_x%d\",\"dtype\":\"q4_kr\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
+                             "{\"variant\":\"w%d_x%d_a%d\",\"dtype\":\"q4_kr\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
                              "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
-                             v.warps, v.stage_x ? 1 : 0, (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
+                             v.warps, v.stage_x ? 1 : 0, v.affine ? 1 : 0, (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
             }
           }
           if (variants && pn == "native" && vi::cuda::gemv_mma_supports(ctx, xt, ws[0])) {

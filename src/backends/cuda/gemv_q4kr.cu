@@ -24,21 +24,34 @@ __device__ __forceinline__ void load_x(const __half* xs, int c, uint4* xv) {
     xv[i] = xs ? __ldg(reinterpret_cast<const uint4*>(xs + 32 * c + 8 * i)) : make_uint4(0, 0, 0, 0);
 }
 
+// qs0/qs1: this lane's 16 quant bytes of rows g, g + 8; hd0/hd1: their super-block's header.
+template <bool XSTAGE>
+__device__ __forceinline__ void load_stage_at(const uint8_t* qs0, const uint8_t* qs1, const uint8_t* hd0,
+                                              const uint8_t* hd1, int h, const __half* xs, int c, Stage<XSTAGE>& st) {
+  const uint8_t* q[2] = {qs0, qs1};
+  const uint8_t* hd[2] = {hd0, hd1};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    st.q[i] = __ldcs(reinterpret_cast<const uint4*>(q[i]));
+    st.dd[i] = __ldg(reinterpret_cast<const uint32_t*>(hd[i]));
+    st.sc[i] = __ldg(reinterpret_cast<const uint32_t*>(hd[i] + 4 + 8 * h));
+    st.mn[i] = __ldg(reinterpret_cast<const uint32_t*>(hd[i] + 8 + 8 * h));
+  }
+  if constexpr (XSTAGE) load_x<XSTAGE>(xs, c, st.x);
+}
+
+constexpr int kQsBytes = 4 * kQKK / 2;                           // a Q4_KR block's quants, then headers
+constexpr int kHdrBytes = static_cast<int>(sizeof(BlockQ4_KRHeader));
+constexpr int kBlkBytes = static_cast<int>(sizeof(BlockQ4_KR));  // 8 steps of 128 values
+
+// Step s of rows r0, r1: block s / 8, super-block (s / 2) % 4, half s % 2.
 template <bool XSTAGE>
 __device__ __forceinline__ void load_stage(const uint8_t* r0, const uint8_t* r1, const __half* xs, int s, int c,
                                            Stage<XSTAGE>& st) {
-  const size_t blk = static_cast<size_t>(s >> 3) * sizeof(BlockQ4_KR);  // 8 steps per Q4_KR block
+  const size_t blk = static_cast<size_t>(s >> 3) * kBlkBytes;
   const int sb = (s >> 1) & 3, h = s & 1;
-  const int qo = 128 * sb + 64 * h + 16 * c, ho = 4 * kQKK / 2 + static_cast<int>(sizeof(BlockQ4_KRHeader)) * sb;
-  const uint8_t* rows[2] = {r0 + blk, r1 + blk};
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    st.q[i] = __ldcs(reinterpret_cast<const uint4*>(rows[i] + qo));
-    st.dd[i] = __ldg(reinterpret_cast<const uint32_t*>(rows[i] + ho));
-    st.sc[i] = __ldg(reinterpret_cast<const uint32_t*>(rows[i] + ho + 4 + 8 * h));
-    st.mn[i] = __ldg(reinterpret_cast<const uint32_t*>(rows[i] + ho + 8 + 8 * h));
-  }
-  if constexpr (XSTAGE) load_x<XSTAGE>(xs, c, st.x);
+  const int qo = 128 * sb + 64 * h + 16 * c, ho = kQsBytes + kHdrBytes * sb;
+  load_stage_at(r0 + blk + qo, r1 + blk + qo, r0 + blk + ho, r1 + blk + ho, h, xs, c, st);
 }
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
@@ -102,10 +115,15 @@ __device__ __forceinline__ void compute_stage(const Stage<XSTAGE>& st, const __h
 
 // Grid: ceil(N / 16) blocks of 32 * WARPS threads; warp w takes steps w, w + WARPS, ... of K,
 // two in flight (ping-pong). Registers budgeted for 16 warps per SM (128 a thread).
-template <int WARPS, bool XSTAGE>
+// AFFINE (WARPS 4 or 8): a warp's steps sit at fixed byte distances (the pair s, s + WARPS
+// kPair bytes apart, the next pair kIter further), so the loads take one row pointer each and
+// immediate offsets, instead of the 64-bit address arithmetic per load that the ncu run
+// counted (docs/notes/gemv.md, run 9).
+template <int WARPS, bool XSTAGE, bool AFFINE>
 __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     gemv_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
                      __half* __restrict__ y, int n_tok, int64_t N, int steps, int64_t K) {
+  static_assert(!AFFINE || WARPS == 4 || WARPS == 8, "affine addressing needs 4 or 8 warps");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int64_t n0 = int64_t(blockIdx.x) * 16;
   // Rows past N read row N - 1 (their results are never stored): every load is in bounds.
@@ -116,12 +134,36 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   Stage<XSTAGE> st0, st1;
-  if (warp < steps) load_stage(r0, r1, xs(warp), warp, c, st0);
-  for (int s = warp; s < steps; s += 2 * WARPS) {
-    if (s + WARPS < steps) load_stage(r0, r1, xs(s + WARPS), s + WARPS, c, st1);
-    compute_stage(st0, xs(s), c, acc);
-    if (s + 2 * WARPS < steps) load_stage(r0, r1, xs(s + 2 * WARPS), s + 2 * WARPS, c, st0);
-    if (s + WARPS < steps) compute_stage(st1, xs(s + WARPS), c, acc);
+  if constexpr (AFFINE) {
+    // Step warp (< 8: block 0) is super-block (warp / 2) % 4, half warp % 2. With 4 warps its
+    // partner (step + 4) is 2 super-blocks on in the same block; with 8, the same place in the
+    // next block.
+    constexpr int kPairQ = WARPS == 4 ? 2 * 128 : kBlkBytes, kPairH = WARPS == 4 ? 2 * kHdrBytes : kBlkBytes;
+    constexpr int kIter = (WARPS / 4) * kBlkBytes;
+    const int h = warp & 1, sb = (warp >> 1) & 3;
+    const uint8_t* q0 = r0 + 128 * sb + 64 * h + 16 * c;
+    const uint8_t* q1 = r1 + 128 * sb + 64 * h + 16 * c;
+    const uint8_t* h0 = r0 + kQsBytes + kHdrBytes * sb;
+    const uint8_t* h1 = r1 + kQsBytes + kHdrBytes * sb;
+    if (warp < steps) load_stage_at(q0, q1, h0, h1, h, xs(warp), c, st0);
+    for (int s = warp; s < steps; s += 2 * WARPS) {
+      if (s + WARPS < steps) load_stage_at(q0 + kPairQ, q1 + kPairQ, h0 + kPairH, h1 + kPairH, h, xs(s + WARPS), c, st1);
+      compute_stage(st0, xs(s), c, acc);
+      if (s + 2 * WARPS < steps) load_stage_at(q0 + kIter, q1 + kIter, h0 + kIter, h1 + kIter, h, xs(s + 2 * WARPS), c, st0);
+      if (s + WARPS < steps) compute_stage(st1, xs(s + WARPS), c, acc);
+      q0 += kIter;
+      q1 += kIter;
+      h0 += kIter;
+      h1 += kIter;
+    }
+  } else {
+    if (warp < steps) load_stage(r0, r1, xs(warp), warp, c, st0);
+    for (int s = warp; s < steps; s += 2 * WARPS) {
+      if (s + WARPS < steps) load_stage(r0, r1, xs(s + WARPS), s + WARPS, c, st1);
+      compute_stage(st0, xs(s), c, acc);
+      if (s + 2 * WARPS < steps) load_stage(r0, r1, xs(s + 2 * WARPS), s + 2 * WARPS, c, st0);
+      if (s + WARPS < steps) compute_stage(st1, xs(s + WARPS), c, acc);
+    }
   }
 
   // acc[i]: row g + 8 (i >> 1), token 2c + (i & 1). The warps' partial sums meet in shared memory.
@@ -140,10 +182,10 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
   }
 }
 
-template <int WARPS, bool XSTAGE>
+template <int WARPS, bool XSTAGE, bool AFFINE = false>
 void launch_k(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t N = w.dim(0), K = w.dim(1);
-  gemv_q4kr_kernel<WARPS, XSTAGE><<<static_cast<unsigned>((N + 15) / 16), 32 * WARPS, 0, stream_of(ctx)>>>(
+  gemv_q4kr_kernel<WARPS, XSTAGE, AFFINE><<<static_cast<unsigned>((N + 15) / 16), 32 * WARPS, 0, stream_of(ctx)>>>(
       w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(), static_cast<int>(x.rows()), N,
       static_cast<int>(K / 128), K);
   VI_CUDA_LAUNCH_CHECK();
@@ -156,7 +198,7 @@ bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % 
 }  // namespace
 
 GemvQ4krShape gemv_q4kr_default_shape(int64_t N, int64_t K) {
-  // The fastest shape measured on the H200 at the 27B shapes (docs/notes/gemv.md, run 8):
+  // The fastest shape measured on the H200 at the 27B shapes (docs/notes/gemv.md, run 9):
   // 4 warps per block everywhere; activations loaded when a step multiplies on deep matrices
   // (FFN up/gate, head: 23.7 vs 27.7 us staged, T = 1) and a step ahead on 5120-row ones.
   return {K / 128 >= 8 ? 4 : 2, N < 8192};
@@ -166,6 +208,8 @@ std::vector<GemvQ4krShape> gemv_q4kr_shapes() {
   std::vector<GemvQ4krShape> v;
   for (int wv : kWarpChoices)
     for (bool xs : {false, true}) v.push_back({wv, xs});
+  for (int wv : {4, 8})
+    for (bool xs : {false, true}) v.push_back({wv, xs, true});
   return v;
 }
 
@@ -179,14 +223,20 @@ bool gemv_q4kr_supports(const ops::Context& ctx, const Tensor& x, const Tensor& 
 
 void gemv_q4kr(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvQ4krShape shape) {
   if (shape.warps == 0) shape = gemv_q4kr_default_shape(w.dim(0), w.dim(1));
-  switch (shape.warps * 10 + (shape.stage_x ? 1 : 0)) {
-    case 20: launch_k<2, false>(ctx, x, w, y); break;
-    case 21: launch_k<2, true>(ctx, x, w, y); break;
-    case 40: launch_k<4, false>(ctx, x, w, y); break;
-    case 41: launch_k<4, true>(ctx, x, w, y); break;
-    case 80: launch_k<8, false>(ctx, x, w, y); break;
-    case 81: launch_k<8, true>(ctx, x, w, y); break;
-    default: VI_FAIL("gemv_q4kr: no kernel for {} warps{}", shape.warps, shape.stage_x ? "" : " without staged activations");
+  switch (shape.warps * 100 + (shape.stage_x ? 10 : 0) + (shape.affine ? 1 : 0)) {
+    case 200: launch_k<2, false>(ctx, x, w, y); break;
+    case 210: launch_k<2, true>(ctx, x, w, y); break;
+    case 400: launch_k<4, false>(ctx, x, w, y); break;
+    case 410: launch_k<4, true>(ctx, x, w, y); break;
+    case 401: launch_k<4, false, true>(ctx, x, w, y); break;
+    case 411: launch_k<4, true, true>(ctx, x, w, y); break;
+    case 800: launch_k<8, false>(ctx, x, w, y); break;
+    case 810: launch_k<8, true>(ctx, x, w, y); break;
+    case 801: launch_k<8, false, true>(ctx, x, w, y); break;
+    case 811: launch_k<8, true, true>(ctx, x, w, y); break;
+    default:
+      VI_FAIL("gemv_q4kr: no kernel for {} warps{}{}", shape.warps, shape.stage_x ? "" : " without staged activations",
+              shape.affine ? " with affine addressing" : "");
   }
 }
 

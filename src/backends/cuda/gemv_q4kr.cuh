@@ -26,9 +26,12 @@ namespace vi::cuda {
 
 // Warps per block (K split) and whether a step's activations load with its weights (one
 // step ahead) or when it multiplies. warps 0: chosen by shape.
+// affine: loads from one row pointer and immediate offsets (4 or 8 warps only; not yet measured,
+// so not a default).
 struct GemvQ4krShape {
   int warps = 0;
   bool stage_x = true;
+  bool affine = false;
 };
 GemvQ4krShape gemv_q4kr_default_shape(int64_t N, int64_t K);
 // Every compiled shape, for the benchmark's --variants.

@@ -136,7 +136,7 @@ TEST_P(MatmulGemv, Q4KRepackedEveryPathAndWorkShape) {
           for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
           Tensor dy = up(nan);
           cuda::gemv_q4kr(g, dx, dw, dy, v);
-          EXPECT_CLOSE(down(dy), ref, 4e-3, fmt::format("q4_kr K={} T={} warps {} x staged {}", K, T, v.warps, v.stage_x));
+          EXPECT_CLOSE(down(dy), ref, 4e-3, fmt::format("q4_kr K={} T={} warps {} x staged {} affine {}", K, T, v.warps, v.stage_x, v.affine));
         }
       }
     }
