@@ -223,10 +223,6 @@ Qwen35HParams read_hparams(const WeightSource& src) {
   return hp;
 }
 
-// The outputs of projections that read the same input. Stacked into one weight, for one row
-// they are column blocks of one [1, width] product (each block of a one-row tensor is
-// contiguous), so a decode step of one sequence reads all of a layer's input weights in one
-// GEMV; otherwise each is an [N, w] tensor of its own.
 // Outputs of a layer's input projections when they may run as one stacked matmul into `all`
 // ([N, width]). One row: each output is a [1, w] view of `all`. More rows (up to
 // kStackedMlpMaxRows: verify and batched decode steps): each output has its own [N, w] buffer
@@ -266,7 +262,7 @@ class ProjOutputs {
   ops::Context& ctx_;
   bool stacked_;
   int64_t n_rows_, width_, off_ = 0;
-  std::vector<Tensor> parts_;  // the outputs with buffers of their own (shared storage with next()'s results)
+  std::vector<Tensor> parts_;  // outputs with buffers of their own (the same storage next() returned)
 };
 
 std::vector<int64_t> iota_rows(int64_t begin, int64_t end) {
