@@ -249,12 +249,9 @@ class ProjOutputs {
   // After the stacked matmul wrote `all`: fill the outputs that are not views of it.
   void split() {
     if (!stacked_ || n_rows_ == 1) return;
-    VI_CHECK(parts_.size() == 4 || parts_.size() == 6, "ProjOutputs: {} parts", parts_.size());
-    if (parts_.size() == 4) {
-      ops::split_cols(ctx_, all, {&parts_[0], &parts_[1], &parts_[2], &parts_[3]});
-    } else {
-      ops::split_cols(ctx_, all, {&parts_[0], &parts_[1], &parts_[2], &parts_[3], &parts_[4], &parts_[5]});
-    }
+    std::vector<Tensor*> dsts;
+    for (Tensor& t : parts_) dsts.push_back(&t);
+    ops::split_cols(ctx_, all, dsts);
   }
   Tensor all;  // [N, width] when stacked
 

@@ -23,7 +23,7 @@ OpTable<SplitColsFn>& split_cols_table() {
   return table;
 }
 
-void split_cols(Context& ctx, const Tensor& src, std::initializer_list<Tensor*> dsts) {
+void split_cols(Context& ctx, const Tensor& src, const std::vector<Tensor*>& dsts) {
   VI_CHECK(dsts.size() != 0 && dsts.size() <= kSplitMaxParts, "op 'split_cols': {} parts (1 to {})", dsts.size(),
            kSplitMaxParts);
   VI_CHECK(src.ndim() == 2 && !dtype_is_quantized(src.dtype()), "op 'split_cols': src {} must be 2-D, unquantized",
@@ -40,7 +40,7 @@ void split_cols(Context& ctx, const Tensor& src, std::initializer_list<Tensor*> 
   VI_CHECK(width == src.dim(1), "op 'split_cols': parts {} columns wide in all, src {}", width, describe(src));
   if (src.numel() == 0) return;
   VI_OP_SCOPE(ctx, "split_cols", src.dtype(), 2 * src.nbytes(), "{}x{} into {}", src.dim(0), src.dim(1), dsts.size());
-  split_cols_table().get(ctx.device, src.dtype())(ctx, src, dsts.begin(), dsts.size());
+  split_cols_table().get(ctx.device, src.dtype())(ctx, src, dsts.data(), dsts.size());
 }
 
 }  // namespace vi::ops

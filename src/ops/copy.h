@@ -2,7 +2,7 @@
 // (gathering cache rows, compacting logits rows). Shapes may differ in layout only.
 #pragma once
 
-#include <initializer_list>
+#include <vector>
 
 #include "ops/registry.h"
 
@@ -19,8 +19,8 @@ OpTable<CopyFn>& copy_table();  // keyed by src dtype
 // its own for more than one row. Unquantized dtypes; every dst [R, w_i] of src's dtype, the
 // widths summing to C; 1 to kSplitMaxParts parts, none aliasing src.
 constexpr size_t kSplitMaxParts = 8;
-void split_cols(Context& ctx, const Tensor& src, std::initializer_list<Tensor*> dsts);
-// dsts: n parts (the backends' kernels are also compiled as C++17: no std::span here).
+void split_cols(Context& ctx, const Tensor& src, const std::vector<Tensor*>& dsts);
+// dsts: n parts (a pointer and a count: the backends are also compiled as C++17).
 using SplitColsFn = void (*)(Context&, const Tensor& src, Tensor* const* dsts, size_t n);
 OpTable<SplitColsFn>& split_cols_table();  // keyed by src dtype
 

@@ -23,10 +23,13 @@ void matmul(Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   VI_CHECK(x.dtype() == y.dtype() && !dtype_is_quantized(x.dtype()),
            "op 'matmul': x {} and y {} must share one unquantized activation dtype", describe(x),
            describe(y));
-  // Bytes the op must move: the weight as the file stores it. A device layout may read a few
-  // percent more (Q4_KR: 148 bytes per 256 values, Q4_K 144); MBU counts only what is needed.
-  const size_t w_bytes = dtype_row_bytes(dtype_file_form(w.dtype()), w.dim(1)) * static_cast<size_t>(w.dim(0));
-  VI_OP_SCOPE_F(ctx, "matmul", w.dtype(), x.nbytes() + w_bytes + y.nbytes(), 2.0 * w.dim(0) * w.dim(1) * x.rows(),
+  // Bytes the op must move (evaluated only under a profiler): the weight as the file stores
+  // it. A device layout may read a few percent more (Q4_KR: 148 bytes per 256 values, Q4_K
+  // 144); MBU counts only what is needed.
+  VI_OP_SCOPE_F(ctx, "matmul", w.dtype(),
+                x.nbytes() + dtype_row_bytes(dtype_file_form(w.dtype()), w.dim(1)) * static_cast<size_t>(w.dim(0)) +
+                    y.nbytes(),
+                2.0 * w.dim(0) * w.dim(1) * x.rows(),
                 "{}x{} T={}", w.dim(0), w.dim(1), x.rows());
   matmul_table().get(ctx.device, w.dtype())(ctx, x, w, y);
 }

@@ -34,6 +34,7 @@
 #include <climits>
 
 #include "backends/cuda/attention_decode.cuh"
+#include "backends/cuda/attention_wmma.cuh"
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/kv_quant.cuh"
@@ -43,19 +44,9 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int kBN = 32;  // keys per tile
-constexpr int kWarps = 8;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kLdS = kBN + 4;  // floats per S row
-constexpr int kLdP = kBN + 8;  // halves per P row
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+using namespace attn_wmma;
 
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major>;
-using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major>;
-using FragBc = wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major>;
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-constexpr int kAccElems = FragC::num_elements;
+constexpr float kLn2 = 0.6931471805599453f;
 
 // Byte offsets of the shared buffers for head dim padded to DP and at most MTM row tiles;
 // each a multiple of 32 (WMMA). DP 256: 62 KB (MTM 2) / 82 KB (MTM 4), under Volta's 96 KB.
@@ -90,46 +81,6 @@ constexpr int min_blocks(int dp, int mtm) {
   (void)dp, (void)mtm;
   return 2;
 #endif
-}
-
-template <class T>
-struct PieceOf;
-template <>
-struct PieceOf<__half> {
-  using type = uint4;  // 8 halves
-};
-template <>
-struct PieceOf<int8_t> {
-  using type = uint2;  // 8 int8
-};
-
-// Elements d0 .. d0+8 of a row with D valid values (zeros past D): one vector load when
-// `vec` (aligned rows, D % 8 == 0), else element by element.
-template <class T>
-__device__ __forceinline__ typename PieceOf<T>::type load_piece(const T* __restrict__ row, int d0, int D, bool vec) {
-  using P = typename PieceOf<T>::type;
-  if (vec && d0 + 8 <= D) return __ldg(reinterpret_cast<const P*>(row + d0));
-  __align__(16) T e[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) e[i] = d0 + i < D ? row[d0 + i] : T{};
-  return *reinterpret_cast<const P*>(e);
-}
-
-__device__ __forceinline__ uint32_t pack_half2(float a, float b) {
-  const __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// A piece as 8 halves: f16 as it is; i8 as scale * int8 (the int8 -> float conversion by
-// byte permute into the mantissa of 2^23, as the CUDA-core kernel does).
-__device__ __forceinline__ uint4 piece_to_half(uint4 p, float) { return p; }
-__device__ __forceinline__ float i8_at(uint32_t w, int i) {
-  const uint32_t x = w ^ 0x80808080u;
-  return __uint_as_float(__byte_perm(x, 0x4B000000u, 0x7540u + i)) - 8388736.0f;
-}
-__device__ __forceinline__ uint4 piece_to_half(uint2 p, float s) {
-  return make_uint4(pack_half2(s * i8_at(p.x, 0), s * i8_at(p.x, 1)), pack_half2(s * i8_at(p.x, 2), s * i8_at(p.x, 3)),
-                    pack_half2(s * i8_at(p.y, 0), s * i8_at(p.y, 1)), pack_half2(s * i8_at(p.y, 2), s * i8_at(p.y, 3)));
 }
 
 struct TcParams {
@@ -167,16 +118,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks(DP, MTM))
   const int split = blockIdx.x, hk = blockIdx.y;
   const int R = P.R, MT = P.MT, rows = 16 * MT;
 
-  // This GPU's accumulator layout: rid[i] = row of element i in every 16x16 fp32 fragment.
-  for (int i = tid; i < 256; i += kThreads) Ss[i] = static_cast<float>(i / 16);
-  __syncthreads();
-  int rid[kAccElems];
-  {
-    FragC f;
-    wmma::load_matrix_sync(f, Ss, 16, wmma::mem_row_major);
-#pragma unroll
-    for (int i = 0; i < kAccElems; ++i) rid[i] = static_cast<int>(f.x[i]);
-  }
+  int rid[kAccElems];  // this GPU's row of each accumulator element
+  accumulator_rows(Ss, rid);
 
   // Q: 32 rows at a time staged in f32 over the K/V tiles (the rotation works on f32 rows),
   // scaled, rotated for an i8 K pool like its keys, rounded to f16; zeros past R and D.
@@ -288,30 +231,14 @@ __global__ void __launch_bounds__(kThreads, min_blocks(DP, MTM))
         const float4 a = src[0], b = src[1];
         x[0] += a.x, x[1] += a.y, x[2] += a.z, x[3] += a.w, x[4] += b.x, x[5] += b.y, x[6] += b.z, x[7] += b.w;
       }
-      float mx = -INFINITY;
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int key = kt0 + sm_c0 + e;
         if (key > sm_pos || key >= s_end) x[e] = -INFINITY;
-        mx = fmaxf(mx, x[e]);
       }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run, mx);
       // A row may see no key yet (its position is before this split, or a padding row):
       // then nothing is added and O (still zero) needs no correction.
-      const bool none = m_new == -INFINITY;
-      const float corr = none ? 1.0f : exp2f(m_run - m_new);
-      float sum = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        x[e] = none ? 0.0f : exp2f(x[e] - m_new);
-        sum += x[e];
-      }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      l_run = l_run * corr + sum;
-      m_run = m_new;
+      const float corr = online_softmax8(x, m_run, l_run);
       *reinterpret_cast<uint4*>(Ps + sm_row * kLdP + sm_c0) =
           make_uint4(pack_half2(x[0], x[1]), pack_half2(x[2], x[3]), pack_half2(x[4], x[5]), pack_half2(x[6], x[7]));
       if ((tid & 3) == 0) corr_s[sm_row] = corr;
@@ -571,16 +498,8 @@ __global__ void __launch_bounds__(kThreads, RingLayout<TK, TV, DP, MTM>::kTwo ? 
     cp_async_commit();
   }
 
-  // This GPU's accumulator layout: rid[i] = row of element i in every 16x16 fp32 fragment.
-  for (int i = tid; i < 256; i += kThreads) Ss[i] = static_cast<float>(i / 16);
-  __syncthreads();
-  int rid[kAccElems];
-  {
-    FragC f;
-    wmma::load_matrix_sync(f, Ss, 16, wmma::mem_row_major);
-#pragma unroll
-    for (int i = 0; i < kAccElems; ++i) rid[i] = static_cast<int>(f.x[i]);
-  }
+  int rid[kAccElems];  // this GPU's row of each accumulator element
+  accumulator_rows(Ss, rid);
 
   // Q, scaled: rotated like the keys for an i8 K pool (16 rows at a time staged in f32 over
   // Kc/Vc), rounded to f16; zeros past R and D. The ring loads meanwhile.
@@ -702,29 +621,13 @@ __global__ void __launch_bounds__(kThreads, RingLayout<TK, TV, DP, MTM>::kTwo ? 
         const float4 a = src[0], b = src[1];
         x[0] += a.x, x[1] += a.y, x[2] += a.z, x[3] += a.w, x[4] += b.x, x[5] += b.y, x[6] += b.z, x[7] += b.w;
       }
-      float mx = -INFINITY;
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int key = kt0 + sm_c0 + e;
         x[e] *= ksc_s[sm_c0 + e];
         if (key > sm_pos || key >= s_end) x[e] = -INFINITY;
-        mx = fmaxf(mx, x[e]);
       }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run, mx);
-      const bool none = m_new == -INFINITY;
-      const float corr = none ? 1.0f : exp2f(m_run - m_new);
-      float sum = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        x[e] = none ? 0.0f : exp2f(x[e] - m_new);
-        sum += x[e];
-      }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      l_run = l_run * corr + sum;
-      m_run = m_new;
+      const float corr = online_softmax8(x, m_run, l_run);
       // P carries the V scale of its key (O += P·V then reads V as integers); the sum does not.
       float pv[8];
 #pragma unroll

@@ -24,6 +24,7 @@
 #include <climits>
 
 #include "backends/cuda/attention_prefill.cuh"
+#include "backends/cuda/attention_wmma.cuh"
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/kv_quant.cuh"
@@ -33,19 +34,9 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int kBM = 64;  // query rows per block
-constexpr int kBN = 32;  // keys per tile
-constexpr int kWarps = 8;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kLdS = kBN + 4;  // floats per S row
-constexpr int kLdP = kBN + 8;  // halves per P row
-constexpr float kLog2e = 1.4426950408889634f;
+using namespace attn_wmma;
 
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major>;
-using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major>;
-using FragBc = wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major>;
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-constexpr int kAccElems = FragC::num_elements;
+constexpr int kBM = 64;  // query rows per block
 
 // Byte offsets of the shared buffers for head dim padded to DP; each a multiple of 32 (WMMA).
 // 32 KB / 48 KB / 80 KB for DP = 64 / 128 / 256: DP = 128 keeps two blocks per SM on Volta.
@@ -81,43 +72,6 @@ constexpr int min_blocks(int dp) {
 #endif
 }
 
-// A piece: 8 consecutive elements of a K/V row as raw words (16 bytes f16, 8 bytes i8).
-template <class T>
-struct PieceOf;
-template <>
-struct PieceOf<__half> {
-  using type = uint4;
-};
-template <>
-struct PieceOf<int8_t> {
-  using type = uint2;
-};
-
-// Elements d0 .. d0+8 of a row with D valid values (zeros past D): one vector load when
-// `vec` (aligned rows, D % 8 == 0), else element by element.
-template <class T>
-__device__ __forceinline__ typename PieceOf<T>::type load_piece(const T* __restrict__ row, int d0, int D, bool vec) {
-  using P = typename PieceOf<T>::type;
-  if (vec && d0 + 8 <= D) return __ldg(reinterpret_cast<const P*>(row + d0));
-  __align__(16) T e[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) e[i] = d0 + i < D ? row[d0 + i] : T{};
-  return *reinterpret_cast<const P*>(e);
-}
-
-__device__ __forceinline__ uint32_t pack_half2(float a, float b) {
-  const __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// A piece as 8 halves: f16 as it is; i8 as scale * int8.
-__device__ __forceinline__ uint4 piece_to_half(uint4 p, float) { return p; }
-__device__ __forceinline__ uint4 piece_to_half(uint2 p, float s) {
-  auto lo = [&](uint32_t w, int i) { return s * static_cast<float>(static_cast<int8_t>(w >> (8 * i))); };
-  return make_uint4(pack_half2(lo(p.x, 0), lo(p.x, 1)), pack_half2(lo(p.x, 2), lo(p.x, 3)),
-                    pack_half2(lo(p.y, 0), lo(p.y, 1)), pack_half2(lo(p.y, 2), lo(p.y, 3)));
-}
-
 struct Params {
   const int32_t* table;  // [n_tbl] pool block of each run of bs positions
   const int32_t* q_pos;  // [1] position of query 0 (device)
@@ -150,16 +104,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks(DP)) prefill_kernel(const
   const int n_tiles = (n_keys + kBN - 1) / kBN;
   const int rt = warp >> 1, half_idx = warp & 1;  // S: key half; O: head-dim half
 
-  // This GPU's accumulator layout: rid[i] = row of element i in every 16x16 fp32 fragment.
-  for (int i = tid; i < 256; i += kThreads) Ss[i] = static_cast<float>(i / 16);
-  __syncthreads();
-  int rid[kAccElems];
-  {
-    FragC f;
-    wmma::load_matrix_sync(f, Ss, 16, wmma::mem_row_major);
-#pragma unroll
-    for (int i = 0; i < kAccElems; ++i) rid[i] = static_cast<int>(f.x[i]);
-  }
+  int rid[kAccElems];  // this GPU's row of each accumulator element
+  accumulator_rows(Ss, rid);
 
   // Q: 32 rows at a time staged in f32 over the K/V tiles (the rotation works on f32 rows),
   // scaled, rotated for an i8 K pool like its keys, rounded to f16; zeros past T and D.
@@ -244,27 +190,11 @@ __global__ void __launch_bounds__(kThreads, min_blocks(DP)) prefill_kernel(const
       const float4* src = reinterpret_cast<const float4*>(Ss + sm_row * kLdS + sm_c0);
       const float4 a = src[0], b = src[1];
       float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-      float mx = -INFINITY;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
+      for (int e = 0; e < 8; ++e)
         if (kt0 + sm_c0 + e > sm_pos) x[e] = -INFINITY;
-        mx = fmaxf(mx, x[e]);
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      // Finite from the first tile on: key 0 is visible to every row.
-      const float m_new = fmaxf(m_run, mx);
-      const float corr = exp2f(m_run - m_new);
-      float sum = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        x[e] = exp2f(x[e] - m_new);
-        sum += x[e];
-      }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      l_run = l_run * corr + sum;
-      m_run = m_new;
+      // The max is finite from the first tile on: key 0 is visible to every row.
+      const float corr = online_softmax8(x, m_run, l_run);
       *reinterpret_cast<uint4*>(Ps + sm_row * kLdP + sm_c0) =
           make_uint4(pack_half2(x[0], x[1]), pack_half2(x[2], x[3]), pack_half2(x[4], x[5]), pack_half2(x[6], x[7]));
       if ((tid & 3) == 0) Ss[sm_row * kLdS + kBN] = corr;

@@ -290,8 +290,6 @@ void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y
   }
 }
 
-bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
-
 }  // namespace
 
 bool gemv_mma_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
@@ -301,7 +299,8 @@ bool gemv_mma_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w
   if (wt != DType::Q4_K && wt != DType::Q5_K && wt != DType::Q8_0R && wt != DType::F16) return false;
   const int64_t K = w.dim(1);
   // Whole 32-value units; 16-byte aligned rows (always true for Q4_K and Q8_0R rows).
-  return K % 32 == 0 && K < (int64_t(1) << 31) && w.row_bytes() % 16 == 0 && aligned(w.data(), 16) && aligned(x.data(), 8);
+  return K % 32 == 0 && K < (int64_t(1) << 31) && w.row_bytes() % 16 == 0 && is_aligned(w.data(), 16) &&
+         is_aligned(x.data(), 8);
 }
 
 GemvMmaShape gemv_mma_default_shape(const Tensor& w, int64_t n_tok) {

@@ -193,8 +193,6 @@ void launch_k(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor&
 
 constexpr int kWarpChoices[] = {2, 4, 8};
 
-bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
-
 }  // namespace
 
 GemvQ4krShape gemv_q4kr_default_shape(int64_t N, int64_t K) {
@@ -217,8 +215,8 @@ bool gemv_q4kr_supports(const ops::Context& ctx, const Tensor& x, const Tensor& 
   if (!sm80_code(ctx) || w.dtype() != DType::Q4_KR) return false;
   if (x.dtype() != DType::F16 || x.rows() < 1 || x.rows() > 8) return false;
   // 16-byte weight and activation loads; K / 128 steps fit an int.
-  return w.dim(1) < (int64_t(1) << 31) && w.row_bytes() % 16 == 0 && aligned(w.data(), 16) &&
-         aligned(x.data(), 16);
+  return w.dim(1) < (int64_t(1) << 31) && w.row_bytes() % 16 == 0 && is_aligned(w.data(), 16) &&
+         is_aligned(x.data(), 16);
 }
 
 void gemv_q4kr(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvQ4krShape shape) {

@@ -25,21 +25,13 @@
 
 #include "backends/cuda/attention_decode.cuh"
 #include "cuda_test_util.h"
+#include "paged_pool_util.h"
 #include "ops/kv_quant.h"
 #include "ops/memory.h"
 #include "ops/paged_attention.h"
 
 namespace vi::cudatest {
 namespace {
-
-struct Shape {
-  int64_t Hq, Hkv, D, bs;
-};
-
-// One K or V pool on the host in the reference's form, plus its device copy.
-struct Pool {
-  ops::KvRows host, dev;
-};
 
 // Sets the tensor-core row threshold and whether the cp.async ring kernel runs wherever it
 // fits (ring) or never, for a scope (process-wide; the key threshold off), and restores the
@@ -59,33 +51,8 @@ struct TcRows {
 
 class AttentionDecode : public CudaOpTest {
  protected:
-  // n_rows rows of random values through the identity table; the rows of positions >= S
-  // (through `table`) hold NaN (f16) or a NaN scale (i8).
   Pool make_pool(DType dt, bool is_k, const Shape& s, int64_t n_rows, const Tensor& table, int64_t S) {
-    const int64_t n_blocks = n_rows / s.bs;
-    Tensor x = rand_f32({n_rows, s.Hkv * s.D}, DType::F16, -2, 2);
-    Pool p;
-    if (dt == DType::I8) {
-      Tensor identity = Tensor::empty(DType::I32, {n_blocks});
-      std::iota(identity.ptr<int32_t>(), identity.ptr<int32_t>() + n_blocks, 0);
-      Tensor q8 = Tensor::empty(DType::I8, {n_rows, s.Hkv, s.D}), sc = Tensor::empty(DType::F32, {n_rows, s.Hkv});
-      ops::paged_kv_write_i8(cpu, x, q8, sc, identity, s.bs, 0, /*rotate=*/is_k);
-      for (int64_t pos = S; pos < n_rows; ++pos) {
-        const int64_t row = int64_t(table.ptr<int32_t>()[pos / s.bs]) * s.bs + pos % s.bs;
-        std::fill_n(sc.ptr<float>() + row * s.Hkv, s.Hkv, std::numeric_limits<float>::quiet_NaN());
-      }
-      p.host = {q8, sc};
-      p.dev = {ops::upload(g, q8), ops::upload(g, sc)};
-    } else {
-      Tensor h = host_as(x, DType::F16).reshape({n_rows, s.Hkv, s.D});
-      for (int64_t pos = S; pos < n_rows; ++pos) {
-        const int64_t row = int64_t(table.ptr<int32_t>()[pos / s.bs]) * s.bs + pos % s.bs;
-        std::fill_n(h.ptr<uint16_t>() + row * s.Hkv * s.D, s.Hkv * s.D, uint16_t{0x7e00});  // f16 NaN
-      }
-      p.host = {h, {}};
-      p.dev = {ops::upload(g, h), {}};
-    }
-    return p;
+    return make_paged_pool(cpu, g, dt, is_k, s, n_rows, table, S);
   }
 
   // T queries at q_pos0 through cuda::decode_attention with the position on the device and

@@ -85,16 +85,8 @@ TEST_P(Elementwise, SplitColsMatchesCpuExactly) {
         d.push_back(&got[i]);
       }
       Tensor dsrc = ops::upload(g, src);
-      if (widths.size() == 4) {
-        ops::split_cols(cpu, src, {r[0], r[1], r[2], r[3]});
-        ops::split_cols(g, dsrc, {d[0], d[1], d[2], d[3]});
-      } else if (widths.size() == 6) {
-        ops::split_cols(cpu, src, {r[0], r[1], r[2], r[3], r[4], r[5]});
-        ops::split_cols(g, dsrc, {d[0], d[1], d[2], d[3], d[4], d[5]});
-      } else {
-        ops::split_cols(cpu, src, {r[0], r[1], r[2]});
-        ops::split_cols(g, dsrc, {d[0], d[1], d[2]});
-      }
+      ops::split_cols(cpu, src, r);
+      ops::split_cols(g, dsrc, d);
       for (size_t i = 0; i < widths.size(); ++i) {
         const Tensor back = ops::download(g, got[i]);
         ASSERT_EQ(back.nbytes(), ref[i].nbytes());

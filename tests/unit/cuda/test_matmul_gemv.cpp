@@ -45,6 +45,20 @@ class MatmulGemv : public CudaOpTest {
     ops::matmul(g, dx, dw, dy);
     EXPECT_CLOSE(down(dy), ref, tol(1e-5, 4e-3), fmt::format("{} T={} N={} K={}", what, T, N, K));
   }
+  // Rows (13 t + 5) % V of a table of dtype wt, prepared on the GPU (it must become `prepared`)
+  // and embedded there, against the CPU on the original table.
+  void check_prepared_embedding(DType wt, DType prepared, int64_t V, int64_t d, int64_t T) {
+    Tensor table = rand_weight(wt, V, d);
+    Tensor dt = ops::prepare_matmul_weight(g, ops::upload(g, table));
+    ASSERT_EQ(dt.dtype(), prepared);
+    Tensor ids = Tensor::empty(DType::I32, {T});
+    for (int64_t t = 0; t < T; ++t) ids.ptr<int32_t>()[t] = static_cast<int32_t>((t * 13 + 5) % V);
+    Tensor ref = Tensor::empty(DType::F32, {T, d});
+    ops::embedding(cpu, table, ids, ref);
+    Tensor dout = gpu_empty({T, d});
+    ops::embedding(g, dt, ids, dout);
+    EXPECT_CLOSE(down(dout), ref, tol(1e-6, 1e-3), fmt::format("embedding {}", dtype_name(prepared)));
+  }
 };
 
 TEST_P(MatmulGemv, PreparedWeightsEveryDtypeEveryTokenCount) {
@@ -144,35 +158,11 @@ TEST_P(MatmulGemv, Q4KRepackedEveryPathAndWorkShape) {
 }
 
 // Every value of a Q4_KR row decodes to the Q4_K original's value (embedding reads rows
-// through the same decoder the CUDA-core GEMV and the GEMM path use).
-TEST_P(MatmulGemv, Q4KRDecodesEveryValueLikeQ4K) {
-  const int64_t V = 9, d = 2048, T = 9;
-  Tensor table = rand_weight(DType::Q4_K, V, d);
-  Tensor dt = ops::prepare_matmul_weight(g, ops::upload(g, table));
-  ASSERT_EQ(dt.dtype(), DType::Q4_KR);
-  Tensor ids = Tensor::empty(DType::I32, {T});
-  for (int64_t t = 0; t < T; ++t) ids.ptr<int32_t>()[t] = static_cast<int32_t>(t);
-  Tensor ref = Tensor::empty(DType::F32, {T, d});
-  ops::embedding(cpu, table, ids, ref);
-  Tensor dout = gpu_empty({T, d});
-  ops::embedding(g, dt, ids, dout);
-  EXPECT_CLOSE(down(dout), ref, tol(1e-6, 1e-3), "embedding q4_kr");
-}
+// through the same decoder the CUDA-core GEMV and the GEMM path use): 9 rows, each embedded.
+TEST_P(MatmulGemv, Q4KRDecodesEveryValueLikeQ4K) { check_prepared_embedding(DType::Q4_K, DType::Q4_KR, 9, 2048, 9); }
 
-TEST_P(MatmulGemv, EmbeddingReadsAPreparedTable) {
-  // A table prepared by mistake (or shared with a tied head) still embeds correctly.
-  const int64_t V = 41, d = 512, T = 7;
-  Tensor table = rand_weight(DType::Q8_0, V, d);
-  Tensor dt = ops::prepare_matmul_weight(g, ops::upload(g, table));
-  ASSERT_EQ(dt.dtype(), DType::Q8_0R);
-  Tensor ids = Tensor::empty(DType::I32, {T});
-  for (int64_t t = 0; t < T; ++t) ids.ptr<int32_t>()[t] = static_cast<int32_t>((t * 13 + 5) % V);
-  Tensor ref = Tensor::empty(DType::F32, {T, d});
-  ops::embedding(cpu, table, ids, ref);
-  Tensor dout = gpu_empty({T, d});
-  ops::embedding(g, dt, ids, dout);
-  EXPECT_CLOSE(down(dout), ref, tol(1e-6, 1e-3), "embedding q8_0r");
-}
+// A table prepared by mistake (or shared with a tied head) still embeds correctly.
+TEST_P(MatmulGemv, EmbeddingReadsAPreparedTable) { check_prepared_embedding(DType::Q8_0, DType::Q8_0R, 41, 512, 7); }
 
 TEST(PrepareMatmulWeight, IsTheIdentityOnTheCpu) {
   ops::Context cpu;
