@@ -1,0 +1,79 @@
+// Programmatic dependent launch (PDL, sm_90+): a kernel launched with pdl_launch may be
+// started while the kernel before it on the stream is still running, so its launch and
+// block start-up overlap that kernel's tail instead of following it (a decode round is
+// hundreds of small kernels; each gap costs a microsecond or two).
+//
+// The rule that makes it safe: a kernel launched through pdl_launch must call pdl_wait()
+// before its first global-memory read AND write (the kernel before it may still be reading
+// a buffer this one overwrites). Put it first in the kernel; kernel parameters and shared
+// memory may be used before it. pdl_wait() returns at once when the kernel was launched
+// without the attribute, so a converted kernel can be launched either way; a kernel that
+// lacks pdl_wait() must keep its plain <<<>>> launch.
+//
+// pdl_trigger() lets the next kernel on the stream be launched early; it never lets that
+// kernel see this one's results early (its own pdl_wait() waits for this whole grid to
+// finish and its writes to be visible), so it may be called anywhere in a kernel.
+//
+// Off (plain launches, full stream ordering) below compute capability 9.0, where the loaded
+// code is older than sm_90 (the CUDA 11.8 build's compute_70 PTX JIT-compiled on an H200
+// has no griddepcontrol instructions), before CUDA 12.3 (runtime and driver: programmatic
+// edges in captured graphs), and when the environment variable VI_PDL is "0".
+#pragma once
+
+#include <utility>
+
+#include "backends/cuda/cuda_util.cuh"
+
+namespace vi::cuda {
+
+// Waits until the grids this one depends on have completed and their writes are visible.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Allows the next PDL-launched kernel on the stream to start once every block of this grid
+// has called it (or exited).
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// Whether pdl_launch adds the attribute on the current device (see the top comment). The
+// environment is read once per process.
+bool pdl_enabled();
+// Tests only: false turns PDL off in this process whatever VI_PDL says; true returns to the
+// default (still off where the device, code or toolkit cannot do it).
+void set_pdl_allowed(bool allowed);
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization
+// attribute when pdl_enabled(). Works under stream capture (the edge to the previous kernel
+// node becomes a programmatic one). Returns the launch's error, as cudaGetLastError() would
+// after <<<>>>: VI_CUDA_CHECK(pdl_launch(...)) names the call site.
+template <class... Params, class... Args>
+cudaError_t pdl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+#if CUDART_VERSION >= 12030
+  if (pdl_enabled()) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+    const cudaError_t last = cudaGetLastError();  // clears what a failed launch leaves behind
+    return err != cudaSuccess ? err : last;
+  }
+#endif
+  kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
+  return cudaGetLastError();
+}
+
+}  // namespace vi::cuda
