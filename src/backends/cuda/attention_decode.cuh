@@ -71,6 +71,18 @@ enum class DecodeTcRing { kAuto, kAlways, kNever };
 void set_decode_tc_ring(DecodeTcRing mode);
 DecodeTcRing decode_tc_ring();
 bool decode_tc_ring_fits(const ops::Context& ctx, const DecodeArgs& a);
+// The warp-split tensor-core kernel (sm_80 mma.sync and cp.async: native profile with sm_80
+// code): i8 K and V, T * (Hq / Hkv) <= 16 rows, D a multiple of 16, 16-byte aligned pools.
+// Each warp streams its own keys with its own running max and O in registers, so its key
+// loop has no block barrier; decode_split_tc takes it before the ring kernel when it fits.
+// kAuto takes it only when kDecodeTcWarpsByDefault is true (compiled only, not measured
+// yet: docs/notes/decode_attention.md); kAlways / kNever force it where it fits / never
+// (tests, benchmarks). Process-wide.
+enum class DecodeTcWarps { kAuto, kAlways, kNever };
+constexpr bool kDecodeTcWarpsByDefault = false;
+void set_decode_tc_warps(DecodeTcWarps mode);
+DecodeTcWarps decode_tc_warps();
+bool decode_tc_warps_fits(const ops::Context& ctx, const DecodeArgs& a);
 
 // How decode_attention split the keys: split s covers keys [s * keys_per_split, +keys_per_split);
 // part_acc [n_splits, T * Hq, D] and part_ml [n_splits, T * Hq, 2] (f32, device) take the

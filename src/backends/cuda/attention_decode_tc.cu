@@ -38,6 +38,7 @@
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/kv_quant.cuh"
+#include "backends/cuda/mma_f16.cuh"
 
 namespace vi::cuda {
 namespace {
@@ -704,6 +705,393 @@ __global__ void __launch_bounds__(kThreads, RingLayout<TK, TV, DP, MTM>::kTwo ? 
 #endif
 }
 
+// ---------------------------------------------------------------------------------------
+// sm_80+ (native profile), i8 K and V, up to 16 rows (T * G <= 16): the warp-split kernel.
+//
+// Why: the two kernels above share each 32-key tile among the 8 warps of a block, so a tile
+// is a chain of barrier-separated phases (convert, S, softmax on 64 threads, P·V); at 128K,
+// T = 1, every variant took ~4 us per tile and block whatever its bytes per key (i8 ring
+// 1069 GB/s, f16 registers 2598 GB/s). Here no barrier stands in the key loop: each warp
+// streams its own slots of 16 keys (slot n of the split goes to warp n % kWW) through its own
+// cp.async ring (cp.async groups are per thread, so a wait plus __syncwarp suffices), keeps
+// its own running max and sum, and holds O for all 16 rows and all DP columns in registers
+// (DP / 8 m16n8 tiles: 128 floats at DP 256). The warps' partials are merged once at the end
+// through shared memory, as the combine kernel merges splits.
+//
+// Per slot and warp (mma.sync m16n8k16, f16 operands, fp32 accumulation; lane = 4g + c):
+//   S = Q·Kᵀ as two 16 x 8 tiles (keys 8h + n). The head dims inside a k-step are a free
+//   permutation, the same for Q and K: k-step j, column pair 2c.. / 2c+8.. read dims
+//   d0 = 16 (c + 4 (j / 4)) + 4 (j % 4) + 0..3, so one 16-byte i8 load of a K row feeds four
+//   k-steps and Q's fragments are 8 contiguous bytes of a row. The int8 bytes become exact
+//   f16 integers in registers (byte permute under 1024.0, one HSUB2), no scale.
+//   The K scale multiplies S per key, the mask is applied, the online softmax runs on the
+//   fragment (rows g and g + 8; max over the 4 lanes of a row by two shuffles; the sum stays
+//   per lane until the end); O is rescaled only when a row's max moved in some lane.
+//   P (times the V scale of its key) is the A fragment of O += P·V as it lies (the S tiles'
+//   accumulator layout is the A layout of a 16-key step). V's B fragment needs keys 2c, 2c+1
+//   (and +8) at one head dim: output column n of tile t is dim (DP / 8) n + t, so a lane
+//   reads DP / 8 contiguous bytes of each of its 4 keys and byte-interleaves pairs of keys.
+// Shared memory per slot: K [16][DP], V [16][DP] (16-byte chunks XOR-swizzled by row so the
+// fragment loads are free of bank conflicts), K and V scales [16] f32. Q is scaled, rotated
+// (i8 K: Hadamard in registers, one warp per row) and stored in f16 once per block.
+// ---------------------------------------------------------------------------------------
+
+constexpr int kWW = 4;              // warps per block (two blocks per SM)
+constexpr int kWThreads = 32 * kWW;
+
+template <int DP>
+struct WarpLayout {
+  static constexpr int kLdQ = DP + 8;  // halves per Q row: rows g and g + 8 of a phase on other banks
+  static constexpr int kSlotK = 0;                          // int8 [16][DP] swizzled
+  static constexpr int kSlotV = kSlotK + kSlotKeys * DP;    // int8 [16][DP] swizzled
+  static constexpr int kSlotKs = kSlotV + kSlotKeys * DP;   // f32 [16]
+  static constexpr int kSlotVs = kSlotKs + kSlotKeys * 4;   // f32 [16]
+  static constexpr int kSlotBytes = kSlotVs + kSlotKeys * 4;
+  // Block: per-warp row max and sum, merge factors, per-row max and sum, then Q, then the
+  // rings (warp w's slots first at w * kNSW); the output staging [kWW][16][kLdO] f32 goes
+  // over the rings at the end.
+  static constexpr int kOffRow = 0;  // f32 m_w [kWW][16], l_w [kWW][16], fac [kWW][16], M [16], L [16]
+  static constexpr int kOffQ = 1024;                                          // half [16][kLdQ]
+  static constexpr int kOffRing = (kOffQ + 16 * kLdQ * 2 + 127) / 128 * 128;
+  static constexpr int kNSW0 = (kBudget2 - kOffRing) / (kWW * kSlotBytes);
+  static constexpr int kNSW = kNSW0 < 8 ? kNSW0 : 8;  // slots per warp
+  static constexpr int kBytes = kOffRing + kWW * kNSW * kSlotBytes;
+  static constexpr int kLdO = DP + 4;
+  static_assert(kNSW >= 2, "a warp keeps one slot loading while it computes another");
+  static_assert(kWW * 16 * kLdO * 4 <= kWW * kNSW * kSlotBytes, "the output staging fits over the rings");
+  static_assert((3 * kWW + 2) * 16 * 4 <= kOffQ, "the row area");
+  static_assert(kSlotBytes % 16 == 0, "16-byte cp.async chunks");
+};
+
+// The 16-byte chunk of row r of a slot where logical chunk ch lies. K rows are read by lanes
+// (g, c) at rows 8h + g, chunks c + 4jj: odd rows move to the other 64 bytes. V rows are
+// read at rows 2c (+1, +8, +9), chunks (DP / 128) g + q: rows 0, 2, 4, 6 spread over 128 bytes.
+template <int DP>
+__device__ __forceinline__ int k_chunk(int r, int ch) {
+  return ch ^ ((r & 1) << 2);
+}
+template <int DP>
+__device__ __forceinline__ int v_chunk(int r, int ch) {
+  if constexpr (DP == 256) return ch ^ (((r >> 1) & 1) | (((r >> 2) & 1) << 2));
+  else return ch ^ (r & 6);
+}
+
+// 4 int8 (a word) as the f16 integers of bytes 0, 1 (lo) and 2, 3 (hi).
+__device__ __forceinline__ void i8x4_to_h2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  const uint32_t x = w ^ 0x80808080u;
+  const __half2 bias = __float2half2_rn(1152.0f);
+  lo = as_u32(__hsub2(as_h2(__byte_perm(x, 0x64646464u, 0x4140u)), bias));
+  hi = as_u32(__hsub2(as_h2(__byte_perm(x, 0x64646464u, 0x4342u)), bias));
+}
+
+// Grid (n_splits, Hkv), kWThreads threads. TcParams as above; R <= 16, D % 16 == 0, 16-byte
+// aligned i8 pools (the host checks).
+template <int DP>
+__global__ void __launch_bounds__(kWThreads, 2)
+    decode_tc_warps_kernel(const __half* __restrict__ q, const int8_t* __restrict__ k, const int8_t* __restrict__ v,
+                           __half* __restrict__ out, TcParams P) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using L = WarpLayout<DP>;
+  constexpr int NSW = L::kNSW, kLdQ = L::kLdQ;
+  constexpr int NT = DP / 8;      // m16n8 tiles of O (columns: dim (DP / 8) n + t)
+  constexpr int KCH = DP / 16;    // 16-byte chunks per i8 row
+  constexpr int VQ = DP / 128;    // V chunks a lane reads per key
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* m_w = reinterpret_cast<float*>(smem + L::kOffRow);  // [kWW][16]
+  float* l_w = m_w + kWW * 16;                                // [kWW][16]
+  float* fac = l_w + kWW * 16;                                // [kWW][16]
+  float* M_s = fac + kWW * 16;                                // [16]
+  float* L_s = M_s + 16;                                      // [16]
+  __half* Qs = reinterpret_cast<__half*>(smem + L::kOffQ);
+  unsigned char* ring_all = smem + L::kOffRing;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+  const int split = blockIdx.x, hk = blockIdx.y;
+  const int R = P.R;
+
+  const int p0 = P.q_pos ? P.q_pos[0] : P.q_pos0;
+  const int n_keys = p0 + P.T;
+  const int s_begin = split * P.keys_per_split;
+  const int s_end = min(n_keys, s_begin + P.keys_per_split);
+  const int n_slots = s_end > s_begin ? (s_end - s_begin + kSlotKeys - 1) / kSlotKeys : 0;
+  const int n_mine = n_slots > warp ? (n_slots - warp + kWW - 1) / kWW : 0;  // warp-uniform
+  const int64_t kv_stride = int64_t(P.Hkv) * P.D;
+  unsigned char* ring = ring_all + warp * NSW * L::kSlotBytes;
+
+  auto pool_row = [&](int s) -> int64_t {
+    if (!P.table) return s;
+    const int b = P.bs_shift >= 0 ? s >> P.bs_shift : s / P.bs;
+    return int64_t(__ldg(P.table + b)) * P.bs + (s - b * P.bs);
+  };
+  // Starts the copies of this warp's i-th slot (split slot warp + kWW i) into ring slot i % NSW.
+  auto issue = [&](int i) {
+    unsigned char* slot = ring + (i % NSW) * L::kSlotBytes;
+    const int key0 = s_begin + (warp + kWW * i) * kSlotKeys;
+#pragma unroll
+    for (int cidx = lane; cidx < kSlotKeys * KCH; cidx += 32) {
+      const int r = cidx / KCH, ch = cidx % KCH, s = key0 + r;
+      const bool ok = s < s_end && ch * 16 < P.D;
+      const int64_t off = ok ? pool_row(s) * kv_stride + int64_t(hk) * P.D + ch * 16 : 0;
+      cp_async16(slot + L::kSlotK + r * DP + k_chunk<DP>(r, ch) * 16, k + off, ok);
+      cp_async16(slot + L::kSlotV + r * DP + v_chunk<DP>(r, ch) * 16, v + off, ok);
+    }
+    const int kr = lane & 15, s = key0 + kr;
+    const bool ok = s < s_end;
+    const int64_t srow = ok ? pool_row(s) * P.Hkv + hk : 0;
+    if (lane < 16) cp_async4(slot + L::kSlotKs + kr * 4, P.k_scale + srow, ok);
+    else cp_async4(slot + L::kSlotVs + kr * 4, P.v_scale + srow, ok);
+  };
+#pragma unroll 1
+  for (int i = 0; i < NSW; ++i) {
+    if (i < n_mine) issue(i);
+    cp_async_commit();
+  }
+
+  // Q, scaled, rotated like the keys, in f16: warp w takes rows w, w + kWW, ..; a lane holds
+  // DP / 32 consecutive dims. The Hadamard transform works on power-of-two blocks of D (as
+  // hadamard_rows_smem): butterflies inside a lane, then across lanes by shuffles; a block
+  // starts at a multiple of its size and is >= 16 dims (D % 16 == 0), so a lane's partner
+  // lies in its own block, and lanes past D hold zeros.
+  {
+    constexpr int EPL = DP / 32;
+    const int d0 = lane * EPL;
+    int blk = 0;  // this lane's block size (0: past D)
+    for (int b0 = 0, rem = P.D; rem > 0;) {
+      int n = 1;
+      while (n * 2 <= rem) n *= 2;
+      if (d0 >= b0 && d0 < b0 + n) blk = n;
+      b0 += n, rem -= n;
+    }
+    for (int r = warp; r < 16; r += kWW) {
+      float x[EPL];
+      const int t = r / P.G, gq = r % P.G;
+      const __half* qrow = q + (int64_t(t) * P.Hq + hk * P.G + gq) * P.D;
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) x[e] = r < R && d0 + e < P.D ? __half2float(qrow[d0 + e]) * P.qscale : 0.0f;
+      if (P.rotate_q) {
+#pragma unroll
+        for (int h = 1; h < EPL; h *= 2)
+#pragma unroll
+          for (int e = 0; e < EPL; ++e)
+            if ((e & h) == 0) {
+              const float a = x[e], b = x[e + h];
+              x[e] = a + b, x[e + h] = a - b;
+            }
+#pragma unroll
+        for (int h = EPL; h < DP; h *= 2) {
+          const int lm = h / EPL;
+#pragma unroll
+          for (int e = 0; e < EPL; ++e) {
+            const float o = __shfl_xor_sync(0xffffffffu, x[e], lm);
+            if (h < blk) x[e] = (lane & lm) ? o - x[e] : x[e] + o;
+          }
+        }
+        if (blk > 0) {
+          const float norm = 1.0f / sqrtf(static_cast<float>(blk));  // as the CPU computes it
+#pragma unroll
+          for (int e = 0; e < EPL; ++e) x[e] *= norm;
+        }
+      }
+      uint32_t hw[EPL / 2];
+#pragma unroll
+      for (int e = 0; e < EPL / 2; ++e) hw[e] = pack_half2(x[2 * e], x[2 * e + 1]);
+      if constexpr (EPL == 8) *reinterpret_cast<uint4*>(Qs + r * kLdQ + d0) = make_uint4(hw[0], hw[1], hw[2], hw[3]);
+      else *reinterpret_cast<uint2*>(Qs + r * kLdQ + d0) = make_uint2(hw[0], hw[1]);
+    }
+  }
+  __syncthreads();  // every warp reads every row of Q
+
+  // Rows g and g + 8 of this lane: position (padding rows see no key), running max (exp2
+  // units; equal on the row's 4 lanes), this lane's part of the running sum.
+  const int pos_a = g < R ? p0 + g / P.G : -1, pos_b = g + 8 < R ? p0 + (g + 8) / P.G : -1;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+  float o[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+  const __half* qa_row = Qs + g * kLdQ;
+  const __half* qb_row = Qs + (g + 8) * kLdQ;
+
+#pragma unroll 1
+  for (int i = 0; i < n_mine; ++i) {
+    // Groups committed: NSW + i; slot i is group i.
+    cp_async_wait<NSW - 1>();
+    __syncwarp();  // the other lanes' copies of the slot are visible
+    const unsigned char* slot = ring + (i % NSW) * L::kSlotBytes;
+    const int key0 = s_begin + (warp + kWW * i) * kSlotKeys;
+
+    float s[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) s[h][0] = s[h][1] = s[h][2] = s[h][3] = 0.0f;
+#pragma unroll
+    for (int jj = 0; jj < DP / 64; ++jj) {
+      const int ch = c + 4 * jj;  // i8 chunk of K; halves 16 ch .. of Q
+      const uint4 qa0 = *reinterpret_cast<const uint4*>(qa_row + 16 * ch);
+      const uint4 qa1 = *reinterpret_cast<const uint4*>(qa_row + 16 * ch + 8);
+      const uint4 qb0 = *reinterpret_cast<const uint4*>(qb_row + 16 * ch);
+      const uint4 qb1 = *reinterpret_cast<const uint4*>(qb_row + 16 * ch + 8);
+      const uint32_t qa[8] = {qa0.x, qa0.y, qa0.z, qa0.w, qa1.x, qa1.y, qa1.z, qa1.w};
+      const uint32_t qb[8] = {qb0.x, qb0.y, qb0.z, qb0.w, qb1.x, qb1.y, qb1.z, qb1.w};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int kr = 8 * h + g;
+        const uint4 kw = *reinterpret_cast<const uint4*>(slot + L::kSlotK + kr * DP + k_chunk<DP>(kr, ch) * 16);
+        const uint32_t kws[4] = {kw.x, kw.y, kw.z, kw.w};
+#pragma unroll
+        for (int j4 = 0; j4 < 4; ++j4) {
+          uint32_t b0, b1;
+          i8x4_to_h2(kws[j4], b0, b1);
+          mma_16816(s[h], qa[2 * j4], qb[2 * j4], qa[2 * j4 + 1], qb[2 * j4 + 1], b0, b1);
+        }
+      }
+    }
+
+    // Scale, mask, online softmax on the fragments: s[h][e] is row g, key 8h + 2c + e;
+    // s[h][2 + e] row g + 8.
+    const float* ksc = reinterpret_cast<const float*>(slot + L::kSlotKs);
+    const float* vsc = reinterpret_cast<const float*>(slot + L::kSlotVs);
+    float vs[2][2];
+    float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float2 kk = *reinterpret_cast<const float2*>(ksc + 8 * h + 2 * c);
+      const float2 vv = *reinterpret_cast<const float2*>(vsc + 8 * h + 2 * c);
+      vs[h][0] = vv.x, vs[h][1] = vv.y;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int key = key0 + 8 * h + 2 * c + e;
+        const float ks = e ? kk.y : kk.x;
+        const bool past = key >= s_end;
+        s[h][e] = key > pos_a || past ? -INFINITY : s[h][e] * ks;
+        s[h][2 + e] = key > pos_b || past ? -INFINITY : s[h][2 + e] * ks;
+        mx_a = fmaxf(mx_a, s[h][e]);
+        mx_b = fmaxf(mx_b, s[h][2 + e]);
+      }
+    }
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+    // A row that has seen no key yet (new max -inf) adds nothing and keeps O (zero) as it is.
+    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+    const bool none_a = mn_a == -INFINITY, none_b = mn_b == -INFINITY;
+    const float corr_a = none_a ? 1.0f : exp2f(m_a - mn_a), corr_b = none_b ? 1.0f : exp2f(m_b - mn_b);
+    m_a = mn_a, m_b = mn_b;
+    float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[h][e] = none_a ? 0.0f : exp2f(s[h][e] - mn_a);
+        s[h][2 + e] = none_b ? 0.0f : exp2f(s[h][2 + e] - mn_b);
+        sum_a += s[h][e], sum_b += s[h][2 + e];
+      }
+    l_a = l_a * corr_a + sum_a;
+    l_b = l_b * corr_b + sum_b;
+    if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) o[t][0] *= corr_a, o[t][1] *= corr_a, o[t][2] *= corr_b, o[t][3] *= corr_b;
+    }
+    // P · diag(V scale) as the A fragment of the 16-key step: keys 2c.. (tile h 0), 2c + 8.. (h 1).
+    const uint32_t pa0 = pack_half2(s[0][0] * vs[0][0], s[0][1] * vs[0][1]);
+    const uint32_t pa1 = pack_half2(s[0][2] * vs[0][0], s[0][3] * vs[0][1]);
+    const uint32_t pa2 = pack_half2(s[1][0] * vs[1][0], s[1][1] * vs[1][1]);
+    const uint32_t pa3 = pack_half2(s[1][2] * vs[1][0], s[1][3] * vs[1][1]);
+
+    // O += P·V: keys 2c, 2c + 1 (b0) and 2c + 8, 2c + 9 (b1) at dim (DP / 8) g + t.
+    const int r0 = 2 * c, r1 = 2 * c + 1, r2 = 2 * c + 8, r3 = 2 * c + 9;
+#pragma unroll
+    for (int qq = 0; qq < VQ; ++qq) {
+      const int ch = VQ * g + qq;
+      const uint4 v0 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r0 * DP + v_chunk<DP>(r0, ch) * 16);
+      const uint4 v1 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r1 * DP + v_chunk<DP>(r1, ch) * 16);
+      const uint4 v2 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r2 * DP + v_chunk<DP>(r2, ch) * 16);
+      const uint4 v3 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r3 * DP + v_chunk<DP>(r3, ch) * 16);
+      const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
+      const uint32_t w2[4] = {v2.x, v2.y, v2.z, v2.w}, w3[4] = {v3.x, v3.y, v3.z, v3.w};
+      const __half2 bias = __float2half2_rn(1152.0f);
+#pragma unroll
+      for (int wi = 0; wi < 4; ++wi) {
+        // Bytes of two keys interleaved: [k0.0, k1.0, k0.1, k1.1] and [k0.2, k1.2, k0.3, k1.3].
+        const uint32_t x0 = w0[wi] ^ 0x80808080u, x1 = w1[wi] ^ 0x80808080u;
+        const uint32_t x2 = w2[wi] ^ 0x80808080u, x3 = w3[wi] ^ 0x80808080u;
+        const uint32_t i01[2] = {__byte_perm(x0, x1, 0x5140u), __byte_perm(x0, x1, 0x7362u)};
+        const uint32_t i23[2] = {__byte_perm(x2, x3, 0x5140u), __byte_perm(x2, x3, 0x7362u)};
+#pragma unroll
+        for (int bi = 0; bi < 4; ++bi) {
+          const uint32_t sel = bi & 1 ? 0x4342u : 0x4140u;
+          const uint32_t b0 = as_u32(__hsub2(as_h2(__byte_perm(i01[bi >> 1], 0x64646464u, sel)), bias));
+          const uint32_t b1 = as_u32(__hsub2(as_h2(__byte_perm(i23[bi >> 1], 0x64646464u, sel)), bias));
+          mma_16816(o[16 * qq + 4 * wi + bi], pa0, pa1, pa2, pa3, b0, b1);
+        }
+      }
+    }
+    __syncwarp();  // every lane is done with the slot before it is refilled
+    if (i + NSW < n_mine) issue(i + NSW);
+    cp_async_commit();
+  }
+
+  // Merge the warps: each row's max over the warps, each warp's O and sum weighed by
+  // exp2(its max - that max) (0 for a warp whose row saw no key).
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with its ring; the staging goes over the rings
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+  if (c == 0) {
+    m_w[warp * 16 + g] = m_a, m_w[warp * 16 + g + 8] = m_b;
+    l_w[warp * 16 + g] = l_a, l_w[warp * 16 + g + 8] = l_b;
+  }
+  float* Os = reinterpret_cast<float*>(ring_all);  // [kWW][16][kLdO]
+  {
+    float* ow = Os + warp * 16 * L::kLdO;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const int d = NT * 2 * c + t;
+      ow[g * L::kLdO + d] = o[t][0];
+      ow[g * L::kLdO + d + NT] = o[t][1];
+      ow[(g + 8) * L::kLdO + d] = o[t][2];
+      ow[(g + 8) * L::kLdO + d + NT] = o[t][3];
+    }
+  }
+  __syncthreads();
+  if (tid < 16) {
+    float M = -INFINITY;
+    for (int w = 0; w < kWW; ++w) M = fmaxf(M, m_w[w * 16 + tid]);
+    float Lsum = 0.0f;
+    for (int w = 0; w < kWW; ++w) {
+      const float mw = m_w[w * 16 + tid];
+      const float f = mw == -INFINITY ? 0.0f : exp2f(mw - M);
+      fac[w * 16 + tid] = f;
+      Lsum += l_w[w * 16 + tid] * f;
+    }
+    M_s[tid] = M, L_s[tid] = Lsum;
+  }
+  __syncthreads();
+  const int64_t n_rows = int64_t(P.T) * P.Hq;
+  for (int idx = tid; idx < R * P.D; idx += kWThreads) {
+    const int r = idx / P.D, d = idx % P.D, t = r / P.G, gq = r % P.G;
+    const int64_t orow = int64_t(t) * P.Hq + hk * P.G + gq;
+    float a = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWW; ++w) a += fac[w * 16 + r] * Os[(w * 16 + r) * L::kLdO + d];
+    if (P.part_acc == nullptr) {
+      out[orow * P.D + d] = __float2half_rn(a / L_s[r]);
+    } else {
+      P.part_acc[(int64_t(split) * n_rows + orow) * P.D + d] = a;
+      if (d == 0) {
+        const float m = M_s[r];
+        P.part_ml[(int64_t(split) * n_rows + orow) * 2] = m == -INFINITY ? -INFINITY : m * kLn2;
+        P.part_ml[(int64_t(split) * n_rows + orow) * 2 + 1] = L_s[r];
+      }
+    }
+  }
+#else
+  (void)q, (void)k, (void)v, (void)out, (void)P;
+  __trap();  // decode_split_tc takes this kernel only where sm80_code() holds
+#endif
+}
+
 int padded_dim(int64_t D) { return D <= 128 ? 128 : 256; }
 
 int smem_bytes(int DP, int MTM) {
@@ -742,8 +1130,24 @@ int ring_smem(DType k, DType v, int DP, int MTM) {
 int ring_mtm(int MT) { return MT <= 1 ? 1 : MT <= 2 ? 2 : 4; }
 
 std::atomic<DecodeTcRing> g_tc_ring{DecodeTcRing::kAuto};
+std::atomic<DecodeTcWarps> g_tc_warps{DecodeTcWarps::kAuto};
+
+int warps_smem(int DP) { return DP == 128 ? WarpLayout<128>::kBytes : WarpLayout<256>::kBytes; }
 
 }  // namespace
+
+void set_decode_tc_warps(DecodeTcWarps mode) { g_tc_warps.store(mode, std::memory_order_relaxed); }
+DecodeTcWarps decode_tc_warps() { return g_tc_warps.load(std::memory_order_relaxed); }
+
+bool decode_tc_warps_fits(const ops::Context& ctx, const DecodeArgs& a) {
+  const DecodeTcWarps mode = decode_tc_warps();
+  if (mode == DecodeTcWarps::kNever || (mode == DecodeTcWarps::kAuto && !kDecodeTcWarpsByDefault)) return false;
+  if (!sm80_code(ctx) || !decode_tc_fits(a) || a.k_dtype != DType::I8 || a.v_dtype != DType::I8) return false;
+  // One row tile (16 rows); whole 16-byte i8 chunks per row, every row and head starting on one.
+  const bool chunks = a.D % 16 == 0 && reinterpret_cast<uintptr_t>(a.k) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(a.v) % 16 == 0;
+  return a.T * (a.Hq / a.Hkv) <= 16 && chunks && warps_smem(padded_dim(a.D)) <= optin_smem();
+}
 
 void set_decode_tc_ring(DecodeTcRing mode) { g_tc_ring.store(mode, std::memory_order_relaxed); }
 DecodeTcRing decode_tc_ring() { return g_tc_ring.load(std::memory_order_relaxed); }
@@ -811,6 +1215,20 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
                                                      static_cast<__half*>(a.out), P);
     VI_CUDA_LAUNCH_CHECK();
   };
+
+  if (decode_tc_warps_fits(ctx, a)) {
+    const int8_t* k = static_cast<const int8_t*>(a.k);
+    const int8_t* v = static_cast<const int8_t*>(a.v);
+    auto launch = [&](auto kernel, int smem) {
+      VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      kernel<<<grid, kWThreads, smem, stream_of(ctx)>>>(static_cast<const __half*>(a.q), k, v,
+                                                        static_cast<__half*>(a.out), P);
+      VI_CUDA_LAUNCH_CHECK();
+    };
+    if (DP == 128) launch(decode_tc_warps_kernel<128>, warps_smem(128));
+    else launch(decode_tc_warps_kernel<256>, warps_smem(256));
+    return;
+  }
 
   if (decode_tc_ring_fits(ctx, a)) {
     const int MTM = ring_mtm(P.MT);
