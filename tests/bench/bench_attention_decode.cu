@@ -3,10 +3,11 @@
 // dim 256, blocks of 16 tokens through a shuffled block table), f16 activations, for f16 and
 // int8 K/V, T = 1, 4 and 8 query tokens (MTP verification), contexts 8K and 128K, both kernel
 // profiles, and the split kernels (the CUDA-core one, the tensor-core register-prefetch one
-// "tc-registers", the cp.async ring kernel "tc-ring" (native profile, else the register one)
-// and the tensor-core default "tensor-core" (the ring kernel for i8 pools); forced through
-// cuda::set_decode_tc_min_rows / set_decode_tc_ring; "auto" is whichever the default
-// thresholds pick). Per line: the time relative to T = 1 on the same
+// "tc-registers", the cp.async ring kernel "tc-ring" (native profile, else the register one),
+// the warp-split kernel "tc-warps" (i8 pools, <= 16 rows, native profile; no line where it
+// does not fit) and the tensor-core default "tensor-core" (the ring kernel for i8 pools);
+// forced through cuda::set_decode_tc_min_rows / set_decode_tc_ring / set_decode_tc_warps;
+// "auto" is whichever the default thresholds pick). Per line: the time relative to T = 1 on the same
 // kernel and against the best T = 1 so far, and the relative L2 difference of the kernel's
 // output from the CUDA-core kernel's on the same inputs.
 // Each figure: the median over 9 timings (CUDA events) of back-to-back calls that rotate
@@ -148,14 +149,23 @@ int main(int argc, char** argv) {
             vi::cuda::set_decode_tc_ring(path == "tc-registers" ? vi::cuda::DecodeTcRing::kNever
                                          : path == "tc-ring"    ? vi::cuda::DecodeTcRing::kAlways
                                                                 : vi::cuda::DecodeTcRing::kAuto);
+            vi::cuda::set_decode_tc_warps(path == "tc-warps"      ? vi::cuda::DecodeTcWarps::kAlways
+                                          : path == "tensor-core" ? vi::cuda::DecodeTcWarps::kAuto
+                                                                  : vi::cuda::DecodeTcWarps::kNever);
           };
+          // The call's shape as the routing sees it (whether the warp-split kernel fits).
+          vi::cuda::DecodeArgs shape;
+          shape.q_dtype = DType::F16, shape.k_dtype = kv, shape.v_dtype = kv;
+          shape.k = ks[0].data.data(), shape.v = vs[0].data.data();
+          shape.T = T, shape.Hq = Hq, shape.Hkv = Hkv, shape.D = D, shape.block_size = bs;
           force("cuda-core");
           const std::vector<double> ref = out_host();
           const bool auto_tc = T * (Hq / Hkv) >= vi::cuda::kDecodeTcMinRowsDefault ||
                                ctx >= vi::cuda::kDecodeTcMinKeysDefault;
-          for (const char* path : {"cuda-core", "tc-registers", "tc-ring", "tensor-core"}) {
+          for (const char* path : {"cuda-core", "tc-registers", "tc-ring", "tc-warps", "tensor-core"}) {
             const bool tc = std::string(path) != "cuda-core";
             force(path);
+            if (std::string(path) == "tc-warps" && !vi::cuda::decode_tc_warps_fits(g, shape)) continue;
             // This path's output against the CUDA-core kernel's on the same inputs.
             const std::vector<double> got = out_host();
             double num = 0, den = 0;
@@ -228,6 +238,7 @@ int main(int argc, char** argv) {
           vi::cuda::set_decode_tc_min_rows(vi::cuda::kDecodeTcMinRowsDefault);
           vi::cuda::set_decode_tc_min_keys(vi::cuda::kDecodeTcMinKeysDefault);
           vi::cuda::set_decode_tc_ring(vi::cuda::DecodeTcRing::kAuto);
+          vi::cuda::set_decode_tc_warps(vi::cuda::DecodeTcWarps::kAuto);
         }
         std::fflush(stdout);
       }

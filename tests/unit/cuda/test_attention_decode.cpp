@@ -33,19 +33,21 @@
 namespace vi::cudatest {
 namespace {
 
-// Sets the tensor-core row threshold and whether the cp.async ring kernel runs wherever it
-// fits (ring) or never, for a scope (process-wide; the key threshold off), and restores the
-// defaults.
+// Sets the tensor-core row threshold, whether the cp.async ring kernel runs wherever it fits
+// (ring) or never, and whether the warp-split kernel runs wherever it fits (warps) or never,
+// for a scope (process-wide; the key threshold off), and restores the defaults.
 struct TcRows {
-  explicit TcRows(int rows, bool ring = true) {
+  explicit TcRows(int rows, bool ring = true, bool warps = false) {
     cuda::set_decode_tc_min_rows(rows);
     cuda::set_decode_tc_min_keys(INT64_MAX);
     cuda::set_decode_tc_ring(ring ? cuda::DecodeTcRing::kAlways : cuda::DecodeTcRing::kNever);
+    cuda::set_decode_tc_warps(warps ? cuda::DecodeTcWarps::kAlways : cuda::DecodeTcWarps::kNever);
   }
   ~TcRows() {
     cuda::set_decode_tc_min_rows(cuda::kDecodeTcMinRowsDefault);
     cuda::set_decode_tc_min_keys(cuda::kDecodeTcMinKeysDefault);
     cuda::set_decode_tc_ring(cuda::DecodeTcRing::kAuto);
+    cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAuto);
   }
 };
 
@@ -59,10 +61,11 @@ class AttentionDecode : public CudaOpTest {
   // a key bound `extra` past the true length; tc_rows picks the split kernel (1: tensor
   // cores where they fit, INT_MAX: CUDA cores), ring whether the tensor-core call may take
   // the cp.async ring kernel (native profile, sm_80 code) or must take the register one;
-  // n_splits 0: the kernel's own choice.
-  void check_split(const Shape& s, int64_t T, int64_t q_pos0, DType kdt, DType vdt, int tc_rows, int n_splits,
-                   int64_t extra, bool ring = true) {
-    TcRows rows(tc_rows, ring);
+  // warps whether it may take the warp-split kernel (i8 pools, <= 16 rows, sm_80 code); n_splits
+  // 0: the kernel's own choice. Returns whether the warp-split kernel ran.
+  bool check_split(const Shape& s, int64_t T, int64_t q_pos0, DType kdt, DType vdt, int tc_rows, int n_splits,
+                   int64_t extra, bool ring = true, bool warps = false) {
+    TcRows rows(tc_rows, ring, warps);
     const int64_t S = q_pos0 + T, bound = S + extra, n_blocks = (bound + s.bs - 1) / s.bs + 1;
     const int64_t n_rows = n_blocks * s.bs;
     Tensor table = shuffled_table(n_blocks);
@@ -98,12 +101,17 @@ class AttentionDecode : public CudaOpTest {
     a.out = dout.data();
     a.n_splits = n_splits;
     const bool tc = T * (s.Hq / s.Hkv) >= tc_rows && cuda::decode_tc_fits(a);
-    const bool tc_ring = tc && cuda::decode_tc_ring_fits(g, a);
+    const bool tc_warps = tc && cuda::decode_tc_warps_fits(g, a);
+    const bool tc_ring = tc && !tc_warps && cuda::decode_tc_ring_fits(g, a);
     cuda::decode_attention(g, a);
     EXPECT_CLOSE(down(dout), ref, tol(2e-5, 3e-3),
                  fmt::format("split ({}) K {} V {}: Hq={} Hkv={} D={} bs={} T={} pos0={} splits={} bound+{}",
-                             tc_ring ? "tensor cores, ring" : tc ? "tensor cores, registers" : "CUDA cores", dtype_name(kdt), dtype_name(vdt), s.Hq, s.Hkv, s.D,
-                             s.bs, T, q_pos0, n_splits, extra));
+                             tc_warps  ? "tensor cores, warp-split"
+                             : tc_ring ? "tensor cores, ring"
+                             : tc      ? "tensor cores, registers"
+                                       : "CUDA cores",
+                             dtype_name(kdt), dtype_name(vdt), s.Hq, s.Hkv, s.D, s.bs, T, q_pos0, n_splits, extra));
+    return tc_warps;
   }
 
   // Float pools (the activation dtype): T query tokens at q_pos0 against the pool.
@@ -260,6 +268,38 @@ TEST_P(AttentionDecode, SplitKernelsForcedSplits) {
       }
 }
 
+// The warp-split kernel forced (i8 K and V, up to 16 rows): T = 1, 2, 4, 8 where the rows
+// allow (G 6: T 1, 2; G 2: up to 8; G 1: D 256 with 8 rows), D 256 / 128 / 80 (Hadamard
+// blocks 64 + 16 in registers) / 64 (blocks of 7: the row lookup by division) / 96 (blocks
+// 64 + 32), contexts that are no multiple of the 16-key slot, the kernel's own split count
+// and a key bound 300 past the true length (empty splits, warps with no slot), forced splits
+// (1: the block writes the output; 3; 33: a last split of a few keys, warps without slots; a
+// split whose first key lies after the first query's position), one long split (2000+ keys:
+// each warp's ring wraps many times). Pool rows past the last position hold NaN.
+TEST_P(AttentionDecode, TensorCoreWarpSplit) {
+  const Shape shapes[] = {{24, 4, 256, 16}, {8, 4, 256, 16}, {4, 4, 256, 16}, {16, 8, 128, 7},
+                          {6, 3, 80, 16},   {12, 4, 64, 7},  {4, 2, 96, 16}};
+  int ran = 0, calls = 0;
+  for (const Shape& s : shapes) {
+    const int64_t G = s.Hq / s.Hkv;
+    for (auto [T, p0] : {TP{1, 0}, TP{2, 45}, TP{4, 1000}, TP{8, 3001}, TP{4, 131}, TP{8, 0}, TP{1, 17}, TP{2, 4099}}) {
+      if (T * G > 16) continue;
+      ran += check_split(s, T, p0, DType::I8, DType::I8, 1, 0, T == 4 ? 300 : 0, true, true), ++calls;
+      ran += check_split(s, T, p0, DType::I8, DType::I8, 1, 1, 0, true, true), ++calls;
+    }
+    for (int64_t T : {1, 2, 8}) {
+      if (T * G > 16) continue;
+      ran += check_split(s, T, 2017, DType::I8, DType::I8, 1, 1, 0, true, true), ++calls;
+      ran += check_split(s, T, 5100 - T, DType::I8, DType::I8, 1, 3, 64, true, true), ++calls;
+      ran += check_split(s, T, 4099, DType::I8, DType::I8, 1, 33, 0, true, true), ++calls;
+      ran += check_split(s, T, 95, DType::I8, DType::I8, 1, 4, 0, true, true), ++calls;
+      ran += check_split(s, T, 95, DType::I8, DType::I8, 1, 10, 200, true, true), ++calls;
+    }
+  }
+  if (GetParam().profile == ops::KernelProfile::kVolta) EXPECT_EQ(ran, 0);
+  else std::printf("warp-split kernel ran in %d of %d calls (0: no sm_80 code)\n", ran, calls);
+}
+
 TEST_P(AttentionDecode, TensorCoreFits) {
   cuda::DecodeArgs a;
   a.T = 4, a.Hq = 24, a.Hkv = 4, a.D = 256, a.block_size = 16;
@@ -287,6 +327,18 @@ TEST_P(AttentionDecode, TensorCoreFits) {
   EXPECT_FALSE(cuda::decode_tc_ring_fits(g, a));
   a.v_dtype = DType::F16;  // f16 pools: the ring kernel only when forced
   EXPECT_FALSE(cuda::decode_tc_ring_fits(g, a));
+  EXPECT_FALSE(cuda::decode_tc_warps_fits(g, a));
+  // The warp-split kernel: off by default; forced, i8 K and V with <= 16 rows only.
+  a.k_dtype = a.v_dtype = DType::I8, a.T = 2;  // 12 rows
+  EXPECT_EQ(cuda::decode_tc_warps_fits(g, a), cuda::kDecodeTcWarpsByDefault && ring_here);
+  cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAlways);
+  EXPECT_EQ(cuda::decode_tc_warps_fits(g, a), ring_here);
+  a.T = 3;  // 18 rows
+  EXPECT_FALSE(cuda::decode_tc_warps_fits(g, a));
+  a.T = 2, a.v_dtype = DType::F16;
+  EXPECT_FALSE(cuda::decode_tc_warps_fits(g, a));
+  cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAuto);
+  a.T = 4, a.k_dtype = a.v_dtype = DType::F16;
   cuda::set_decode_tc_ring(cuda::DecodeTcRing::kAlways);
   EXPECT_EQ(cuda::decode_tc_ring_fits(g, a), ring_here);
   cuda::set_decode_tc_ring(cuda::DecodeTcRing::kNever);
