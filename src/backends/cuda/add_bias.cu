@@ -1,5 +1,6 @@
 // CUDA kernel of add_bias: grid-stride over the elements, the bias column by modulo.
 #include "backends/cuda/add_bias.cuh"
+#include "backends/cuda/pdl.cuh"
 #include "ops/bias.h"
 
 namespace vi::cuda {
@@ -7,6 +8,8 @@ namespace {
 
 template <class T>
 __global__ void add_bias_kernel(const T* x, const float* __restrict__ bias, T* out, int64_t n, int64_t cols) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = from_f32<T>(to_f32(x[i]) + bias[i % cols]);
 }
@@ -17,9 +20,8 @@ void add_bias_cuda(ops::Context& ctx, const Tensor& x, const Tensor& bias, Tenso
     using T = decltype(tag);
     const int64_t n = x.numel();
     if (n == 0) return;
-    add_bias_kernel<T><<<blocks_for(n, 256), 256, 0, stream_of(ctx)>>>(x.ptr<T>(), bias.ptr<float>(), out.ptr<T>(), n,
-                                                                     x.cols());
-    VI_CUDA_LAUNCH_CHECK();
+    VI_CUDA_CHECK(pdl_launch(add_bias_kernel<T>, blocks_for(n, 256), 256, 0, stream_of(ctx), x.ptr<T>(),
+                             bias.ptr<float>(), out.ptr<T>(), n, x.cols()));
   });
 }
 

@@ -14,6 +14,7 @@
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/kv_quant.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace vi::cuda {
 namespace {
@@ -139,6 +140,8 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const TQ* __rest
                                                                 SplitParams P) {
   extern __shared__ float qs[];
   __shared__ float sm_m[kWarps][kDecodeMaxRows], sm_l[kWarps][kDecodeMaxRows];
+  pdl_wait();
+  pdl_trigger();
   constexpr int LD = 32 * DPL;
   const int split = blockIdx.x, hk = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -291,6 +294,8 @@ __global__ void __launch_bounds__(kCombineThreads)
                           int64_t n_rows, int D, TQ* __restrict__ out) {
   extern __shared__ float w[];  // [n_splits]
   __shared__ float red[32];
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = blockIdx.x;
   float M = -INFINITY;
   for (int s = threadIdx.x; s < n_splits; s += kCombineThreads) M = fmaxf(M, part_ml[(s * n_rows + row) * 2]);
@@ -383,10 +388,9 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
     if (n_splits <= 1) return;
     dispatch_act("paged_attention", a.q_dtype, [&](auto qtag) {
       using TQ = decltype(qtag);
-      decode_combine_kernel<TQ><<<static_cast<unsigned>(n_rows), kCombineThreads, n_splits * sizeof(float),
-                                  stream_of(ctx)>>>(part_acc, part_ml, n_splits, n_rows, static_cast<int>(a.D),
-                                                    static_cast<TQ*>(a.out));
-      VI_CUDA_LAUNCH_CHECK();
+      VI_CUDA_CHECK(pdl_launch(decode_combine_kernel<TQ>, static_cast<unsigned>(n_rows), kCombineThreads,
+                               n_splits * sizeof(float), stream_of(ctx), part_acc, part_ml, n_splits, n_rows,
+                               static_cast<int>(a.D), static_cast<TQ*>(a.out)));
     });
   };
   if (tc) {
@@ -432,9 +436,9 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
         auto launch = [&](auto kernel) {
           VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(smem)));
-          kernel<<<grid, kThreads, smem, stream_of(ctx)>>>(static_cast<const TQ*>(a.q), static_cast<const TK*>(a.k),
-                                                           static_cast<const TV*>(a.v), static_cast<TQ*>(a.out), P);
-          VI_CUDA_LAUNCH_CHECK();
+          VI_CUDA_CHECK(pdl_launch(kernel, grid, kThreads, smem, stream_of(ctx), static_cast<const TQ*>(a.q),
+                                   static_cast<const TK*>(a.k), static_cast<const TV*>(a.v), static_cast<TQ*>(a.out),
+                                   P));
         };
         if (DPL == 4) launch(decode_split_kernel<TQ, TK, TV, 4>);
         else launch(decode_split_kernel<TQ, TK, TV, 8>);

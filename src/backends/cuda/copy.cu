@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "backends/cuda/pdl.cuh"
 #include "ops/copy.h"
 
 namespace vi::cuda {
@@ -24,6 +25,8 @@ struct SplitParts {
 // One thread per element of src [R, C]; E: an unsigned type of the element's size.
 template <class E>
 __global__ void split_cols_kernel(const E* __restrict__ src, SplitParts parts, int64_t R, int64_t C) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < R * C; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / C, c = i % C;
     int p = 0;
@@ -46,12 +49,20 @@ void split_cols_cuda(ops::Context& ctx, const Tensor& src, Tensor* const* dsts, 
   const int64_t R = src.dim(0), C = src.dim(1);
   const unsigned blocks = std::min<unsigned>(blocks_for(R * C, 256), 4096);
   switch (dtype_info(src.dtype()).block_bytes) {
-    case 1: split_cols_kernel<uint8_t><<<blocks, 256, 0, stream_of(ctx)>>>(src.ptr<uint8_t>(), parts, R, C); break;
-    case 2: split_cols_kernel<uint16_t><<<blocks, 256, 0, stream_of(ctx)>>>(src.ptr<uint16_t>(), parts, R, C); break;
-    case 4: split_cols_kernel<uint32_t><<<blocks, 256, 0, stream_of(ctx)>>>(src.ptr<uint32_t>(), parts, R, C); break;
+    case 1:
+      VI_CUDA_CHECK(
+          pdl_launch(split_cols_kernel<uint8_t>, blocks, 256, 0, stream_of(ctx), src.ptr<uint8_t>(), parts, R, C));
+      break;
+    case 2:
+      VI_CUDA_CHECK(
+          pdl_launch(split_cols_kernel<uint16_t>, blocks, 256, 0, stream_of(ctx), src.ptr<uint16_t>(), parts, R, C));
+      break;
+    case 4:
+      VI_CUDA_CHECK(
+          pdl_launch(split_cols_kernel<uint32_t>, blocks, 256, 0, stream_of(ctx), src.ptr<uint32_t>(), parts, R, C));
+      break;
     default: VI_FAIL("op 'split_cols' on cuda: no kernel for dtype {}", dtype_name(src.dtype()));
   }
-  VI_CUDA_LAUNCH_CHECK();
 }
 
 const bool registered = [] {

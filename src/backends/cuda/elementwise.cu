@@ -2,6 +2,7 @@
 // swiglu_halves (of a stacked gate|up row) and softmax (one block per row, fp32 max/sum
 // reductions, exact two-pass like the CPU).
 #include "backends/cuda/elementwise.cuh"
+#include "backends/cuda/pdl.cuh"
 #include "ops/elementwise.h"
 
 namespace vi::cuda {
@@ -11,6 +12,8 @@ enum class Bin { kAdd, kSwiglu, kSigmoidMul };
 
 template <Bin op, class T>
 __global__ void binary_kernel(const T* __restrict__ a, const T* __restrict__ b, T* out, int64_t n) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float x = to_f32(a[i]), y = to_f32(b[i]);
     float r;
@@ -27,8 +30,8 @@ void binary(const char* name, ops::Context& ctx, const Tensor& a, const Tensor& 
     using T = decltype(tag);
     const int64_t n = a.numel();
     if (n == 0) return;
-    binary_kernel<op, T><<<blocks_for(n, 256), 256, 0, stream_of(ctx)>>>(a.ptr<T>(), b.ptr<T>(), out.ptr<T>(), n);
-    VI_CUDA_LAUNCH_CHECK();
+    VI_CUDA_CHECK(pdl_launch(binary_kernel<op, T>, blocks_for(n, 256), 256, 0, stream_of(ctx), a.ptr<T>(), b.ptr<T>(),
+                             out.ptr<T>(), n));
   });
 }
 
@@ -45,6 +48,8 @@ void sigmoid_mul_cuda(ops::Context& ctx, const Tensor& a, const Tensor& b, Tenso
 // thread divides an index by F.
 template <class T>
 __global__ void swiglu_halves_kernel(const T* __restrict__ gu, T* __restrict__ out, int64_t rows, int64_t F) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (j >= F) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -61,8 +66,8 @@ void swiglu_halves_cuda(ops::Context& ctx, const Tensor& gu, Tensor& out) {
     const int64_t col_blocks = (F + 255) / 256;
     VI_CHECK(col_blocks <= INT32_MAX, "op 'swiglu_halves' on cuda: rows of {} are too wide", F);
     const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(rows < 65535 ? rows : 65535));
-    swiglu_halves_kernel<T><<<grid, 256, 0, stream_of(ctx)>>>(gu.ptr<T>(), out.ptr<T>(), rows, F);
-    VI_CUDA_LAUNCH_CHECK();
+    VI_CUDA_CHECK(
+        pdl_launch(swiglu_halves_kernel<T>, grid, 256, 0, stream_of(ctx), gu.ptr<T>(), out.ptr<T>(), rows, F));
   });
 }
 
@@ -70,6 +75,8 @@ void swiglu_halves_cuda(ops::Context& ctx, const Tensor& gu, Tensor& out) {
 template <class T>
 __global__ void softmax_kernel(const T* x, T* out, int64_t n) {
   __shared__ float red[32];
+  pdl_wait();
+  pdl_trigger();
   const T* xr = x + blockIdx.x * n;
   T* yr = out + blockIdx.x * n;
   float mx = -INFINITY;
@@ -87,8 +94,8 @@ void softmax_cuda(ops::Context& ctx, const Tensor& x, Tensor& out) {
     using T = decltype(tag);
     if (x.numel() == 0) return;
     VI_CHECK(x.rows() <= INT32_MAX, "op 'softmax' on cuda: {} rows is too many", x.rows());
-    softmax_kernel<T><<<static_cast<unsigned>(x.rows()), 256, 0, stream_of(ctx)>>>(x.ptr<T>(), out.ptr<T>(), x.cols());
-    VI_CUDA_LAUNCH_CHECK();
+    VI_CUDA_CHECK(pdl_launch(softmax_kernel<T>, static_cast<unsigned>(x.rows()), 256, 0, stream_of(ctx), x.ptr<T>(),
+                             out.ptr<T>(), x.cols()));
   });
 }
 

@@ -13,6 +13,7 @@
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/gdn.cuh"
 #include "backends/cuda/gdn_chunked.cuh"
+#include "backends/cuda/pdl.cuh"
 #include "ops/gdn.h"
 
 namespace vi::cuda {
@@ -28,6 +29,8 @@ constexpr int kConvRun = 16;
 template <class T>
 __global__ void conv1d_kernel(const T* x, const float* __restrict__ w, float* state, bool silu, T* y, int64_t T_,
                               int64_t C, int K, int64_t run) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (c >= C) return;
   const int64_t t0 = int64_t(blockIdx.y) * run, t1 = min(T_, t0 + run);
@@ -82,9 +85,8 @@ void conv1d_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& st
   dispatch_act("conv1d_causal", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const dim3 grid(static_cast<unsigned>((C + 127) / 128), static_cast<unsigned>(runs));
-    conv1d_kernel<T><<<grid, 128, 0, stream_of(ctx)>>>(x.ptr<T>(), w.ptr<float>(), state.ptr<float>(), silu,
-                                                       y.ptr<T>(), T_, C, static_cast<int>(K), run);
-    VI_CUDA_LAUNCH_CHECK();
+    VI_CUDA_CHECK(pdl_launch(conv1d_kernel<T>, grid, 128, 0, stream_of(ctx), x.ptr<T>(), w.ptr<float>(),
+                             state.ptr<float>(), silu, y.ptr<T>(), T_, C, static_cast<int>(K), run));
   });
 }
 
@@ -93,6 +95,8 @@ void conv1d_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& st
 template <class T>
 __global__ void gates_kernel(const T* a, const T* b, const float* __restrict__ neg_exp_A, const float* __restrict__ dt_bias,
                              float* g, float* beta, int64_t n, int64_t Hv) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t j = i % Hv;
     const float z = to_f32(a[i]) + dt_bias[j];
@@ -108,10 +112,9 @@ void gates_cuda(ops::Context& ctx, const Tensor& a, const Tensor& b, const Tenso
   if (n == 0) return;
   dispatch_act("gdn_gates", a.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    gates_kernel<T><<<blocks_for(n, 256), 256, 0, stream_of(ctx)>>>(a.ptr<T>(), b.ptr<T>(), neg_exp_A.ptr<float>(),
-                                                                  dt_bias.ptr<float>(), g.ptr<float>(),
-                                                                  beta.ptr<float>(), n, a.dim(1));
-    VI_CUDA_LAUNCH_CHECK();
+    VI_CUDA_CHECK(pdl_launch(gates_kernel<T>, blocks_for(n, 256), 256, 0, stream_of(ctx), a.ptr<T>(), b.ptr<T>(),
+                             neg_exp_A.ptr<float>(), dt_bias.ptr<float>(), g.ptr<float>(), beta.ptr<float>(), n,
+                             a.dim(1)));
   });
 }
 
@@ -126,6 +129,8 @@ __global__ void __launch_bounds__(kDeltaCols* kDeltaRowGroups)
   __shared__ float kq[2][kDeltaMaxDk];  // this token's k and q, fp32
   __shared__ float red_kv[kDeltaRowGroups][kDeltaCols];
   __shared__ float red_o[kDeltaRowGroups][kDeltaCols];
+  pdl_wait();
+  pdl_trigger();
   const int j = blockIdx.x;  // value head
   const int col = threadIdx.x & 31, rg = threadIdx.x >> 5;
   const int e = blockIdx.y * kDeltaCols + col;  // value column
@@ -190,10 +195,10 @@ void launch_delta(const ops::Context& ctx, const Tensor& q, const Tensor& k, con
                   const Tensor& beta, Tensor& state, bool tiled, Tensor& out) {
   const int64_t T_ = q.dim(0), Hk = q.dim(1), dk = q.dim(2), Hv = v.dim(1), dv = v.dim(2);
   dim3 grid(static_cast<unsigned>(Hv), static_cast<unsigned>((dv + kDeltaCols - 1) / kDeltaCols));
-  delta_rule_kernel<T, R><<<grid, kDeltaCols * kDeltaRowGroups, 0, stream_of(ctx)>>>(
-      q.ptr<T>(), k.ptr<T>(), v.ptr<T>(), g.ptr<float>(), beta.ptr<float>(), state.ptr<float>(), out.ptr<T>(), T_,
-      static_cast<int>(Hk), static_cast<int>(Hv), static_cast<int>(dk), static_cast<int>(dv), tiled);
-  VI_CUDA_LAUNCH_CHECK();
+  VI_CUDA_CHECK(pdl_launch(delta_rule_kernel<T, R>, grid, kDeltaCols * kDeltaRowGroups, 0, stream_of(ctx), q.ptr<T>(),
+                           k.ptr<T>(), v.ptr<T>(), g.ptr<float>(), beta.ptr<float>(), state.ptr<float>(), out.ptr<T>(),
+                           T_, static_cast<int>(Hk), static_cast<int>(Hv), static_cast<int>(dk),
+                           static_cast<int>(dv), tiled));
 }
 
 void delta_rule_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,

@@ -9,6 +9,7 @@
 #include "backends/cuda/gdn.cuh"
 #include "backends/cuda/gdn_conv_step.cuh"
 #include "backends/cuda/norm.cuh"
+#include "backends/cuda/pdl.cuh"
 #include "ops/gdn_conv_step.h"
 
 namespace vi::cuda {
@@ -42,6 +43,8 @@ template <class T>
 __global__ void gdn_conv_step_kernel(GroupArgs q, GroupArgs k, GroupArgs v, int K, int64_t hd, float eps,
                                      float q_scale) {
   __shared__ float red[32];
+  pdl_wait();
+  pdl_trigger();
   const int64_t n_q = q.C / hd, n_k = k.C / hd;
   const int64_t b = blockIdx.x;
   if (b >= n_q + n_k) {
@@ -77,9 +80,8 @@ void gdn_conv_step_cuda(ops::Context& ctx, const ops::ConvGroup& q, const ops::C
   VI_CHECK(blocks <= INT32_MAX, "op 'gdn_conv_step' on cuda: {} blocks is too many", blocks);
   dispatch_act("gdn_conv_step", q.x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    gdn_conv_step_kernel<T><<<static_cast<unsigned>(blocks), threads, 0, stream_of(ctx)>>>(
-        args_of(q), args_of(k), args_of(v), static_cast<int>(K), head_dim, eps, q_scale);
-    VI_CUDA_LAUNCH_CHECK();
+    VI_CUDA_CHECK(pdl_launch(gdn_conv_step_kernel<T>, static_cast<unsigned>(blocks), threads, 0, stream_of(ctx),
+                             args_of(q), args_of(k), args_of(v), static_cast<int>(K), head_dim, eps, q_scale));
   });
 }
 

@@ -4,6 +4,7 @@
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/gemv_mma.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace vi::cuda {
 namespace {
@@ -185,6 +186,8 @@ __global__ void __launch_bounds__(32 * kWarps, MINB)
     uint2 xv[XSTAGE ? 8 : 1];
   };
   __shared__ float red[kWarps][TILES][4][32];
+  pdl_wait();
+  pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int64_t n0 = int64_t(blockIdx.x) * 16 * TILES;
   const int units = static_cast<int>(K / 32), steps = (units + kUnitsPerStep - 1) / kUnitsPerStep;
@@ -269,9 +272,9 @@ template <DType W, int TILES, int MINB, bool XSTAGE>
 void launch_k(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t N = w.dim(0), K = w.dim(1);
   const unsigned blocks = static_cast<unsigned>((N + 16 * TILES - 1) / (16 * TILES));
-  gemv_mma_kernel<W, TILES, MINB, XSTAGE><<<blocks, 32 * kWarps, 0, stream_of(ctx)>>>(
-      w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(), static_cast<int>(x.rows()), N, K);
-  VI_CUDA_LAUNCH_CHECK();
+  VI_CUDA_CHECK(pdl_launch(gemv_mma_kernel<W, TILES, MINB, XSTAGE>, blocks, 32 * kWarps, 0, stream_of(ctx),
+                           w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
+                           static_cast<int>(x.rows()), N, K));
 }
 
 template <DType W>

@@ -2,6 +2,7 @@
 #include <type_traits>
 
 #include "backends/cuda/gemv_simt.cuh"
+#include "backends/cuda/pdl.cuh"
 #include "backends/cuda/quant.cuh"
 
 namespace vi::cuda {
@@ -37,6 +38,8 @@ template <DType W, class T, int TT, bool VEC>
 __global__ void __launch_bounds__(32 * kWarps)
     gemv_simt_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const T* __restrict__ x, T* __restrict__ y,
                      int64_t n_tok, int64_t N, int64_t K) {
+  pdl_wait();
+  pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int64_t n0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kRows;
   if (n0 >= N) return;
@@ -93,13 +96,9 @@ void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y
   const dim3 grid(static_cast<unsigned>((N + kWarps * kRows - 1) / (kWarps * kRows)),
                   static_cast<unsigned>((n_tok + TT - 1) / TT));
   const bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;
-  if (vec)
-    gemv_simt_kernel<W, T, TT, true><<<grid, 32 * kWarps, 0, stream_of(ctx)>>>(
-        w.ptr<uint8_t>(), w.row_bytes(), x.ptr<T>(), y.ptr<T>(), n_tok, N, K);
-  else
-    gemv_simt_kernel<W, T, TT, false><<<grid, 32 * kWarps, 0, stream_of(ctx)>>>(
-        w.ptr<uint8_t>(), w.row_bytes(), x.ptr<T>(), y.ptr<T>(), n_tok, N, K);
-  VI_CUDA_LAUNCH_CHECK();
+  auto* kernel = vec ? gemv_simt_kernel<W, T, TT, true> : gemv_simt_kernel<W, T, TT, false>;
+  VI_CUDA_CHECK(pdl_launch(kernel, grid, 32 * kWarps, 0, stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<T>(),
+                           y.ptr<T>(), n_tok, N, K));
 }
 
 }  // namespace

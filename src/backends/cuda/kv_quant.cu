@@ -3,6 +3,7 @@
 // as int8 with scale max|x| / 127 — the CPU kernel's arithmetic, so both round alike
 // except where the rotation's summation order moves a value across a rounding boundary.
 #include "backends/cuda/kv_quant.cuh"
+#include "backends/cuda/pdl.cuh"
 #include "ops/kv_quant.h"
 
 namespace vi::cuda {
@@ -17,6 +18,8 @@ __global__ void __launch_bounds__(kThreads) kv_write_i8_kernel(const TX* __restr
                                                                bool rotate) {
   extern __shared__ float v[];  // [D]
   __shared__ float red[32];
+  pdl_wait();
+  pdl_trigger();
   const int t = blockIdx.x, h = blockIdx.y;
   const TX* src = x + (int64_t(t) * Hkv + h) * D;
   for (int d = threadIdx.x; d < D; d += kThreads) v[d] = to_f32(src[d]);
@@ -39,11 +42,10 @@ void kv_write_i8_cuda(ops::Context& ctx, const Tensor& x, Tensor& pool, Tensor& 
   const int64_t T = x.dim(0), Hkv = pool.dim(1), D = pool.dim(2);
   dispatch_act("paged_kv_write_i8", x.dtype(), [&](auto tag) {
     using TX = decltype(tag);
-    kv_write_i8_kernel<TX><<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(Hkv)), kThreads,
-                             static_cast<size_t>(D) * sizeof(float), stream_of(ctx)>>>(
-        x.ptr<TX>(), pool.ptr<int8_t>(), scale.ptr<float>(), rows.ptr<int32_t>(), static_cast<int>(Hkv),
-        static_cast<int>(D), rotate);
-    VI_CUDA_LAUNCH_CHECK();
+    VI_CUDA_CHECK(pdl_launch(kv_write_i8_kernel<TX>, dim3(static_cast<unsigned>(T), static_cast<unsigned>(Hkv)),
+                             kThreads, static_cast<size_t>(D) * sizeof(float), stream_of(ctx), x.ptr<TX>(),
+                             pool.ptr<int8_t>(), scale.ptr<float>(), rows.ptr<int32_t>(), static_cast<int>(Hkv),
+                             static_cast<int>(D), rotate));
   });
 }
 

@@ -3,6 +3,7 @@
 // round trip and replays inside a recorded decode step. One block per row, 16-byte copies
 // where the row allows them.
 #include "backends/cuda/cuda_util.cuh"
+#include "backends/cuda/pdl.cuh"
 #include "ops/paged_attention.h"
 
 namespace vi::cuda {
@@ -13,6 +14,8 @@ constexpr int kThreads = 128;
 __global__ void __launch_bounds__(kThreads) kv_scatter_kernel(const uint8_t* __restrict__ x, uint8_t* __restrict__ pool,
                                                               const int32_t* __restrict__ rows, size_t row_bytes,
                                                               bool vec) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const uint8_t* src = x + t * row_bytes;
   uint8_t* dst = pool + int64_t(rows[t]) * row_bytes;
@@ -29,9 +32,8 @@ void kv_scatter_cuda(ops::Context& ctx, const Tensor& x, Tensor& pool, const Ten
   const size_t rb = x.row_bytes();
   const bool vec = rb % 16 == 0 && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(pool.data()) % 16 == 0;
-  kv_scatter_kernel<<<static_cast<unsigned>(x.dim(0)), kThreads, 0, stream_of(ctx)>>>(
-      x.ptr<uint8_t>(), pool.ptr<uint8_t>(), rows.ptr<int32_t>(), rb, vec);
-  VI_CUDA_LAUNCH_CHECK();
+  VI_CUDA_CHECK(pdl_launch(kv_scatter_kernel, static_cast<unsigned>(x.dim(0)), kThreads, 0, stream_of(ctx),
+                           x.ptr<uint8_t>(), pool.ptr<uint8_t>(), rows.ptr<int32_t>(), rb, vec));
 }
 
 const bool registered = [] {

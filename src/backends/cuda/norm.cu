@@ -3,6 +3,7 @@
 // add_rms_norm, o).
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/norm.cuh"
+#include "backends/cuda/pdl.cuh"
 #include "ops/norm.h"
 
 namespace vi::cuda {
@@ -22,6 +23,8 @@ __device__ float row_sum_sq(const T* xr, int64_t n, float* red) {
 template <class T>
 __global__ void rms_norm_kernel(const T* x, const float* __restrict__ w, float eps, float w_offset, T* y, int64_t n) {
   __shared__ float red[32];
+  pdl_wait();
+  pdl_trigger();
   const T* xr = x + blockIdx.x * n;
   T* yr = y + blockIdx.x * n;
   const float inv = 1.0f / sqrtf(row_sum_sq(xr, n, red) / static_cast<float>(n) + eps);
@@ -37,6 +40,8 @@ template <class T>
 __global__ void add_rms_norm_kernel(T* x, const T* o, const float* __restrict__ w, float eps, float w_offset, T* y,
                                     int64_t n) {
   __shared__ float red[32];
+  pdl_wait();
+  pdl_trigger();
   T* xr = x + blockIdx.x * n;
   const T* orow = o + blockIdx.x * n;
   T* yr = y + blockIdx.x * n;
@@ -56,6 +61,8 @@ __global__ void add_rms_norm_kernel(T* x, const T* o, const float* __restrict__ 
 template <class T>
 __global__ void l2_norm_kernel(const T* x, float eps, float scale, T* y, int64_t n) {
   __shared__ float red[32];
+  pdl_wait();
+  pdl_trigger();
   const T* xr = x + blockIdx.x * n;
   T* yr = y + blockIdx.x * n;
   const float f = scale / sqrtf(row_sum_sq(xr, n, red) + eps);  // eps on the sum (HF l2norm)
@@ -65,6 +72,8 @@ __global__ void l2_norm_kernel(const T* x, float eps, float scale, T* y, int64_t
 template <class T>
 __global__ void gated_rms_norm_kernel(const T* x, const T* z, const float* __restrict__ w, float eps, T* y, int64_t n) {
   __shared__ float red[32];
+  pdl_wait();
+  pdl_trigger();
   const T* xr = x + blockIdx.x * n;
   const T* zr = z + blockIdx.x * n;
   T* yr = y + blockIdx.x * n;
@@ -82,9 +91,8 @@ void rms_norm_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, float ep
   dispatch_act("rms_norm", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (x.numel() == 0) return;
-    rms_norm_kernel<T><<<row_grid("rms_norm", x), norm_threads(x.cols()), 0, stream_of(ctx)>>>(
-        x.ptr<T>(), w.ptr<float>(), eps, w_offset, y.ptr<T>(), x.cols());
-    VI_CUDA_LAUNCH_CHECK();
+    VI_CUDA_CHECK(pdl_launch(rms_norm_kernel<T>, row_grid("rms_norm", x), norm_threads(x.cols()), 0, stream_of(ctx),
+                             x.ptr<T>(), w.ptr<float>(), eps, w_offset, y.ptr<T>(), x.cols()));
   });
 }
 
@@ -93,9 +101,9 @@ void add_rms_norm_cuda(ops::Context& ctx, Tensor& x, const Tensor& o, const Tens
   dispatch_act("add_rms_norm", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (x.numel() == 0) return;
-    add_rms_norm_kernel<T><<<row_grid("add_rms_norm", x), norm_threads(x.cols()), 0, stream_of(ctx)>>>(
-        x.ptr<T>(), o.ptr<T>(), w.ptr<float>(), eps, w_offset, y.ptr<T>(), x.cols());
-    VI_CUDA_LAUNCH_CHECK();
+    VI_CUDA_CHECK(pdl_launch(add_rms_norm_kernel<T>, row_grid("add_rms_norm", x), norm_threads(x.cols()), 0,
+                             stream_of(ctx), x.ptr<T>(), o.ptr<T>(), w.ptr<float>(), eps, w_offset, y.ptr<T>(),
+                             x.cols()));
   });
 }
 
@@ -103,9 +111,8 @@ void l2_norm_cuda(ops::Context& ctx, const Tensor& x, float eps, float scale, Te
   dispatch_act("l2_norm", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (x.numel() == 0) return;
-    l2_norm_kernel<T><<<row_grid("l2_norm", x), norm_threads(x.cols()), 0, stream_of(ctx)>>>(x.ptr<T>(), eps, scale,
-                                                                                          y.ptr<T>(), x.cols());
-    VI_CUDA_LAUNCH_CHECK();
+    VI_CUDA_CHECK(pdl_launch(l2_norm_kernel<T>, row_grid("l2_norm", x), norm_threads(x.cols()), 0, stream_of(ctx),
+                             x.ptr<T>(), eps, scale, y.ptr<T>(), x.cols()));
   });
 }
 
@@ -113,9 +120,8 @@ void gated_rms_norm_cuda(ops::Context& ctx, const Tensor& x, const Tensor& z, co
   dispatch_act("gated_rms_norm", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (x.numel() == 0) return;
-    gated_rms_norm_kernel<T><<<row_grid("gated_rms_norm", x), norm_threads(x.cols()), 0, stream_of(ctx)>>>(
-        x.ptr<T>(), z.ptr<T>(), w.ptr<float>(), eps, y.ptr<T>(), x.cols());
-    VI_CUDA_LAUNCH_CHECK();
+    VI_CUDA_CHECK(pdl_launch(gated_rms_norm_kernel<T>, row_grid("gated_rms_norm", x), norm_threads(x.cols()), 0,
+                             stream_of(ctx), x.ptr<T>(), z.ptr<T>(), w.ptr<float>(), eps, y.ptr<T>(), x.cols()));
   });
 }
 

@@ -3,6 +3,7 @@
 // __fadd_rn), never fused, like PyTorch's q*cos + rotate_half(q)*sin and the CPU kernel.
 // Positions on the device are read in place (the models' batch plan, also inside a recorded
 // step); host ones are copied to scratch first.
+#include "backends/cuda/pdl.cuh"
 #include "backends/cuda/rope.cuh"
 #include "ops/rope.h"
 
@@ -12,6 +13,8 @@ namespace {
 template <class T>
 __global__ void rope_kernel(T* x, const int32_t* __restrict__ pos, int64_t rows, int H, int D, int half, float theta,
                             int rot_dim) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t n = rows * half;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / half;
@@ -35,9 +38,9 @@ void rope_cuda(ops::Context& ctx, Tensor& x, const Tensor& pos, int rot_dim, flo
     Scratch dpos(ctx, on_device ? 0 : static_cast<size_t>(T_) * sizeof(int32_t));
     if (!on_device) upload_small(ctx, pos.data(), static_cast<size_t>(T_) * sizeof(int32_t), dpos);
     const int half = rot_dim / 2;
-    rope_kernel<T><<<blocks_for(T_ * H * half, 256), 256, 0, stream_of(ctx)>>>(
-        x.ptr<T>(), on_device ? pos.ptr<int32_t>() : dpos.as<int32_t>(), T_ * H, static_cast<int>(H), static_cast<int>(D), half, theta, rot_dim);
-    VI_CUDA_LAUNCH_CHECK();
+    VI_CUDA_CHECK(pdl_launch(rope_kernel<T>, blocks_for(T_ * H * half, 256), 256, 0, stream_of(ctx), x.ptr<T>(),
+                             on_device ? pos.ptr<int32_t>() : dpos.as<int32_t>(), T_ * H, static_cast<int>(H),
+                             static_cast<int>(D), half, theta, rot_dim));
   });
 }
 

@@ -3,6 +3,7 @@
 #include <climits>
 #include <vector>
 
+#include "backends/cuda/pdl.cuh"
 #include "backends/cuda/sample.cuh"
 #include "ops/sample.h"
 
@@ -78,6 +79,8 @@ __global__ void __launch_bounds__(kSampleThreads)
   __shared__ int32_t idx[kSampleSlice];
   __shared__ float red_v[32];
   __shared__ int32_t red_i[32];
+  pdl_wait();
+  pdl_trigger();
   const int r = blockIdx.y, m = blockIdx.x, M = gridDim.x;
   const int64_t base = int64_t(m) * kSampleSlice;
   const T* row = logits + int64_t(r) * V;
@@ -120,6 +123,8 @@ __global__ void __launch_bounds__(kSampleThreads)
   __shared__ int32_t idx[kSampleMaxCands];
   __shared__ float red_v[32];
   __shared__ int32_t red_i[32];
+  pdl_wait();
+  pdl_trigger();
   const int r = blockIdx.x;
   const SlicePartial* pr = part + int64_t(r) * M;
   float v = -INFINITY;
@@ -246,12 +251,11 @@ void sample_cuda(ops::Context& ctx, const Tensor& logits, const std::vector<ops:
   auto* d_part = reinterpret_cast<SlicePartial*>(d + o_part);
   auto* d_cand = reinterpret_cast<Cand*>(d + o_cand);
   auto* d_out = reinterpret_cast<ops::SampledToken*>(d + o_out);
-  sample_slice_kernel<T><<<dim3(static_cast<unsigned>(M), static_cast<unsigned>(R)), kSampleThreads, 0,
-                           stream_of(ctx)>>>(logits.ptr<T>(), V, d_pen, d_ps, d_k, k_stride, d_part, d_cand);
-  VI_CUDA_LAUNCH_CHECK();
-  sample_row_kernel<<<static_cast<unsigned>(R), kSampleThreads, 0, stream_of(ctx)>>>(
-      static_cast<int>(M), V, d_params, d_k, k_stride, d_part, d_cand, d_out);
-  VI_CUDA_LAUNCH_CHECK();
+  VI_CUDA_CHECK(pdl_launch(sample_slice_kernel<T>, dim3(static_cast<unsigned>(M), static_cast<unsigned>(R)),
+                           kSampleThreads, 0, stream_of(ctx), logits.ptr<T>(), V, d_pen, d_ps, d_k, k_stride, d_part,
+                           d_cand));
+  VI_CUDA_CHECK(pdl_launch(sample_row_kernel, static_cast<unsigned>(R), kSampleThreads, 0, stream_of(ctx),
+                           static_cast<int>(M), V, d_params, d_k, k_stride, d_part, d_cand, d_out));
   VI_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out, sizeof(ops::SampledToken) * R, cudaMemcpyDeviceToHost,
                                 stream_of(ctx)));
   VI_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));  // `out` and `host` are read/freed after return
