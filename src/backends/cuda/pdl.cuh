@@ -12,7 +12,10 @@
 //
 // pdl_trigger() lets the next kernel on the stream be launched early; it never lets that
 // kernel see this one's results early (its own pdl_wait() waits for this whole grid to
-// finish and its writes to be visible), so it may be called anywhere in a kernel.
+// finish and its writes to be visible), so it may be called anywhere in a kernel. The
+// converted kernels start with pdl_wait(); pdl_trigger();: the next kernel is launched while
+// this one runs, and its blocks do not occupy SMs while this one still waits for its own
+// predecessor (at most two grids overlap).
 //
 // Off (plain launches, full stream ordering) below compute capability 9.0, where the loaded
 // code is older than sm_90 (the CUDA 11.8 build's compute_70 PTX JIT-compiled on an H200
