@@ -7,6 +7,9 @@
 #       tests (both profiles, f32 and f16 activations), the GEMV benchmark (tests/bench/
 #       bench_cuda_gemv.cu), and, with voltinfer, decode rounds of a 27B-shaped Q4_K Qwen3.5 in
 #       both profiles. Logs and the benchmark's JSON lines go to LOG_DIR (default $OUT).
+#       BENCH_ARGS: extra benchmark arguments (e.g. "--dtypes q4_k --variants --tokens 1,4");
+#       NCU_KERNEL: a kernel-name regex to profile once with Nsight Compute (NCU_SHAPE: the
+#       benchmark shape it runs on, default 17408x5120), when ncu is on the machine.
 set -uo pipefail
 
 bundle() {
@@ -37,8 +40,17 @@ run() {
     echo "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$log/$t.log" | tr '\n' ' ')" | tee -a "$log/summary.txt"
     grep -E 'Failure|relative L2|FAILED  \]' "$log/$t.log" | head -8
   done
-  timeout "${BENCH_TIMEOUT:-150}" "$b/bin/bench_cuda_gemv" --json "$log/gemv.jsonl" > "$log/gemv_bench.txt" 2>&1
+  # shellcheck disable=SC2086
+  timeout "${BENCH_TIMEOUT:-150}" "$b/bin/bench_cuda_gemv" ${BENCH_ARGS:-} --json "$log/gemv.jsonl" > "$log/gemv_bench.txt" 2>&1
   echo "bench_cuda_gemv: rc=$?" | tee -a "$log/summary.txt"
+  if [ -n "${NCU_KERNEL:-}" ] && command -v ncu > /dev/null; then
+    # shellcheck disable=SC2086
+    timeout "${NCU_TIMEOUT:-120}" ncu --clock-control none --graph-profiling node -k "regex:$NCU_KERNEL" -s 3 -c 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+      --section MemoryWorkloadAnalysis "$b/bin/bench_cuda_gemv" ${BENCH_ARGS:-} --shapes "${NCU_SHAPE:-17408x5120}" \
+      --tokens 1 > "$log/ncu.txt" 2>&1
+    echo "ncu $NCU_KERNEL: rc=$?" | tee -a "$log/summary.txt"
+  fi
   if [ -x "$b/bin/voltinfer" ] && [ -z "${NO_E2E:-}" ]; then
     local m=/tmp/q27.gguf
     [ -f $m ] || "$b/bin/voltinfer" make-model --arch qwen3_5 --preset 27b --dtype q4_k --seed 1 -o $m > "$log/make_model.log" 2>&1

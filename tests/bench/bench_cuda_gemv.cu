@@ -14,6 +14,7 @@
 // differ from the default shape's. Bytes are those of the weight as prepared (Q4_KR: 148 per
 // 256 values, Q4_K's 144 in the file).
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -195,22 +196,22 @@ int main(int argc, char** argv) {
           auto gbs_at = [&](float us) { return (double(ws[0].nbytes()) + 2.0 * T * sh.K + 2.0 * T * sh.N) / (us * 1e-6) / 1e9; };
           if (variants && pn == "native" && vi::cuda::gemv_q4kr_supports(ctx, xt, ws[0])) {
             const vi::cuda::GemvQ4krShape def = vi::cuda::gemv_q4kr_default_shape(sh.N, sh.K);
-            for (vi::cuda::GemvQ4krShape v : vi::cuda::gemv_q4kr_shapes()) {
+            for (vi::cuda::GemvQ4krShape v : vi::cuda::gemv_q4kr_shapes(ctx)) {
               auto call = [&](const Tensor& w) { vi::cuda::gemv_q4kr(ctx, xt, w, yt, v); };
               const int64_t diff = differing(call);
               const float vus = timed_us(call);
               const double vgbs = gbs_at(vus);
-              std::printf("variant q4_kr  %-20s %7lld %6lld %2lld warps %d x %s%s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
-                          sh.what, (long long)sh.N, (long long)sh.K, (long long)T, v.warps, v.stage_x ? "staged" : "late",
-                          v.affine ? " affine" : "",
-                          v.warps == def.warps && v.stage_x == def.stage_x && v.affine == def.affine ? " (default)" : "", vus,
+              const bool is_def = v.warps == def.warps && v.stages == def.stages;
+              const std::string kind = v.stages > 0 ? fmt::format("bulk-copy ring of {} slots", v.stages) : "registers";
+              std::printf("variant q4_kr  %-20s %7lld %6lld %2lld warps %d x %s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
+                          sh.what, (long long)sh.N, (long long)sh.K, (long long)T, v.warps, kind.c_str(), is_def ? " (default)" : "", vus,
                           100.0 * vgbs / copy_gbs,
                           (long long)diff);
               if (jf)
                 std::fprintf(jf,
-                             "{\"variant\":\"w%d_x%d_a%d\",\"dtype\":\"q4_kr\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
+                             "{\"variant\":\"w%d_st%d\",\"dtype\":\"q4_kr\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
                              "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
-                             v.warps, v.stage_x ? 1 : 0, v.affine ? 1 : 0, (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
+                             v.warps, v.stages, (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
             }
           }
           if (variants && pn == "native" && vi::cuda::gemv_mma_supports(ctx, xt, ws[0])) {

@@ -1,81 +1,74 @@
 // Tensor-core decode GEMV on Q4_KR weights: see gemv_q4kr.cuh for the plan and the numerics.
 #include "backends/cuda/device.cuh"
-#include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
+#include "backends/cuda/mma_f16.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace vi::cuda {
 namespace {
 
-// One step (128 values of a row: half h of one super-block) of lane (g, c): sub-block 4h + c
-// of rows g and g + 8, and the activations of token g that meet it.
-template <bool XSTAGE>
-struct Stage {
-  uint4 q[2];             // the sub-block's 32 values (4 words), rows g and g + 8
-  uint32_t dd[2];         // (d, dmin) as f16
-  uint32_t sc[2], mn[2];  // the half's 4 scales and 4 mins, a byte each (this lane's: byte c)
-  uint4 x[XSTAGE ? 4 : 1];
-};
-
-template <bool XSTAGE>
-__device__ __forceinline__ void load_x(const __half* xs, int c, uint4* xv) {
-  // xs: token g at the step's first value, or null (a token past T: zeros).
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    xv[i] = xs ? __ldg(reinterpret_cast<const uint4*>(xs + 32 * c + 8 * i)) : make_uint4(0, 0, 0, 0);
-}
-
-// qs0/qs1: this lane's 16 quant bytes of rows g, g + 8; hd0/hd1: their super-block's header.
-template <bool XSTAGE>
-__device__ __forceinline__ void load_stage_at(const uint8_t* qs0, const uint8_t* qs1, const uint8_t* hd0,
-                                              const uint8_t* hd1, int h, const __half* xs, int c, Stage<XSTAGE>& st) {
-  const uint8_t* q[2] = {qs0, qs1};
-  const uint8_t* hd[2] = {hd0, hd1};
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    st.q[i] = __ldcs(reinterpret_cast<const uint4*>(q[i]));
-    st.dd[i] = __ldg(reinterpret_cast<const uint32_t*>(hd[i]));
-    st.sc[i] = __ldg(reinterpret_cast<const uint32_t*>(hd[i] + 4 + 8 * h));
-    st.mn[i] = __ldg(reinterpret_cast<const uint32_t*>(hd[i] + 8 + 8 * h));
-  }
-  if constexpr (XSTAGE) load_x<XSTAGE>(xs, c, st.x);
-}
-
-constexpr int kQsBytes = 4 * kQKK / 2;                           // a Q4_KR block's quants, then headers
+constexpr int kQsBytes = 4 * kQKK / 2;  // a Q4_KR block's quants, then its 4 headers
 constexpr int kHdrBytes = static_cast<int>(sizeof(BlockQ4_KRHeader));
-constexpr int kBlkBytes = static_cast<int>(sizeof(BlockQ4_KR));  // 8 steps of 128 values
-
-// Step s of rows r0, r1: block s / 8, super-block (s / 2) % 4, half s % 2.
-template <bool XSTAGE>
-__device__ __forceinline__ void load_stage(const uint8_t* r0, const uint8_t* r1, const __half* xs, int s, int c,
-                                           Stage<XSTAGE>& st) {
-  const size_t blk = static_cast<size_t>(s >> 3) * kBlkBytes;
-  const int sb = (s >> 1) & 3, h = s & 1;
-  const int qo = 128 * sb + 64 * h + 16 * c, ho = kQsBytes + kHdrBytes * sb;
-  load_stage_at(r0 + blk + qo, r1 + blk + qo, r0 + blk + ho, r1 + blk + ho, h, xs, c, st);
-}
+constexpr int kBlkBytes = static_cast<int>(sizeof(BlockQ4_KR));  // 1024 values of a row
+constexpr uint32_t kMagic = 0x64006400u;  // f16 0x64XX = 1024 + XX
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-// acc (rows g, g + 8 x tokens 2c, 2c + 1) += this step's products.
-//   A = sc·q exactly in f16 (≤ 945) from 1024 + q (or 1024 + 16q) by one f16 FMA, so t = Σ sc·q·x
-//   over the step in fp32; the mins enter through a second mma whose A is m everywhere:
-//   u = Σ m·x. The super-block scales follow once per step: acc += d·t − dmin·u.
-template <bool XSTAGE>
-__device__ __forceinline__ void compute_stage(const Stage<XSTAGE>& st, const __half* xs, int c, float acc[4]) {
-  constexpr uint32_t kLo = 0x000F000Fu, kHi = 0x00F000F0u, kMagic = 0x64006400u;  // f16 0x64XX = 1024 + XX
-  uint4 xl[XSTAGE ? 1 : 4];
-  if constexpr (!XSTAGE) load_x<XSTAGE>(xs, c, xl);
-  const uint4* xv = XSTAGE ? st.x : xl;
+// (v & MASK) | magic as one LOP3 (lut 0xEA = (a & b) | c). Written in C++ the compiler emits
+// two LOP3s, since an instruction holds one immediate; here magic comes in a register.
+template <uint32_t MASK>
+__device__ __forceinline__ uint32_t and_or(uint32_t v, uint32_t magic) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(v), "n"(MASK), "r"(magic));
+  return r;
+}
+
+// Half h of a super-block as lane (g, c) uses it: the 32 values of its sub-block 4h + c of
+// rows g (q[0]) and g + 8 (q[1]), and the half's 4 scale and 4 min bytes of each row (its own:
+// byte c).
+struct HalfSb {
+  uint4 q[2];
+  uint32_t sc[2], mn[2];
+};
+
+// q0/q1: this lane's 16 bytes of half 0 of rows g / g + 8 (half 1 is 64 bytes on); hd0/hd1:
+// the rows' super-block headers. Global memory (streamed once: evict-first) or shared memory.
+template <int H, bool GLOBAL>
+__device__ __forceinline__ void load_half(const uint8_t* q0, const uint8_t* q1, const uint8_t* hd0, const uint8_t* hd1,
+                                          HalfSb& st) {
+  auto q = [](const uint8_t* p) {
+    return GLOBAL ? __ldcs(reinterpret_cast<const uint4*>(p)) : *reinterpret_cast<const uint4*>(p);
+  };
+  auto u32 = [](const uint8_t* p) {
+    return GLOBAL ? __ldg(reinterpret_cast<const uint32_t*>(p)) : *reinterpret_cast<const uint32_t*>(p);
+  };
+  st.q[0] = q(q0 + 64 * H);
+  st.q[1] = q(q1 + 64 * H);
+  st.sc[0] = u32(hd0 + 4 + 8 * H);
+  st.sc[1] = u32(hd1 + 4 + 8 * H);
+  st.mn[0] = u32(hd0 + 8 + 8 * H);
+  st.mn[1] = u32(hd1 + 8 + 8 * H);
+}
+
+// t (+)= Σ sc·q·x and u (+)= Σ m·x over one half for rows g, g + 8 and tokens 2c, 2c + 1.
+//   A = sc·q exactly in f16 (≤ 945) from 1024 + q (or 1024 + 16q) by one f16 FMA; the mins
+//   through a second mma whose A is m everywhere. d and dmin follow once per super-block.
+// xs: token g's 32 activations at this lane's sub-block; sel picks byte c of a header word.
+template <bool FIRST>
+__device__ __forceinline__ void mma_half(const HalfSb& st, const __half* xs, uint32_t sel, uint32_t magic, float t[4],
+                                         float u[4]) {
+  uint4 xv[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) xv[i] = __ldg(reinterpret_cast<const uint4*>(xs + 8 * i));
   const __half2 k1024 = __float2half2_rn(1024.0f), kNeg1024 = __float2half2_rn(-1024.0f);
   const __half2 kSixteenth = __float2half2_rn(0.0625f);
-  // This lane's sub-block scale and min of rows g, g + 8 as f16 pairs: byte c of each word put
-  // under 0x64 is 1024 + byte; minus 1024 is the byte, exactly.
-  const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
-  __half2 sc[2], sc16[2], neg[2], neg16[2], mn[2];
+  __half2 sc[2], sc16[2], neg[2], neg16[2];
+  uint32_t mn[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
+    // byte c under 0x64 is 1024 + byte; minus 1024 is the byte, exactly.
     sc[r] = __hsub2(as_h2(__byte_perm(st.sc[r], 0x64u, sel)), k1024);
-    mn[r] = __hsub2(as_h2(__byte_perm(st.mn[r], 0x64u, sel)), k1024);
+    mn[r] = as_u32(__hsub2(as_h2(__byte_perm(st.mn[r], 0x64u, sel)), k1024));
     neg[r] = __hmul2(sc[r], kNeg1024);     // −1024·sc: exact (≤ 64512)
     sc16[r] = __hmul2(sc[r], kSixteenth);  // for the 1024 + 16q pairs: exact
     neg16[r] = __hmul2(sc16[r], kNeg1024);
@@ -83,91 +76,44 @@ __device__ __forceinline__ void compute_stage(const Stage<XSTAGE>& st, const __h
   uint32_t a[2][4];
   auto scaled = [&](uint32_t w, int r) {  // the word's four pairs as sc·q
     const uint32_t w8 = w >> 8;
-    a[r][0] = as_u32(__hfma2(as_h2((w & kLo) | kMagic), sc[r], neg[r]));     // values 0, 1
-    a[r][1] = as_u32(__hfma2(as_h2((w & kHi) | kMagic), sc16[r], neg16[r])); // values 2, 3
-    a[r][2] = as_u32(__hfma2(as_h2((w8 & kLo) | kMagic), sc[r], neg[r]));    // values 4, 5
-    a[r][3] = as_u32(__hfma2(as_h2((w8 & kHi) | kMagic), sc16[r], neg16[r]));// values 6, 7
+    a[r][0] = as_u32(__hfma2(as_h2(and_or<0x000F000Fu>(w, magic)), sc[r], neg[r]));      // values 0, 1
+    a[r][1] = as_u32(__hfma2(as_h2(and_or<0x00F000F0u>(w, magic)), sc16[r], neg16[r]));  // values 2, 3
+    a[r][2] = as_u32(__hfma2(as_h2(and_or<0x000F000Fu>(w8, magic)), sc[r], neg[r]));     // values 4, 5
+    a[r][3] = as_u32(__hfma2(as_h2(and_or<0x00F000F0u>(w8, magic)), sc16[r], neg16[r])); // values 6, 7
   };
-  const uint32_t m0 = as_u32(mn[0]), m1 = as_u32(mn[1]);
-  float t[4], u[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     scaled(word(st.q[0], i), 0);
     scaled(word(st.q[1], i), 1);
     // Values 8i .. 8i+7 of the sub-block: pairs (0,1), (2,3) meet xv[i].x, .y in one mma,
     // (4,5), (6,7) meet .z, .w in the next.
-    if (i == 0) {
+    if (FIRST && i == 0) {
       mma_16816_z(t, a[0][0], a[1][0], a[0][1], a[1][1], xv[i].x, xv[i].y);
-      mma_16816_z(u, m0, m1, m0, m1, xv[i].x, xv[i].y);
+      mma_16816_z(u, mn[0], mn[1], mn[0], mn[1], xv[i].x, xv[i].y);
     } else {
       mma_16816(t, a[0][0], a[1][0], a[0][1], a[1][1], xv[i].x, xv[i].y);
-      mma_16816(u, m0, m1, m0, m1, xv[i].x, xv[i].y);
+      mma_16816(u, mn[0], mn[1], mn[0], mn[1], xv[i].x, xv[i].y);
     }
     mma_16816(t, a[0][2], a[1][2], a[0][3], a[1][3], xv[i].z, xv[i].w);
-    mma_16816(u, m0, m1, m0, m1, xv[i].z, xv[i].w);
+    mma_16816(u, mn[0], mn[1], mn[0], mn[1], xv[i].z, xv[i].w);
   }
-  const float2 dm0 = __half22float2(as_h2(st.dd[0])), dm1 = __half22float2(as_h2(st.dd[1]));
+}
+
+// acc += d·t − dmin·u for rows g (acc[0..1]) and g + 8 (acc[2..3]); dd: each row's (d, dmin).
+__device__ __forceinline__ void apply_scales(const uint32_t dd[2], const float t[4], const float u[4], float acc[4]) {
+  const float2 dm0 = __half22float2(as_h2(dd[0])), dm1 = __half22float2(as_h2(dd[1]));
   acc[0] = fmaf(dm0.x, t[0], fmaf(-dm0.y, u[0], acc[0]));
   acc[1] = fmaf(dm0.x, t[1], fmaf(-dm0.y, u[1], acc[1]));
   acc[2] = fmaf(dm1.x, t[2], fmaf(-dm1.y, u[2], acc[2]));
   acc[3] = fmaf(dm1.x, t[3], fmaf(-dm1.y, u[3], acc[3]));
 }
 
-// Grid: ceil(N / 16) blocks of 32 * WARPS threads; warp w takes steps w, w + WARPS, ... of K,
-// two in flight (ping-pong). Registers budgeted for 16 warps per SM (128 a thread).
-// AFFINE (WARPS 4 or 8): a warp's steps sit at fixed byte distances (the pair s, s + WARPS
-// kPair bytes apart, the next pair kIter further), so the loads take one row pointer each and
-// immediate offsets, instead of the 64-bit address arithmetic per load that the ncu run
-// counted (docs/notes/gemv.md, run 9).
-template <int WARPS, bool XSTAGE, bool AFFINE>
-__global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
-    gemv_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
-                     __half* __restrict__ y, int n_tok, int64_t N, int steps, int64_t K) {
-  static_assert(!AFFINE || WARPS == 4 || WARPS == 8, "affine addressing needs 4 or 8 warps");
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int64_t n0 = int64_t(blockIdx.x) * 16;
-  // Rows past N read row N - 1 (their results are never stored): every load is in bounds.
-  const uint8_t* r0 = w + static_cast<size_t>(min(n0 + g, N - 1)) * row_bytes;
-  const uint8_t* r1 = w + static_cast<size_t>(min(n0 + g + 8, N - 1)) * row_bytes;
-  const __half* xg = g < n_tok ? x + static_cast<int64_t>(g) * K : nullptr;
-  auto xs = [&](int s) { return xg ? xg + static_cast<int64_t>(s) * 128 : nullptr; };
-
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  Stage<XSTAGE> st0, st1;
-  if constexpr (AFFINE) {
-    // Step warp (< 8: block 0) is super-block (warp / 2) % 4, half warp % 2. With 4 warps its
-    // partner (step + 4) is 2 super-blocks on in the same block; with 8, the same place in the
-    // next block.
-    constexpr int kPairQ = WARPS == 4 ? 2 * 128 : kBlkBytes, kPairH = WARPS == 4 ? 2 * kHdrBytes : kBlkBytes;
-    constexpr int kIter = (WARPS / 4) * kBlkBytes;
-    const int h = warp & 1, sb = (warp >> 1) & 3;
-    const uint8_t* q0 = r0 + 128 * sb + 64 * h + 16 * c;
-    const uint8_t* q1 = r1 + 128 * sb + 64 * h + 16 * c;
-    const uint8_t* h0 = r0 + kQsBytes + kHdrBytes * sb;
-    const uint8_t* h1 = r1 + kQsBytes + kHdrBytes * sb;
-    if (warp < steps) load_stage_at(q0, q1, h0, h1, h, xs(warp), c, st0);
-    for (int s = warp; s < steps; s += 2 * WARPS) {
-      if (s + WARPS < steps) load_stage_at(q0 + kPairQ, q1 + kPairQ, h0 + kPairH, h1 + kPairH, h, xs(s + WARPS), c, st1);
-      compute_stage(st0, xs(s), c, acc);
-      if (s + 2 * WARPS < steps) load_stage_at(q0 + kIter, q1 + kIter, h0 + kIter, h1 + kIter, h, xs(s + 2 * WARPS), c, st0);
-      if (s + WARPS < steps) compute_stage(st1, xs(s + WARPS), c, acc);
-      q0 += kIter;
-      q1 += kIter;
-      h0 += kIter;
-      h1 += kIter;
-    }
-  } else {
-    if (warp < steps) load_stage(r0, r1, xs(warp), warp, c, st0);
-    for (int s = warp; s < steps; s += 2 * WARPS) {
-      if (s + WARPS < steps) load_stage(r0, r1, xs(s + WARPS), s + WARPS, c, st1);
-      compute_stage(st0, xs(s), c, acc);
-      if (s + 2 * WARPS < steps) load_stage(r0, r1, xs(s + 2 * WARPS), s + 2 * WARPS, c, st0);
-      if (s + WARPS < steps) compute_stage(st1, xs(s + WARPS), c, acc);
-    }
-  }
-
-  // acc[i]: row g + 8 (i >> 1), token 2c + (i & 1). The warps' partial sums meet in shared memory.
-  __shared__ float red[WARPS][4][32];
+// The WARPS warps' sums meet in shared memory; y[tok, n0 + row] for the tile's rows < N and
+// tokens < n_tok. acc[i]: row g + 8 (i >> 1), token 2c + (i & 1). Every thread calls it.
+template <int WARPS>
+__device__ __forceinline__ void reduce_store(const float acc[4], float (*red)[4][32], __half* y, int64_t n0, int64_t N,
+                                             int n_tok) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[i];
   __syncthreads();
@@ -182,59 +128,215 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
   }
 }
 
-template <int WARPS, bool XSTAGE, bool AFFINE = false>
-void launch_k(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
-  const int64_t N = w.dim(0), K = w.dim(1);
-  gemv_q4kr_kernel<WARPS, XSTAGE, AFFINE><<<static_cast<unsigned>((N + 15) / 16), 32 * WARPS, 0, stream_of(ctx)>>>(
-      w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(), static_cast<int>(x.rows()), N,
-      static_cast<int>(K / 128), K);
-  VI_CUDA_LAUNCH_CHECK();
+// ---- Register kernel (sm_80+) ----
+// A block of WARPS warps (a multiple of 4) owns a tile of 16 rows; warp w takes super-blocks
+// w, w + WARPS, ... — always position w % 4 of a Q4_KR block, so its next super-block is one
+// fixed distance on: a pointer increment and immediate offsets, no address arithmetic per load.
+// Both halves of a super-block go through the same lane, so d and dmin are applied once per
+// 256 values; half 1 loads while half 0 multiplies, and the next half 0 while half 1 does.
+// Rows past N read row N - 1 and tokens past T token T - 1 (mma columns never stored), so every
+// load is in bounds without a test per step.
+template <int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
+    gemv_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
+                     __half* __restrict__ y, int n_tok, int64_t N, int n_sb, int64_t K, uint32_t magic) {
+  static_assert(WARPS % 4 == 0, "a warp keeps one position of the 4-super-block Q4_KR block");
+  pdl_wait();
+  pdl_trigger();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int64_t n0 = int64_t(blockIdx.x) * 16;
+  const size_t first = static_cast<size_t>(warp >> 2) * kBlkBytes;
+  const int pos = warp & 3;
+  const uint8_t* r0 = w + static_cast<size_t>(min(n0 + g, N - 1)) * row_bytes + first;
+  const uint8_t* r1 = w + static_cast<size_t>(min(n0 + g + 8, N - 1)) * row_bytes + first;
+  const uint8_t* q0 = r0 + 128 * pos + 16 * c;
+  const uint8_t* q1 = r1 + 128 * pos + 16 * c;
+  const uint8_t* h0 = r0 + kQsBytes + kHdrBytes * pos;
+  const uint8_t* h1 = r1 + kQsBytes + kHdrBytes * pos;
+  const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
+  constexpr int kStride = (WARPS / 4) * kBlkBytes;  // bytes from one of the warp's super-blocks to the next
+  const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
+
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  HalfSb st0, st1;
+  if (warp < n_sb) load_half<0, true>(q0, q1, h0, h1, st0);
+  for (int s = warp; s < n_sb; s += WARPS) {
+    load_half<1, true>(q0, q1, h0, h1, st1);
+    const uint32_t dd[2] = {__ldg(reinterpret_cast<const uint32_t*>(h0)), __ldg(reinterpret_cast<const uint32_t*>(h1))};
+    float t[4], u[4];
+    mma_half<true>(st0, xs, sel, magic, t, u);
+    if (s + WARPS < n_sb) load_half<0, true>(q0 + kStride, q1 + kStride, h0 + kStride, h1 + kStride, st0);
+    mma_half<false>(st1, xs + 128, sel, magic, t, u);
+    apply_scales(dd, t, u, acc);
+    q0 += kStride;
+    q1 += kStride;
+    h0 += kStride;
+    h1 += kStride;
+    xs += 256 * WARPS;
+  }
+  __shared__ float red[WARPS][4][32];
+  reduce_store<WARPS>(acc, red, y, n0, N, n_tok);
 }
 
-constexpr int kWarpChoices[] = {2, 4, 8};
+// ---- Bulk-copy ring kernel (sm_90, CUDA 12+) ----
+// What bounds the register kernel (ncu, docs/notes/gemv.md run 10): latency. The bytes in flight
+// are the registers of one half super-block per warp (~16 KB per SM at 16 warps), and stalls on
+// those loads are half of all cycles. Here the weights travel by the copy engine into a ring of
+// STAGES shared-memory slots, each one Q4_KR block (1024 values) of the tile's 16 rows, filled
+// with one bulk copy per row (cp.async.bulk, completion counted in bytes on an mbarrier): up to
+// STAGES x 11 KB in flight per block with no registers held. The 4 warps read their super-block
+// (position = warp) of each slot from shared memory and multiply as the register kernel does.
+// Slot rows are kPitch bytes apart (592 + 112): rows g and g + 1 then start 64 bytes apart in
+// the bank space, so a quarter-warp's 16-byte reads of two rows do not collide.
+constexpr int kPitch = 704;
+constexpr int kSlotBytes = 16 * kPitch;
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDACC_VER_MAJOR__ >= 12
+#define VI_Q4KR_BULK 1
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  }
+}
+// bytes from global src to shared dst (both 16-byte aligned, bytes a multiple of 16); their
+// arrival counts on bar.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+#endif
+
+template <int STAGES>
+__global__ void __launch_bounds__(128)
+    gemv_q4kr_bulk_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
+                          __half* __restrict__ y, int n_tok, int64_t N, int n_blk, int64_t K, uint32_t magic) {
+#ifdef VI_Q4KR_BULK
+  __shared__ __align__(128) uint8_t ring[STAGES][kSlotBytes];
+  __shared__ uint64_t full[STAGES];
+  __shared__ float red[4][4][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int64_t n0 = int64_t(blockIdx.x) * 16;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) mbar_init(&full[s], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  pdl_wait();
+  pdl_trigger();
+  // Warp 0 fills the slots: lane r < 16 copies row r's block (rows past N: row N - 1).
+  const uint8_t* src = w + static_cast<size_t>(min(n0 + (lane & 15), N - 1)) * row_bytes;
+  auto fill = [&](int blk) {
+    const int s = blk % STAGES;
+    if (lane == 0) mbar_expect_tx(&full[s], 16 * kBlkBytes);
+    __syncwarp();
+    if (lane < 16) bulk_copy(&ring[s][lane * kPitch], src + static_cast<size_t>(blk) * kBlkBytes, kBlkBytes, &full[s]);
+  };
+  if (warp == 0)
+    for (int b = 0; b < min(STAGES, n_blk); ++b) fill(b);
+
+  const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
+  const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
+  const int qo = g * kPitch + 128 * warp + 16 * c, ho = g * kPitch + kQsBytes + kHdrBytes * warp;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int b = 0; b < n_blk; ++b) {
+    const int s = b % STAGES;
+    mbar_wait(&full[s], static_cast<uint32_t>(b / STAGES) & 1u);
+    const uint8_t* slot = ring[s];
+    HalfSb st0, st1;
+    load_half<0, false>(slot + qo, slot + qo + 8 * kPitch, slot + ho, slot + ho + 8 * kPitch, st0);
+    load_half<1, false>(slot + qo, slot + qo + 8 * kPitch, slot + ho, slot + ho + 8 * kPitch, st1);
+    const uint32_t dd[2] = {*reinterpret_cast<const uint32_t*>(slot + ho),
+                            *reinterpret_cast<const uint32_t*>(slot + ho + 8 * kPitch)};
+    __syncthreads();  // every warp has its part of slot s in registers: warp 0 may refill it
+    if (warp == 0 && b + STAGES < n_blk) fill(b + STAGES);
+    float t[4], u[4];
+    mma_half<true>(st0, xs, sel, magic, t, u);
+    mma_half<false>(st1, xs + 128, sel, magic, t, u);
+    apply_scales(dd, t, u, acc);
+    xs += 1024;
+  }
+  reduce_store<4>(acc, red, y, n0, N, n_tok);
+#else
+  __trap();
+#endif
+}
+
+template <int WARPS>
+void launch_regs(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_kernel<WARPS>, dim3(static_cast<unsigned>((N + 15) / 16)), dim3(32 * WARPS), 0,
+                           stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
+                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic));
+}
+
+template <int STAGES>
+void launch_bulk(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_bulk_kernel<STAGES>, dim3(static_cast<unsigned>((N + 15) / 16)), dim3(128), 0,
+                           stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
+                           static_cast<int>(x.rows()), N, static_cast<int>(K / (4 * kQKK)), K, kMagic));
+}
+
+// The bulk kernel: sm_90 code on the device, and a toolkit that has the instructions.
+bool bulk_ok(const ops::Context& ctx) {
+#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ >= 12
+  return sm80_code(ctx) && current_device().code_cc >= 90;
+#else
+  (void)ctx;
+  return false;
+#endif
+}
 
 }  // namespace
 
 GemvQ4krShape gemv_q4kr_default_shape(int64_t N, int64_t K) {
-  // The fastest shape measured on the H200 at the 27B shapes (docs/notes/gemv.md, run 9):
-  // 4 warps per block everywhere; activations loaded when a step multiplies on deep matrices
-  // (FFN up/gate, head: 23.7 vs 27.7 us staged, T = 1) and a step ahead on 5120-row ones.
-  return {K / 128 >= 8 ? 4 : 2, N < 8192};
+  // The fastest shape measured on the H200 at the 27B shapes (docs/notes/gemv.md, run 10):
+  // the register kernel with 4 warps per block at every shape and T = 1 and 4 (against 8
+  // warps, against L2 prefetching and cluster K splits).
+  (void)N;
+  (void)K;
+  return {4, 0};
 }
 
-std::vector<GemvQ4krShape> gemv_q4kr_shapes() {
-  std::vector<GemvQ4krShape> v;
-  for (int wv : kWarpChoices)
-    for (bool xs : {false, true}) v.push_back({wv, xs});
-  for (int wv : {4, 8})
-    for (bool xs : {false, true}) v.push_back({wv, xs, true});
+std::vector<GemvQ4krShape> gemv_q4kr_shapes(const ops::Context& ctx) {
+  std::vector<GemvQ4krShape> v = {{4, 0}, {8, 0}};
+  if (bulk_ok(ctx))
+    for (int st : {2, 3, 4}) v.push_back({4, st});
   return v;
 }
 
 bool gemv_q4kr_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
   if (!sm80_code(ctx) || w.dtype() != DType::Q4_KR) return false;
   if (x.dtype() != DType::F16 || x.rows() < 1 || x.rows() > 8) return false;
-  // 16-byte weight and activation loads; K / 128 steps fit an int.
+  // 16-byte weight and activation loads (and bulk copies); K / 256 super-blocks fit an int.
   return w.dim(1) < (int64_t(1) << 31) && w.row_bytes() % 16 == 0 && is_aligned(w.data(), 16) &&
          is_aligned(x.data(), 16);
 }
 
 void gemv_q4kr(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvQ4krShape shape) {
   if (shape.warps == 0) shape = gemv_q4kr_default_shape(w.dim(0), w.dim(1));
-  switch (shape.warps * 100 + (shape.stage_x ? 10 : 0) + (shape.affine ? 1 : 0)) {
-    case 200: launch_k<2, false>(ctx, x, w, y); break;
-    case 210: launch_k<2, true>(ctx, x, w, y); break;
-    case 400: launch_k<4, false>(ctx, x, w, y); break;
-    case 410: launch_k<4, true>(ctx, x, w, y); break;
-    case 401: launch_k<4, false, true>(ctx, x, w, y); break;
-    case 411: launch_k<4, true, true>(ctx, x, w, y); break;
-    case 800: launch_k<8, false>(ctx, x, w, y); break;
-    case 810: launch_k<8, true>(ctx, x, w, y); break;
-    case 801: launch_k<8, false, true>(ctx, x, w, y); break;
-    case 811: launch_k<8, true, true>(ctx, x, w, y); break;
-    default:
-      VI_FAIL("gemv_q4kr: no kernel for {} warps{}{}", shape.warps, shape.stage_x ? "" : " without staged activations",
-              shape.affine ? " with affine addressing" : "");
+  if (shape.stages > 0 && !bulk_ok(ctx)) VI_FAIL("gemv_q4kr: the bulk-copy kernel needs sm_90 code and CUDA 12+");
+  switch (shape.warps * 10 + shape.stages) {
+    case 40: launch_regs<4>(ctx, x, w, y); break;
+    case 80: launch_regs<8>(ctx, x, w, y); break;
+    case 42: launch_bulk<2>(ctx, x, w, y); break;
+    case 43: launch_bulk<3>(ctx, x, w, y); break;
+    case 44: launch_bulk<4>(ctx, x, w, y); break;
+    default: VI_FAIL("gemv_q4kr: no kernel for {} warps and {} ring stages", shape.warps, shape.stages);
   }
 }
 

@@ -6,36 +6,35 @@
 // per weight value (ncu on the H200: integer pipe 51% busy at 37% of DRAM bandwidth, 128
 // registers with spills, 16 warps per SM), most of them unpacking 6-bit scales and pairing
 // nibbles. Here lane c of a row group takes a whole sub-block (32 values, one scale and one
-// min) per step, so the scale is decoded once per 32 values, not per 8:
+// min) at a time, so the scale is decoded once per 32 values, not per 8:
 //   A = sc·q, exact in f16 (≤ 945), from the nibble pair under 0x6400 (1024 + q, or
-//       1024 + 16q) by one f16 FMA; t = Σ sc·q·x over the step in the fp32 mma accumulators;
+//       1024 + 16q) by one f16 FMA; t = Σ sc·q·x over a super-block in the fp32 mma accumulators;
 //   the mins through a second mma whose A holds m: u = Σ m·x;
-//   acc += d·t − dmin·u once per step (128 values), in fp32.
+//   acc += d·t − dmin·u once per super-block (256 values), in fp32.
 // Every product and sum is exact or fp32, so the only rounding of note is the f16 output:
 // closer to the CPU than dequantizing each weight to f16 (the other GEMVs).
 //
-// Work layout (gemv_q4kr.cu): a block of WARPS warps owns one tile of 16 rows and splits K in
-// steps of 128 values (half a super-block) round-robin over its warps, two steps in flight per
-// warp; lane (g, c) reads 16 bytes of rows g and g + 8 per step and the two headers. The warps'
-// partial sums meet in shared memory.
+// Work layout (gemv_q4kr.cu): a block owns a tile of 16 rows; its warps take whole super-blocks
+// of K round-robin (lane (g, c): sub-block c of each half, rows g and g + 8), and their
+// partial sums meet in shared memory. Two kernels: weights loaded into registers one half
+// super-block ahead (sm_80+), or streamed by bulk copies through a ring of shared-memory slots
+// (sm_90).
 #pragma once
 
 #include "ops/registry.h"  // host-only: the op tests and the benchmark include this header
 
 namespace vi::cuda {
 
-// Warps per block (K split) and whether a step's activations load with its weights (one
-// step ahead) or when it multiplies. warps 0: chosen by shape.
-// affine: loads from one row pointer and immediate offsets (4 or 8 warps only; not yet measured,
-// so not a default).
+// warps: per block (4 or 8) for the register kernel; stages > 0: the bulk-copy ring kernel
+// with that many slots (2..4; 4 warps; sm_90 and CUDA 12+). {0, 0}: chosen by shape.
 struct GemvQ4krShape {
   int warps = 0;
-  bool stage_x = true;
-  bool affine = false;
+  int stages = 0;
 };
 GemvQ4krShape gemv_q4kr_default_shape(int64_t N, int64_t K);
-// Every compiled shape, for the benchmark's --variants.
-std::vector<GemvQ4krShape> gemv_q4kr_shapes();
+// Every shape compiled and runnable on the current device, for the tests and the benchmark's
+// --variants.
+std::vector<GemvQ4krShape> gemv_q4kr_shapes(const ops::Context& ctx);
 
 // Whether gemv_q4kr can take this call (profile, device, dtypes, T, alignment).
 bool gemv_q4kr_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);

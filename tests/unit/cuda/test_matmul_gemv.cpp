@@ -126,11 +126,11 @@ TEST_P(MatmulGemv, EveryWorkShapeOfTheTensorCoreGemv) {
 // Q4_K rows of whole 1024-value groups become Q4_KR: the tensor-core GEMV of gemv_q4kr.cu in
 // the native profile with f16 activations (every work shape it has), the CUDA-core GEMV and
 // the GEMM path (T = 9, 17) everywhere else, all against the CPU on the Q4_K original. N = 97
-// leaves a partial 16-row tile; K = 1024 is 8 steps (fewer than the warps of some shapes),
-// 3072 is 24. Weights of magnitude 0.02 put the f16 scales far below 1.
+// leaves a partial 16-row tile; K = 1024 is 4 super-blocks (fewer than the warps of some shapes),
+// 3072 is 24, 7168 is 28 super-blocks (uneven over 8 warps; 7 blocks: the ring wraps). Weights of magnitude 0.02 put the f16 scales far below 1.
 TEST_P(MatmulGemv, Q4KRepackedEveryPathAndWorkShape) {
   const int64_t N = 97;
-  for (int64_t K : {1024, 3072}) {
+  for (int64_t K : {1024, 3072, 7168}) {
     for (float scale : {1.0f, 0.02f}) {
       Tensor w = rand_weight(DType::Q4_K, N, K, scale);
       Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
@@ -139,18 +139,19 @@ TEST_P(MatmulGemv, Q4KRepackedEveryPathAndWorkShape) {
       EXPECT_EQ(dw.row_bytes(), static_cast<size_t>(K / 256 * 148));
       for (int64_t T : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17})
         check(w, dw, T, 4.0f, fmt::format("q4_kr scale {}", scale));
-      for (int64_t T : {1, 4, 8}) {
+      for (int64_t T : {1, 3, 4, 8}) {
         Tensor x = rand_f32({T, K}, act(), -4.0f, 4.0f);
         Tensor dx = up(x);
         if (!cuda::gemv_q4kr_supports(g, dx, dw)) continue;  // volta profile / f32: covered by check()
         Tensor ref = Tensor::empty(DType::F32, {T, N});
         ops::matmul(cpu, x, w, ref);
-        for (cuda::GemvQ4krShape v : cuda::gemv_q4kr_shapes()) {
+        for (cuda::GemvQ4krShape v : cuda::gemv_q4kr_shapes(g)) {
           Tensor nan = Tensor::empty(DType::F32, {T, N});
           for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
           Tensor dy = up(nan);
           cuda::gemv_q4kr(g, dx, dw, dy, v);
-          EXPECT_CLOSE(down(dy), ref, 4e-3, fmt::format("q4_kr K={} T={} warps {} x staged {} affine {}", K, T, v.warps, v.stage_x, v.affine));
+          EXPECT_CLOSE(down(dy), ref, 4e-3,
+                       fmt::format("q4_kr K={} T={} warps {} ring stages {}", K, T, v.warps, v.stages));
         }
       }
     }
