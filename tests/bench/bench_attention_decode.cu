@@ -5,7 +5,8 @@
 // profiles, and the split kernels (the CUDA-core one, the tensor-core register-prefetch one
 // "tc-registers", the cp.async ring kernel "tc-ring" (native profile, else the register one),
 // the warp-split kernel "tc-warps" (i8 pools, <= 16 rows, native profile; no line where it
-// does not fit) and the tensor-core default "tensor-core" (the ring kernel for i8 pools);
+// does not fit) and the tensor-core default "tensor-core" (i8 pools: the warp-split kernel
+// where it fits, else the ring kernel);
 // forced through cuda::set_decode_tc_min_rows / set_decode_tc_ring / set_decode_tc_warps;
 // "auto" is whichever the default thresholds pick). Per line: the time relative to T = 1 on the same
 // kernel and against the best T = 1 so far, and the relative L2 difference of the kernel's
@@ -140,8 +141,9 @@ int main(int argc, char** argv) {
           };
           // Paths: the CUDA-core kernel, the tensor-core register-prefetch kernel (the only
           // one before the ring kernel; what the volta profile runs), the cp.async ring
-          // kernel forced where it fits (native profile), and the tensor-core default
-          // (cuda::DecodeTcRing::kAuto: the ring kernel for i8 pools).
+          // kernel forced where it fits (native profile), the warp-split kernel forced where
+          // it fits, and the tensor-core default (kAuto: for i8 pools the warp-split kernel
+          // where it fits, else the ring kernel).
           auto force = [](const std::string& path) {
             const bool tc = path != "cuda-core";
             vi::cuda::set_decode_tc_min_rows(tc ? 1 : INT_MAX);

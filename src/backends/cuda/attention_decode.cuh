@@ -75,11 +75,13 @@ bool decode_tc_ring_fits(const ops::Context& ctx, const DecodeArgs& a);
 // code): i8 K and V, T * (Hq / Hkv) <= 16 rows, D a multiple of 16, 16-byte aligned pools.
 // Each warp streams its own keys with its own running max and O in registers, so its key
 // loop has no block barrier; decode_split_tc takes it before the ring kernel when it fits.
-// kAuto takes it only when kDecodeTcWarpsByDefault is true (compiled only, not measured
-// yet: docs/notes/decode_attention.md); kAlways / kNever force it where it fits / never
-// (tests, benchmarks). Process-wide.
+// kAuto takes it where it fits (kDecodeTcWarpsByDefault): on the H200 (2026-11-30, one layer
+// Hq 24, Hkv 4, D 256, i8 K and V, graph us) it beat the ring kernel at every point that
+// fits: 8K T = 1 43.7 -> 24.5, T = 2 46.6 -> 26.9; 128K T = 1 257.3 -> 111.7 (2441 GB/s),
+// T = 2 260.3 -> 115.1; docs/notes/decode_attention.md. kAlways / kNever force it where it
+// fits / never (tests, benchmarks). Process-wide.
 enum class DecodeTcWarps { kAuto, kAlways, kNever };
-constexpr bool kDecodeTcWarpsByDefault = false;
+constexpr bool kDecodeTcWarpsByDefault = true;
 void set_decode_tc_warps(DecodeTcWarps mode);
 DecodeTcWarps decode_tc_warps();
 bool decode_tc_warps_fits(const ops::Context& ctx, const DecodeArgs& a);

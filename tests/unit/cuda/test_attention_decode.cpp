@@ -328,7 +328,7 @@ TEST_P(AttentionDecode, TensorCoreFits) {
   a.v_dtype = DType::F16;  // f16 pools: the ring kernel only when forced
   EXPECT_FALSE(cuda::decode_tc_ring_fits(g, a));
   EXPECT_FALSE(cuda::decode_tc_warps_fits(g, a));
-  // The warp-split kernel: off by default; forced, i8 K and V with <= 16 rows only.
+  // The warp-split kernel: by default (kDecodeTcWarpsByDefault) and forced, i8 K and V with <= 16 rows only.
   a.k_dtype = a.v_dtype = DType::I8, a.T = 2;  // 12 rows
   EXPECT_EQ(cuda::decode_tc_warps_fits(g, a), cuda::kDecodeTcWarpsByDefault && ring_here);
   cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAlways);
