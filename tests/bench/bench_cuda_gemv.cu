@@ -195,23 +195,25 @@ int main(int argc, char** argv) {
           };
           auto gbs_at = [&](float us) { return (double(ws[0].nbytes()) + 2.0 * T * sh.K + 2.0 * T * sh.N) / (us * 1e-6) / 1e9; };
           if (variants && pn == "native" && vi::cuda::gemv_q4kr_supports(ctx, xt, ws[0])) {
-            const vi::cuda::GemvQ4krShape def = vi::cuda::gemv_q4kr_default_shape(sh.N, sh.K);
+            const vi::cuda::GemvQ4krShape def = vi::cuda::gemv_q4kr_default_shape(ctx, sh.N, sh.K);
             for (vi::cuda::GemvQ4krShape v : vi::cuda::gemv_q4kr_shapes(ctx)) {
               auto call = [&](const Tensor& w) { vi::cuda::gemv_q4kr(ctx, xt, w, yt, v); };
               const int64_t diff = differing(call);
               const float vus = timed_us(call);
               const double vgbs = gbs_at(vus);
-              const bool is_def = v.warps == def.warps && v.stages == def.stages;
-              const std::string kind = v.stages > 0 ? fmt::format("bulk-copy ring of {} slots", v.stages) : "registers";
+              const bool is_def = v.warps == def.warps && v.stages == def.stages && v.depth == def.depth;
+              const std::string kind = v.stages > 0  ? fmt::format("bulk-copy ring of {} slots", v.stages)
+                                       : v.depth > 0 ? fmt::format("registers, {} super-blocks ahead", v.depth)
+                                                     : "registers";
               std::printf("variant q4_kr  %-20s %7lld %6lld %2lld warps %d x %s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
                           sh.what, (long long)sh.N, (long long)sh.K, (long long)T, v.warps, kind.c_str(), is_def ? " (default)" : "", vus,
                           100.0 * vgbs / copy_gbs,
                           (long long)diff);
               if (jf)
                 std::fprintf(jf,
-                             "{\"variant\":\"w%d_st%d\",\"dtype\":\"q4_kr\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
+                             "{\"variant\":\"w%d_st%d_d%d\",\"dtype\":\"q4_kr\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
                              "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
-                             v.warps, v.stages, (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
+                             v.warps, v.stages, v.depth, (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
             }
           }
           if (variants && pn == "native" && vi::cuda::gemv_mma_supports(ctx, xt, ws[0])) {

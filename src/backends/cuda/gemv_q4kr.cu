@@ -178,6 +178,69 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
   reduce_store<WARPS>(acc, red, y, n0, N, n_tok);
 }
 
+// ---- Deep register kernel (sm_80+) ----
+// The register kernel with DEPTH whole super-blocks per warp loaded ahead instead of one half:
+// for matrices of few rows (5120: 320 tiles, 2.4 blocks of 4 warps per SM), where the warps
+// are too few to cover the memory latency and registers are not what limits the blocks per SM.
+// A warp takes super-blocks warp, warp + 4, ... as in the register kernel; buffer j holds its
+// super-blocks j, j + DEPTH, ..., refilled right after it is multiplied.
+template <int DEPTH>
+__global__ void __launch_bounds__(128, 3)
+    gemv_q4kr_deep_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
+                          __half* __restrict__ y, int n_tok, int64_t N, int n_sb, int64_t K, uint32_t magic) {
+  pdl_wait();
+  pdl_trigger();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int64_t n0 = int64_t(blockIdx.x) * 16;
+  const uint8_t* r0 = w + static_cast<size_t>(min(n0 + g, N - 1)) * row_bytes;
+  const uint8_t* r1 = w + static_cast<size_t>(min(n0 + g + 8, N - 1)) * row_bytes;
+  const uint8_t* q0 = r0 + 128 * warp + 16 * c;
+  const uint8_t* q1 = r1 + 128 * warp + 16 * c;
+  const uint8_t* h0 = r0 + kQsBytes + kHdrBytes * warp;
+  const uint8_t* h1 = r1 + kQsBytes + kHdrBytes * warp;
+  const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
+  const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
+  const int n_mine = warp < n_sb ? (n_sb - warp + 3) / 4 : 0;  // this warp's super-blocks
+
+  struct Sb {
+    HalfSb h[2];
+    uint32_t dd[2];
+  };
+  // The warp's super-block i, with the pointers at its super-block i0: at byte distance
+  // (i - i0) * kBlkBytes, an immediate when i - i0 is.
+  auto load_sb = [&](int d, Sb& b) {
+    const size_t off = static_cast<size_t>(d) * kBlkBytes;
+    load_half<0, true>(q0 + off, q1 + off, h0 + off, h1 + off, b.h[0]);
+    load_half<1, true>(q0 + off, q1 + off, h0 + off, h1 + off, b.h[1]);
+    b.dd[0] = __ldg(reinterpret_cast<const uint32_t*>(h0 + off));
+    b.dd[1] = __ldg(reinterpret_cast<const uint32_t*>(h1 + off));
+  };
+  Sb buf[DEPTH];
+#pragma unroll
+  for (int j = 0; j < DEPTH; ++j)
+    if (j < n_mine) load_sb(j, buf[j]);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int i0 = 0; i0 < n_mine; i0 += DEPTH) {
+#pragma unroll
+    for (int j = 0; j < DEPTH; ++j) {
+      if (i0 + j < n_mine) {
+        float t[4], u[4];
+        mma_half<true>(buf[j].h[0], xs + 1024 * j, sel, magic, t, u);
+        mma_half<false>(buf[j].h[1], xs + 1024 * j + 128, sel, magic, t, u);
+        apply_scales(buf[j].dd, t, u, acc);
+        if (i0 + j + DEPTH < n_mine) load_sb(j + DEPTH, buf[j]);
+      }
+    }
+    q0 += DEPTH * kBlkBytes;
+    q1 += DEPTH * kBlkBytes;
+    h0 += DEPTH * kBlkBytes;
+    h1 += DEPTH * kBlkBytes;
+    xs += DEPTH * 1024;
+  }
+  __shared__ float red[4][4][32];
+  reduce_store<4>(acc, red, y, n0, N, n_tok);
+}
+
 // ---- Bulk-copy ring kernel (sm_90, CUDA 12+) ----
 // What bounds the register kernel (ncu, docs/notes/gemv.md run 10): latency. The bytes in flight
 // are the registers of one half super-block per warp (~16 KB per SM at 16 warps), and stalls on
@@ -283,6 +346,14 @@ void launch_regs(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
                            static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic));
 }
 
+template <int DEPTH>
+void launch_deep(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_deep_kernel<DEPTH>, dim3(static_cast<unsigned>((N + 15) / 16)), dim3(128), 0,
+                           stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
+                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic));
+}
+
 template <int STAGES>
 void launch_bulk(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t N = w.dim(0), K = w.dim(1);
@@ -303,17 +374,20 @@ bool bulk_ok(const ops::Context& ctx) {
 
 }  // namespace
 
-GemvQ4krShape gemv_q4kr_default_shape(int64_t N, int64_t K) {
-  // The fastest shape measured on the H200 at the 27B shapes (docs/notes/gemv.md, run 10):
-  // the register kernel with 4 warps per block at every shape and T = 1 and 4 (against 8
-  // warps, against L2 prefetching and cluster K splits).
-  (void)N;
+GemvQ4krShape gemv_q4kr_default_shape(const ops::Context& ctx, int64_t N, int64_t K) {
+  // The fastest shapes measured on the H200 at the 27B shapes, T = 1 and 4 (docs/notes/gemv.md,
+  // runs 10-12): up to 8192 rows (512 tiles, fewer than the 528 blocks of 4 warps the register
+  // kernel keeps resident) two super-blocks ahead per warp (FFN down 25.6 -> 21.5 us); from
+  // 65536 rows (the head: many waves of blocks) the bulk-copy ring of 2 slots (228 -> 207 us);
+  // the register kernel between (FFN up/gate, the stacked projections).
   (void)K;
-  return {4, 0};
+  if (N <= 8192) return {4, 0, 2};
+  if (N >= 65536 && bulk_ok(ctx)) return {4, 2, 0};
+  return {4, 0, 0};
 }
 
 std::vector<GemvQ4krShape> gemv_q4kr_shapes(const ops::Context& ctx) {
-  std::vector<GemvQ4krShape> v = {{4, 0}, {8, 0}};
+  std::vector<GemvQ4krShape> v = {{4, 0}, {8, 0}, {4, 0, 2}, {4, 0, 3}, {4, 0, 4}};
   if (bulk_ok(ctx))
     for (int st : {2, 3, 4}) v.push_back({4, st});
   return v;
@@ -328,8 +402,16 @@ bool gemv_q4kr_supports(const ops::Context& ctx, const Tensor& x, const Tensor& 
 }
 
 void gemv_q4kr(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvQ4krShape shape) {
-  if (shape.warps == 0) shape = gemv_q4kr_default_shape(w.dim(0), w.dim(1));
+  if (shape.warps == 0) shape = gemv_q4kr_default_shape(ctx, w.dim(0), w.dim(1));
   if (shape.stages > 0 && !bulk_ok(ctx)) VI_FAIL("gemv_q4kr: the bulk-copy kernel needs sm_90 code and CUDA 12+");
+  if (shape.depth > 0) {
+    switch (shape.depth) {
+      case 2: launch_deep<2>(ctx, x, w, y); return;
+      case 3: launch_deep<3>(ctx, x, w, y); return;
+      case 4: launch_deep<4>(ctx, x, w, y); return;
+      default: VI_FAIL("gemv_q4kr: no kernel with {} super-blocks in flight", shape.depth);
+    }
+  }
   switch (shape.warps * 10 + shape.stages) {
     case 40: launch_regs<4>(ctx, x, w, y); break;
     case 80: launch_regs<8>(ctx, x, w, y); break;

@@ -26,12 +26,15 @@
 namespace vi::cuda {
 
 // warps: per block (4 or 8) for the register kernel; stages > 0: the bulk-copy ring kernel
-// with that many slots (2..4; 4 warps; sm_90 and CUDA 12+). {0, 0}: chosen by shape.
+// with that many slots (2..4; 4 warps; sm_90 and CUDA 12+); depth > 0: the deep register
+// kernel with that many super-blocks per warp loaded ahead (2..4; 4 warps). {0, 0, 0}: chosen
+// by shape.
 struct GemvQ4krShape {
   int warps = 0;
   int stages = 0;
+  int depth = 0;
 };
-GemvQ4krShape gemv_q4kr_default_shape(int64_t N, int64_t K);
+GemvQ4krShape gemv_q4kr_default_shape(const ops::Context& ctx, int64_t N, int64_t K);
 // Every shape compiled and runnable on the current device, for the tests and the benchmark's
 // --variants.
 std::vector<GemvQ4krShape> gemv_q4kr_shapes(const ops::Context& ctx);

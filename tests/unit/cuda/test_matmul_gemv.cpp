@@ -151,7 +151,7 @@ TEST_P(MatmulGemv, Q4KRepackedEveryPathAndWorkShape) {
           Tensor dy = up(nan);
           cuda::gemv_q4kr(g, dx, dw, dy, v);
           EXPECT_CLOSE(down(dy), ref, 4e-3,
-                       fmt::format("q4_kr K={} T={} warps {} ring stages {}", K, T, v.warps, v.stages));
+                       fmt::format("q4_kr K={} T={} warps {} ring stages {} depth {}", K, T, v.warps, v.stages, v.depth));
         }
       }
     }
