@@ -127,9 +127,14 @@ int main(int argc, char** argv) {
     else if (a == "--shapes") shape_filter = argv[i + 1];
     else { std::fprintf(stderr, "unknown option %s\n", a.c_str()); return 2; }
   }
+  // The matrices a 27B decode round multiplies, as the loader stacks them (gate|up,
+  // attention q|gate|k|v, the GDN input projections), and their single parts.
   const Shape shapes[] = {{"attn/GDN 5120x5120", 5120, 5120},
                           {"GDN z 6144x5120", 6144, 5120},
+                          {"attn q|g|k|v", 14336, 5120},
+                          {"GDN in, stacked", 16480, 5120},
                           {"ffn up/gate", 17408, 5120},
+                          {"ffn gate|up", 34816, 5120},
                           {"ffn down", 5120, 17408},
                           {"lm head", 248320, 5120}};
   cudaStream_t stream;
@@ -201,19 +206,17 @@ int main(int argc, char** argv) {
               const int64_t diff = differing(call);
               const float vus = timed_us(call);
               const double vgbs = gbs_at(vus);
-              const bool is_def = v.warps == def.warps && v.stages == def.stages && v.depth == def.depth;
-              const std::string kind = v.stages > 0  ? fmt::format("bulk-copy ring of {} slots", v.stages)
-                                       : v.depth > 0 ? fmt::format("registers, {} super-blocks ahead", v.depth)
-                                                     : "registers";
-              std::printf("variant q4_kr  %-20s %7lld %6lld %2lld warps %d x %s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
-                          sh.what, (long long)sh.N, (long long)sh.K, (long long)T, v.warps, kind.c_str(), is_def ? " (default)" : "", vus,
+              const bool is_def = v == def;
+              const std::string kind = vi::cuda::gemv_q4kr_shape_name(v);
+              std::printf("variant q4_kr  %-20s %7lld %6lld %2lld %s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
+                          sh.what, (long long)sh.N, (long long)sh.K, (long long)T, kind.c_str(), is_def ? " (default)" : "", vus,
                           100.0 * vgbs / copy_gbs,
                           (long long)diff);
               if (jf)
                 std::fprintf(jf,
-                             "{\"variant\":\"w%d_st%d_d%d\",\"dtype\":\"q4_kr\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
+                             "{\"variant\":\"%s\",\"dtype\":\"q4_kr\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
                              "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
-                             v.warps, v.stages, v.depth, (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
+                             kind.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
             }
           }
           if (variants && pn == "native" && vi::cuda::gemv_mma_supports(ctx, xt, ws[0])) {

@@ -136,8 +136,10 @@ __device__ __forceinline__ void reduce_store(const float acc[4], float (*red)[4]
 // 256 values; half 1 loads while half 0 multiplies, and the next half 0 while half 1 does.
 // Rows past N read row N - 1 and tokens past T token T - 1 (mma columns never stored), so every
 // load is in bounds without a test per step.
-template <int WARPS>
-__global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
+// MINB: blocks per SM the registers are budgeted for (4: 104 registers, the compiler's choice;
+// 6: 80, at the cost of a few spills and moves, for more warps to hide the latency).
+template <int WARPS, int MINB>
+__global__ void __launch_bounds__(32 * WARPS, MINB)
     gemv_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
                      __half* __restrict__ y, int n_tok, int64_t N, int n_sb, int64_t K, uint32_t magic) {
   static_assert(WARPS % 4 == 0, "a warp keeps one position of the 4-super-block Q4_KR block");
@@ -338,10 +340,10 @@ __global__ void __launch_bounds__(128)
 #endif
 }
 
-template <int WARPS>
+template <int WARPS, int MINB>
 void launch_regs(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t N = w.dim(0), K = w.dim(1);
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_kernel<WARPS>, dim3(static_cast<unsigned>((N + 15) / 16)), dim3(32 * WARPS), 0,
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_kernel<WARPS, MINB>, dim3(static_cast<unsigned>((N + 15) / 16)), dim3(32 * WARPS), 0,
                            stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
                            static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic));
 }
@@ -380,16 +382,28 @@ GemvQ4krShape gemv_q4kr_default_shape(const ops::Context& ctx, int64_t N, int64_
   // kernel keeps resident) two super-blocks ahead per warp (FFN down 25.6 -> 21.5 us); from
   // 65536 rows (the head: many waves of blocks) the bulk-copy ring of 2 slots (228 -> 207 us);
   // the register kernel between (FFN up/gate, the stacked projections).
+  using K_ = GemvQ4krShape::Kernel;
   (void)K;
-  if (N <= 8192) return {4, 0, 2};
-  if (N >= 65536 && bulk_ok(ctx)) return {4, 2, 0};
-  return {4, 0, 0};
+  if (N <= 8192) return {K_::kDeep, 2};
+  if (N >= 65536 && bulk_ok(ctx)) return {K_::kRing, 2};
+  return {K_::kRegisters, 4};
+}
+
+std::string gemv_q4kr_shape_name(const GemvQ4krShape& s) {
+  switch (s.kernel) {
+    case GemvQ4krShape::Kernel::kRegisters: return fmt::format("registers, {} blocks/SM", s.param);
+    case GemvQ4krShape::Kernel::kDeep: return fmt::format("deep, {} ahead", s.param);
+    case GemvQ4krShape::Kernel::kRing: return fmt::format("bulk-copy ring, {} slots", s.param);
+    default: return "auto";
+  }
 }
 
 std::vector<GemvQ4krShape> gemv_q4kr_shapes(const ops::Context& ctx) {
-  std::vector<GemvQ4krShape> v = {{4, 0}, {8, 0}, {4, 0, 2}, {4, 0, 3}, {4, 0, 4}};
+  using K_ = GemvQ4krShape::Kernel;
+  std::vector<GemvQ4krShape> v = {{K_::kRegisters, 4}, {K_::kRegisters, 6}, {K_::kDeep, 2}, {K_::kDeep, 3},
+                                  {K_::kDeep, 4}};
   if (bulk_ok(ctx))
-    for (int st : {2, 3, 4}) v.push_back({4, st});
+    for (int st : {2, 3, 4}) v.push_back({K_::kRing, st});
   return v;
 }
 
@@ -402,23 +416,20 @@ bool gemv_q4kr_supports(const ops::Context& ctx, const Tensor& x, const Tensor& 
 }
 
 void gemv_q4kr(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvQ4krShape shape) {
-  if (shape.warps == 0) shape = gemv_q4kr_default_shape(ctx, w.dim(0), w.dim(1));
-  if (shape.stages > 0 && !bulk_ok(ctx)) VI_FAIL("gemv_q4kr: the bulk-copy kernel needs sm_90 code and CUDA 12+");
-  if (shape.depth > 0) {
-    switch (shape.depth) {
-      case 2: launch_deep<2>(ctx, x, w, y); return;
-      case 3: launch_deep<3>(ctx, x, w, y); return;
-      case 4: launch_deep<4>(ctx, x, w, y); return;
-      default: VI_FAIL("gemv_q4kr: no kernel with {} super-blocks in flight", shape.depth);
-    }
-  }
-  switch (shape.warps * 10 + shape.stages) {
-    case 40: launch_regs<4>(ctx, x, w, y); break;
-    case 80: launch_regs<8>(ctx, x, w, y); break;
-    case 42: launch_bulk<2>(ctx, x, w, y); break;
-    case 43: launch_bulk<3>(ctx, x, w, y); break;
-    case 44: launch_bulk<4>(ctx, x, w, y); break;
-    default: VI_FAIL("gemv_q4kr: no kernel for {} warps and {} ring stages", shape.warps, shape.stages);
+  using K_ = GemvQ4krShape::Kernel;
+  if (shape.kernel == K_::kAuto) shape = gemv_q4kr_default_shape(ctx, w.dim(0), w.dim(1));
+  if (shape.kernel == K_::kRing && !bulk_ok(ctx)) VI_FAIL("gemv_q4kr: the bulk-copy ring needs sm_90 code and CUDA 12+");
+  const int key = static_cast<int>(shape.kernel) * 10 + shape.param;
+  switch (key) {
+    case 14: launch_regs<4, 4>(ctx, x, w, y); break;
+    case 16: launch_regs<4, 6>(ctx, x, w, y); break;
+    case 22: launch_deep<2>(ctx, x, w, y); break;
+    case 23: launch_deep<3>(ctx, x, w, y); break;
+    case 24: launch_deep<4>(ctx, x, w, y); break;
+    case 32: launch_bulk<2>(ctx, x, w, y); break;
+    case 33: launch_bulk<3>(ctx, x, w, y); break;
+    case 34: launch_bulk<4>(ctx, x, w, y); break;
+    default: VI_FAIL("gemv_q4kr: no kernel '{}'", gemv_q4kr_shape_name(shape));
   }
 }
 

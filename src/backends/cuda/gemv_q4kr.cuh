@@ -21,19 +21,24 @@
 // (sm_90).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "ops/registry.h"  // host-only: the op tests and the benchmark include this header
 
 namespace vi::cuda {
 
-// warps: per block (4 or 8) for the register kernel; stages > 0: the bulk-copy ring kernel
-// with that many slots (2..4; 4 warps; sm_90 and CUDA 12+); depth > 0: the deep register
-// kernel with that many super-blocks per warp loaded ahead (2..4; 4 warps). {0, 0, 0}: chosen
-// by shape.
+// Which kernel, and its one parameter: kRegisters, the blocks of 4 warps per SM its registers
+// are budgeted for (4 or 6); kDeep, super-blocks per warp loaded ahead (2..4); kRing, slots of
+// the bulk-copy ring (2..4; sm_90 and CUDA 12+). kAuto: chosen by shape.
 struct GemvQ4krShape {
-  int warps = 0;
-  int stages = 0;
-  int depth = 0;
+  enum class Kernel { kAuto, kRegisters, kDeep, kRing };
+  Kernel kernel = Kernel::kAuto;
+  int param = 0;
+  bool operator==(const GemvQ4krShape& o) const { return kernel == o.kernel && param == o.param; }
 };
+// "registers, 4 blocks/SM", "deep, 2 ahead", "bulk-copy ring, 2 slots".
+std::string gemv_q4kr_shape_name(const GemvQ4krShape& s);
 GemvQ4krShape gemv_q4kr_default_shape(const ops::Context& ctx, int64_t N, int64_t K);
 // Every shape compiled and runnable on the current device, for the tests and the benchmark's
 // --variants.

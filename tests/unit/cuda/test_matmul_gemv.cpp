@@ -151,7 +151,7 @@ TEST_P(MatmulGemv, Q4KRepackedEveryPathAndWorkShape) {
           Tensor dy = up(nan);
           cuda::gemv_q4kr(g, dx, dw, dy, v);
           EXPECT_CLOSE(down(dy), ref, 4e-3,
-                       fmt::format("q4_kr K={} T={} warps {} ring stages {} depth {}", K, T, v.warps, v.stages, v.depth));
+                       fmt::format("q4_kr K={} T={} {}", K, T, cuda::gemv_q4kr_shape_name(v)));
         }
       }
     }
