@@ -80,11 +80,23 @@ bool decode_tc_ring_fits(const ops::Context& ctx, const DecodeArgs& a);
 // fits: 8K T = 1 43.7 -> 24.5, T = 2 46.6 -> 26.9; 128K T = 1 257.3 -> 111.7 (2441 GB/s),
 // T = 2 260.3 -> 115.1; docs/notes/decode_attention.md. kAlways / kNever force it where it
 // fits / never (tests, benchmarks). Process-wide.
+// A block scores one tile of 16 rows; more rows (T * G > 16, e.g. T = 4 with G = 6) are cut
+// into row groups of whole tokens (decode_tc_warps_group_tokens: floor(16 / G)), one block
+// each, the groups of a split in adjacent blocks so they share its K/V reads in L2. kAuto
+// takes at most kDecodeTcWarpsMaxGroups groups: 1 (no row groups) while they are compiled
+// only, not run on a GPU (until then T = 4 and 8 of the 27B shape stay on the ring kernel);
+// each group costs a block's work, so the bound to set is where the bench's tc-warps line
+// stops beating tc-ring (T = 4: 2 groups, T = 8: 4 for G = 6). kAlways takes any count.
 enum class DecodeTcWarps { kAuto, kAlways, kNever };
 constexpr bool kDecodeTcWarpsByDefault = true;
+constexpr int64_t kDecodeTcWarpsMaxGroups = 1;
 void set_decode_tc_warps(DecodeTcWarps mode);
 DecodeTcWarps decode_tc_warps();
 bool decode_tc_warps_fits(const ops::Context& ctx, const DecodeArgs& a);
+// Tokens per row group (min(floor(16 / G), T); 0 where G > 16) and the number of groups
+// (ceil(T / that); 1 where T * G <= 16) the warp-split kernel runs for this shape.
+int64_t decode_tc_warps_group_tokens(const DecodeArgs& a);
+int64_t decode_tc_warps_groups(const DecodeArgs& a);
 
 // How decode_attention split the keys: split s covers keys [s * keys_per_split, +keys_per_split);
 // part_acc [n_splits, T * Hq, D] and part_ml [n_splits, T * Hq, 2] (f32, device) take the

@@ -30,6 +30,7 @@
 // math over a cp.async ring of K/V slots; decode_split_tc picks one (attention_decode.cuh).
 #include <mma.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 
@@ -91,6 +92,7 @@ struct TcParams {
   const float* v_scale;  // [n_rows, Hkv] (i8 V)
   int bs, q_pos0, T, Hq, Hkv, D, G, R, MT, keys_per_split;
   int bs_shift;  // log2(bs) when bs is a power of two, else -1 (the ring kernel's row lookup)
+  int group_tokens, n_groups;  // the warp-split kernel's row groups: tokens per group, groups
   float qscale;  // scale * log2(e)
   bool rotate_q, vec_k, vec_v;
   float* part_acc;  // [n_splits, T * Hq, D] unnormalised (null: one split, write out)
@@ -734,6 +736,19 @@ __global__ void __launch_bounds__(kThreads, RingLayout<TK, TV, DP, MTM>::kTwo ? 
 // Shared memory per slot: K [16][DP], V [16][DP] (16-byte chunks XOR-swizzled by row so the
 // fragment loads are free of bank conflicts), K and V scales [16] f32. Q is scaled, rotated
 // (i8 K: Hadamard in registers, one warp per row) and stored in f16 once per block.
+//
+// Row groups (T * G > 16): O of one 16-row tile already takes 128 registers per lane at
+// DP 256, so a block scores one tile and the rows are cut into groups of whole tokens,
+// P.group_tokens (floor(16 / G)) each, the last one shorter: group gi holds tokens
+// gi * group_tokens .. and masks with their own positions (p0 + t). Each group is its own
+// block: blockIdx.x = split * n_groups + gi, so the groups of a split are adjacent blocks,
+// issued together, and read the same K/V at about the same time, so the second can find
+// the lines in L2 (expected, not measured; on the grid's y or z axis they would run a wave
+// apart, after the lines left the 50 MB L2 at long context). A group's keys end at its last token's position + 1 (no slot past what its rows
+// see); a split that lies wholly past them leaves the empty partial (max -inf, sum 0), as a
+// split past the context does. The partials keep the layout of one group (row t * Hq +
+// head, t the token of the call), so the combine is unchanged. One group (T * G <= 16,
+// group_tokens >= T) is the kernel as it was.
 // ---------------------------------------------------------------------------------------
 
 constexpr int kWW = 4;              // warps per block (two blocks per SM)
@@ -784,8 +799,8 @@ __device__ __forceinline__ void i8x4_to_h2(uint32_t w, uint32_t& lo, uint32_t& h
   hi = as_u32(__hsub2(as_h2(__byte_perm(x, 0x64646464u, 0x4342u)), bias));
 }
 
-// Grid (n_splits, Hkv), kWThreads threads. TcParams as above; R <= 16, D % 16 == 0, 16-byte
-// aligned i8 pools (the host checks).
+// Grid (n_splits * n_groups, Hkv), kWThreads threads. TcParams as above; G <= 16 (rows per
+// group group_tokens * G <= 16), D % 16 == 0, 16-byte aligned i8 pools (the host checks).
 template <int DP>
 __global__ void __launch_bounds__(kWThreads, 2)
     decode_tc_warps_kernel(const __half* __restrict__ q, const int8_t* __restrict__ k, const int8_t* __restrict__ v,
@@ -806,11 +821,13 @@ __global__ void __launch_bounds__(kWThreads, 2)
   unsigned char* ring_all = smem + L::kOffRing;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
-  const int split = blockIdx.x, hk = blockIdx.y;
-  const int R = P.R;
+  const int split = blockIdx.x / P.n_groups, gi = blockIdx.x % P.n_groups, hk = blockIdx.y;
+  // This block's row group: tokens t0 .. t0 + Tg - 1 of the call, rows r = (t - t0) * G + gq.
+  const int t0 = gi * P.group_tokens, Tg = min(P.group_tokens, P.T - t0);
+  const int R = Tg * P.G;
 
   const int p0 = P.q_pos ? P.q_pos[0] : P.q_pos0;
-  const int n_keys = p0 + P.T;
+  const int n_keys = p0 + t0 + Tg;  // the group's last token sees keys < n_keys
   const int s_begin = split * P.keys_per_split;
   const int s_end = min(n_keys, s_begin + P.keys_per_split);
   const int n_slots = s_end > s_begin ? (s_end - s_begin + kSlotKeys - 1) / kSlotKeys : 0;
@@ -864,7 +881,7 @@ __global__ void __launch_bounds__(kWThreads, 2)
     }
     for (int r = warp; r < 16; r += kWW) {
       float x[EPL];
-      const int t = r / P.G, gq = r % P.G;
+      const int t = t0 + r / P.G, gq = r % P.G;
       const __half* qrow = q + (int64_t(t) * P.Hq + hk * P.G + gq) * P.D;
 #pragma unroll
       for (int e = 0; e < EPL; ++e) x[e] = r < R && d0 + e < P.D ? __half2float(qrow[d0 + e]) * P.qscale : 0.0f;
@@ -903,7 +920,7 @@ __global__ void __launch_bounds__(kWThreads, 2)
 
   // Rows g and g + 8 of this lane: position (padding rows see no key), running max (exp2
   // units; equal on the row's 4 lanes), this lane's part of the running sum.
-  const int pos_a = g < R ? p0 + g / P.G : -1, pos_b = g + 8 < R ? p0 + (g + 8) / P.G : -1;
+  const int pos_a = g < R ? p0 + t0 + g / P.G : -1, pos_b = g + 8 < R ? p0 + t0 + (g + 8) / P.G : -1;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
   float o[NT][4];
 #pragma unroll
@@ -1070,7 +1087,7 @@ __global__ void __launch_bounds__(kWThreads, 2)
   __syncthreads();
   const int64_t n_rows = int64_t(P.T) * P.Hq;
   for (int idx = tid; idx < R * P.D; idx += kWThreads) {
-    const int r = idx / P.D, d = idx % P.D, t = r / P.G, gq = r % P.G;
+    const int r = idx / P.D, d = idx % P.D, t = t0 + r / P.G, gq = r % P.G;
     const int64_t orow = int64_t(t) * P.Hq + hk * P.G + gq;
     float a = 0.0f;
 #pragma unroll
@@ -1139,14 +1156,27 @@ int warps_smem(int DP) { return DP == 128 ? WarpLayout<128>::kBytes : WarpLayout
 void set_decode_tc_warps(DecodeTcWarps mode) { g_tc_warps.store(mode, std::memory_order_relaxed); }
 DecodeTcWarps decode_tc_warps() { return g_tc_warps.load(std::memory_order_relaxed); }
 
+int64_t decode_tc_warps_group_tokens(const DecodeArgs& a) {
+  const int64_t G = a.Hkv > 0 ? a.Hq / a.Hkv : 0;
+  return G >= 1 && G <= 16 ? std::min<int64_t>(16 / G, a.T) : 0;
+}
+int64_t decode_tc_warps_groups(const DecodeArgs& a) {
+  const int64_t tg = decode_tc_warps_group_tokens(a);
+  return tg > 0 ? (a.T + tg - 1) / tg : 0;
+}
+
 bool decode_tc_warps_fits(const ops::Context& ctx, const DecodeArgs& a) {
   const DecodeTcWarps mode = decode_tc_warps();
   if (mode == DecodeTcWarps::kNever || (mode == DecodeTcWarps::kAuto && !kDecodeTcWarpsByDefault)) return false;
   if (!sm80_code(ctx) || !decode_tc_fits(a) || a.k_dtype != DType::I8 || a.v_dtype != DType::I8) return false;
-  // One row tile (16 rows); whole 16-byte i8 chunks per row, every row and head starting on one.
+  // Row groups (more than 16 rows): by default up to kDecodeTcWarpsMaxGroups (header).
+  const int64_t groups = decode_tc_warps_groups(a);
+  if (mode == DecodeTcWarps::kAuto && groups > kDecodeTcWarpsMaxGroups) return false;
+  // One row tile (16 rows) per block: at least one token (G <= 16) per group; whole 16-byte
+  // i8 chunks per row, every row and head starting on one.
   const bool chunks = a.D % 16 == 0 && reinterpret_cast<uintptr_t>(a.k) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(a.v) % 16 == 0;
-  return a.T * (a.Hq / a.Hkv) <= 16 && chunks && warps_smem(padded_dim(a.D)) <= optin_smem();
+  return groups >= 1 && chunks && warps_smem(padded_dim(a.D)) <= optin_smem();
 }
 
 void set_decode_tc_ring(DecodeTcRing mode) { g_tc_ring.store(mode, std::memory_order_relaxed); }
@@ -1202,6 +1232,8 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
   P.vec_v = vec_ok(a.v, a.v_dtype);
   P.part_acc = plan.part_acc;
   P.part_ml = plan.part_ml;
+  P.group_tokens = P.T;
+  P.n_groups = 1;
   P.bs_shift = -1;
   for (int sh = 0; sh < 31; ++sh)
     if ((int64_t(1) << sh) == a.block_size) P.bs_shift = sh;
@@ -1219,10 +1251,14 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
   if (decode_tc_warps_fits(ctx, a)) {
     const int8_t* k = static_cast<const int8_t*>(a.k);
     const int8_t* v = static_cast<const int8_t*>(a.v);
+    P.group_tokens = static_cast<int>(decode_tc_warps_group_tokens(a));
+    P.n_groups = static_cast<int>(decode_tc_warps_groups(a));
+    // The groups of a split in adjacent blocks (x = split * n_groups + group): see the kernel.
+    const dim3 wgrid(static_cast<unsigned>(plan.n_splits * P.n_groups), static_cast<unsigned>(a.Hkv));
     auto launch = [&](auto kernel, int smem) {
       VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      kernel<<<grid, kWThreads, smem, stream_of(ctx)>>>(static_cast<const __half*>(a.q), k, v,
-                                                        static_cast<__half*>(a.out), P);
+      kernel<<<wgrid, kWThreads, smem, stream_of(ctx)>>>(static_cast<const __half*>(a.q), k, v,
+                                                         static_cast<__half*>(a.out), P);
       VI_CUDA_LAUNCH_CHECK();
     };
     if (DP == 128) launch(decode_tc_warps_kernel<128>, warps_smem(128));
