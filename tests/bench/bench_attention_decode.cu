@@ -4,8 +4,9 @@
 // int8 K/V, T = 1, 4 and 8 query tokens (MTP verification), contexts 8K and 128K, both kernel
 // profiles, and the split kernels (the CUDA-core one, the tensor-core register-prefetch one
 // "tc-registers", the cp.async ring kernel "tc-ring" (native profile, else the register one),
-// the warp-split kernel "tc-warps" (i8 pools, <= 16 rows, native profile; no line where it
-// does not fit) and the tensor-core default "tensor-core" (i8 pools: the warp-split kernel
+// the warp-split kernel "tc-warps" (i8 pools, native profile; over 16 rows, T = 4 and 8 here,
+// in row groups of 2 tokens, one block each, which the line names; no line where it does
+// not fit) and the tensor-core default "tensor-core" (i8 pools: the warp-split kernel
 // where it fits, else the ring kernel);
 // forced through cuda::set_decode_tc_min_rows / set_decode_tc_ring / set_decode_tc_warps;
 // "auto" is whichever the default thresholds pick). Per line: the time relative to T = 1 on the same
@@ -213,7 +214,9 @@ int main(int argc, char** argv) {
             const float t = median(us);
             const double gbs = bytes / (t * 1e-6) / 1e9;
             if (T == 1) t1_us[path] = t;
-            const std::string label = std::string(path) + (tc == auto_tc && (path == std::string("cuda-core") || path == std::string("tensor-core")) ? " (auto)" : "");
+            std::string label = std::string(path) + (tc == auto_tc && (path == std::string("cuda-core") || path == std::string("tensor-core")) ? " (auto)" : "");
+            if (std::string(path) == "tc-warps" && vi::cuda::decode_tc_warps_groups(shape) > 1)
+              label += " (" + std::to_string(vi::cuda::decode_tc_warps_groups(shape)) + " row groups)";
             auto ratio = [&](float base) {
               char b[32] = "-";
               if (base > 0) std::snprintf(b, sizeof b, "%.2f", t / base);

@@ -300,6 +300,47 @@ TEST_P(AttentionDecode, TensorCoreWarpSplit) {
   else std::printf("warp-split kernel ran in %d of %d calls (0: no sm_80 code)\n", ran, calls);
 }
 
+// Row groups of the warp-split kernel forced (more than 16 rows: T = 3, 4, 5, 8): G 6 (the
+// 27B shape; groups of 2 tokens, the last one shorter for odd T), G 8 (2 tokens, 16 rows),
+// G 5 (3 tokens: T 4 -> 3 + 1, 8 -> 3 + 3 + 2), G 3 with blocks of 7 (T 8 -> 5 + 3), G 16
+// and G 12 (one token per group, up to 4 groups; D 128 with blocks of 7, D 96), and G 1
+// (never more than 16 rows: one group, the kernel as before). Each group masks with its own
+// tokens' positions: the kernel's own split count with a key bound 300 past the end (empty
+// splits), one split (the blocks write the output rows of their groups), forced splits where
+// a split starts after the positions of the first group (keys_per_split 32: p0 94 leaves
+// group 0 no key in split 3, p0 95 one key to its second token), one long split (2000+
+// keys), a last split of a few keys. Pool rows past the last position hold NaN.
+TEST_P(AttentionDecode, TensorCoreWarpSplitRowGroups) {
+  const Shape shapes[] = {{24, 4, 256, 16}, {16, 2, 256, 16}, {10, 2, 64, 16}, {9, 3, 80, 7},
+                          {16, 1, 128, 7},  {12, 1, 96, 16},  {4, 4, 256, 16}};
+  int ran = 0, calls = 0;
+  for (const Shape& s : shapes) {
+    const int64_t G = s.Hq / s.Hkv;
+    auto run = [&](int64_t T, int64_t p0, int n_splits, int64_t extra) {
+      if (T * G > cuda::kDecodeMaxRows) return;
+      ran += check_split(s, T, p0, DType::I8, DType::I8, 1, n_splits, extra, true, true), ++calls;
+    };
+    for (auto [T, p0] : {TP{3, 0}, TP{4, 1000}, TP{5, 131}, TP{8, 3001}, TP{8, 0}, TP{4, 4099}, TP{3, 17}}) {
+      run(T, p0, 0, T == 4 ? 300 : 0);
+      run(T, p0, 1, 0);
+    }
+    for (int64_t T : {3, 4, 5, 8}) {
+      run(T, 95, 4, 0);
+      run(T, 94, 4, 0);
+      run(T, 95, 10, 200);
+      run(T, 2017, 1, 0);
+      run(T, 5100 - T, 3, 64);
+      run(T, 4099, 33, 0);
+    }
+  }
+  if (GetParam().profile == ops::KernelProfile::kVolta) EXPECT_EQ(ran, 0);
+  else std::printf("warp-split kernel (row groups) ran in %d of %d calls (0: no sm_80 code)\n", ran, calls);
+  // Where the kernel runs at all (f16 activations, sm_80 code) every one of these shapes fits it.
+  if (ran > 0) {
+    EXPECT_EQ(ran, calls);
+  }
+}
+
 TEST_P(AttentionDecode, TensorCoreFits) {
   cuda::DecodeArgs a;
   a.T = 4, a.Hq = 24, a.Hkv = 4, a.D = 256, a.block_size = 16;
@@ -333,9 +374,35 @@ TEST_P(AttentionDecode, TensorCoreFits) {
   EXPECT_EQ(cuda::decode_tc_warps_fits(g, a), cuda::kDecodeTcWarpsByDefault && ring_here);
   cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAlways);
   EXPECT_EQ(cuda::decode_tc_warps_fits(g, a), ring_here);
-  a.T = 3;  // 18 rows
+  // More than 16 rows: row groups of floor(16 / G) tokens, forced; by default up to
+  // kDecodeTcWarpsMaxGroups groups.
+  for (auto [T, groups] : {TP{1, 1}, TP{2, 1}, TP{3, 2}, TP{4, 2}, TP{5, 3}, TP{8, 4}}) {
+    a.T = T;
+    EXPECT_EQ(cuda::decode_tc_warps_group_tokens(a), std::min<int64_t>(2, T)) << "T=" << T;
+    EXPECT_EQ(cuda::decode_tc_warps_groups(a), groups) << "T=" << T;
+    EXPECT_EQ(cuda::decode_tc_warps_fits(g, a), ring_here) << "T=" << T;
+  }
+  cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAuto);
+  for (int64_t T : {4, 8}) {  // 24 rows (2 groups), 48 rows (4 groups)
+    a.T = T;
+    EXPECT_EQ(cuda::decode_tc_warps_fits(g, a), cuda::kDecodeTcWarpsByDefault &&
+                                                    cuda::decode_tc_warps_groups(a) <= cuda::kDecodeTcWarpsMaxGroups &&
+                                                    ring_here)
+        << "T=" << T;
+  }
+  cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAlways);
+  a.Hq = 8, a.Hkv = 1, a.T = 8;  // G 8: 2 tokens per group, 4 groups
+  EXPECT_EQ(cuda::decode_tc_warps_groups(a), 4);
+  a.Hq = 3, a.T = 8;  // G 3: groups of 5 + 3 tokens
+  EXPECT_EQ(cuda::decode_tc_warps_group_tokens(a), 5);
+  EXPECT_EQ(cuda::decode_tc_warps_groups(a), 2);
+  a.Hq = 1;  // G 1: 8 rows, one group
+  EXPECT_EQ(cuda::decode_tc_warps_group_tokens(a), 8);
+  EXPECT_EQ(cuda::decode_tc_warps_groups(a), 1);
+  a.Hq = 17, a.T = 1;  // G 17: not one token in 16 rows
+  EXPECT_EQ(cuda::decode_tc_warps_groups(a), 0);
   EXPECT_FALSE(cuda::decode_tc_warps_fits(g, a));
-  a.T = 2, a.v_dtype = DType::F16;
+  a.Hq = 24, a.Hkv = 4, a.T = 2, a.v_dtype = DType::F16;
   EXPECT_FALSE(cuda::decode_tc_warps_fits(g, a));
   cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAuto);
   a.T = 4, a.k_dtype = a.v_dtype = DType::F16;
