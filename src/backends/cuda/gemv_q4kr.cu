@@ -185,9 +185,10 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
 // for matrices of few rows (5120: 320 tiles, 2.4 blocks of 4 warps per SM), where the warps
 // are too few to cover the memory latency and registers are not what limits the blocks per SM.
 // A warp takes super-blocks warp, warp + 4, ... as in the register kernel; buffer j holds its
-// super-blocks j, j + DEPTH, ..., refilled right after it is multiplied.
-template <int DEPTH>
-__global__ void __launch_bounds__(128, 3)
+// super-blocks j, j + DEPTH, ..., refilled right after it is multiplied. MINB 3 leaves the
+// compiler ~168 registers; 2 ahead also fits 4 blocks per SM (125, no spills) for wide matrices.
+template <int DEPTH, int MINB>
+__global__ void __launch_bounds__(128, MINB)
     gemv_q4kr_deep_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
                           __half* __restrict__ y, int n_tok, int64_t N, int n_sb, int64_t K, uint32_t magic) {
   pdl_wait();
@@ -348,10 +349,10 @@ void launch_regs(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
                            static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic));
 }
 
-template <int DEPTH>
+template <int DEPTH, int MINB>
 void launch_deep(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t N = w.dim(0), K = w.dim(1);
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_deep_kernel<DEPTH>, dim3(static_cast<unsigned>((N + 15) / 16)), dim3(128), 0,
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_deep_kernel<DEPTH, MINB>, dim3(static_cast<unsigned>((N + 15) / 16)), dim3(128), 0,
                            stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
                            static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic));
 }
@@ -384,15 +385,15 @@ GemvQ4krShape gemv_q4kr_default_shape(const ops::Context& ctx, int64_t N, int64_
   // the register kernel between (FFN up/gate, the stacked projections).
   using K_ = GemvQ4krShape::Kernel;
   (void)K;
-  if (N <= 8192) return {K_::kDeep, 2};
-  if (N >= 65536 && bulk_ok(ctx)) return {K_::kRing, 2};
-  return {K_::kRegisters, 4};
+  if (N <= 8192) return {K_::kDeep, 2, 3};
+  if (N >= 65536 && bulk_ok(ctx)) return {K_::kRing, 2, 0};
+  return {K_::kRegisters, 0, 4};
 }
 
 std::string gemv_q4kr_shape_name(const GemvQ4krShape& s) {
   switch (s.kernel) {
-    case GemvQ4krShape::Kernel::kRegisters: return fmt::format("registers, {} blocks/SM", s.param);
-    case GemvQ4krShape::Kernel::kDeep: return fmt::format("deep, {} ahead", s.param);
+    case GemvQ4krShape::Kernel::kRegisters: return fmt::format("registers, {} blocks/SM", s.blocks);
+    case GemvQ4krShape::Kernel::kDeep: return fmt::format("deep, {} ahead, {} blocks/SM", s.param, s.blocks);
     case GemvQ4krShape::Kernel::kRing: return fmt::format("bulk-copy ring, {} slots", s.param);
     default: return "auto";
   }
@@ -400,10 +401,10 @@ std::string gemv_q4kr_shape_name(const GemvQ4krShape& s) {
 
 std::vector<GemvQ4krShape> gemv_q4kr_shapes(const ops::Context& ctx) {
   using K_ = GemvQ4krShape::Kernel;
-  std::vector<GemvQ4krShape> v = {{K_::kRegisters, 4}, {K_::kRegisters, 6}, {K_::kDeep, 2}, {K_::kDeep, 3},
-                                  {K_::kDeep, 4}};
+  std::vector<GemvQ4krShape> v = {{K_::kRegisters, 0, 4}, {K_::kRegisters, 0, 6}, {K_::kDeep, 2, 3},
+                                  {K_::kDeep, 2, 4}, {K_::kDeep, 3, 3}, {K_::kDeep, 4, 3}};
   if (bulk_ok(ctx))
-    for (int st : {2, 3, 4}) v.push_back({K_::kRing, st});
+    for (int st : {2, 3, 4}) v.push_back({K_::kRing, st, 0});
   return v;
 }
 
@@ -419,16 +420,17 @@ void gemv_q4kr(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor
   using K_ = GemvQ4krShape::Kernel;
   if (shape.kernel == K_::kAuto) shape = gemv_q4kr_default_shape(ctx, w.dim(0), w.dim(1));
   if (shape.kernel == K_::kRing && !bulk_ok(ctx)) VI_FAIL("gemv_q4kr: the bulk-copy ring needs sm_90 code and CUDA 12+");
-  const int key = static_cast<int>(shape.kernel) * 10 + shape.param;
+  const int key = static_cast<int>(shape.kernel) * 100 + shape.param * 10 + shape.blocks;
   switch (key) {
-    case 14: launch_regs<4, 4>(ctx, x, w, y); break;
-    case 16: launch_regs<4, 6>(ctx, x, w, y); break;
-    case 22: launch_deep<2>(ctx, x, w, y); break;
-    case 23: launch_deep<3>(ctx, x, w, y); break;
-    case 24: launch_deep<4>(ctx, x, w, y); break;
-    case 32: launch_bulk<2>(ctx, x, w, y); break;
-    case 33: launch_bulk<3>(ctx, x, w, y); break;
-    case 34: launch_bulk<4>(ctx, x, w, y); break;
+    case 104: launch_regs<4, 4>(ctx, x, w, y); break;
+    case 106: launch_regs<4, 6>(ctx, x, w, y); break;
+    case 223: launch_deep<2, 3>(ctx, x, w, y); break;
+    case 224: launch_deep<2, 4>(ctx, x, w, y); break;
+    case 233: launch_deep<3, 3>(ctx, x, w, y); break;
+    case 243: launch_deep<4, 3>(ctx, x, w, y); break;
+    case 320: launch_bulk<2>(ctx, x, w, y); break;
+    case 330: launch_bulk<3>(ctx, x, w, y); break;
+    case 340: launch_bulk<4>(ctx, x, w, y); break;
     default: VI_FAIL("gemv_q4kr: no kernel '{}'", gemv_q4kr_shape_name(shape));
   }
 }

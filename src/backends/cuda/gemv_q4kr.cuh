@@ -28,16 +28,20 @@
 
 namespace vi::cuda {
 
-// Which kernel, and its one parameter: kRegisters, the blocks of 4 warps per SM its registers
-// are budgeted for (4 or 6); kDeep, super-blocks per warp loaded ahead (2..4); kRing, slots of
-// the bulk-copy ring (2..4; sm_90 and CUDA 12+). kAuto: chosen by shape.
+// Which kernel, its parameter and the blocks of 4 warps per SM its registers are budgeted for:
+// kRegisters (blocks 4 or 6); kDeep, param super-blocks per warp loaded ahead (2..4; blocks 3,
+// or 4 for 2 ahead); kRing, param slots of the bulk-copy ring (2..4; sm_90 and CUDA 12+).
+// kAuto: chosen by shape.
 struct GemvQ4krShape {
   enum class Kernel { kAuto, kRegisters, kDeep, kRing };
   Kernel kernel = Kernel::kAuto;
   int param = 0;
-  bool operator==(const GemvQ4krShape& o) const { return kernel == o.kernel && param == o.param; }
+  int blocks = 0;
+  bool operator==(const GemvQ4krShape& o) const {
+    return kernel == o.kernel && param == o.param && blocks == o.blocks;
+  }
 };
-// "registers, 4 blocks/SM", "deep, 2 ahead", "bulk-copy ring, 2 slots".
+// "registers, 4 blocks/SM", "deep, 2 ahead, 3 blocks/SM", "bulk-copy ring, 2 slots".
 std::string gemv_q4kr_shape_name(const GemvQ4krShape& s);
 GemvQ4krShape gemv_q4kr_default_shape(const ops::Context& ctx, int64_t N, int64_t K);
 // Every shape compiled and runnable on the current device, for the tests and the benchmark's
