@@ -268,6 +268,126 @@ __global__ void __launch_bounds__(32 * kWarps, MINB)
   }
 }
 
+// ---- Deep Q8_0R kernel: few-row matrices ----
+// With 5120 rows the step kernel runs 320 blocks, one wave at 2.4 blocks per SM, and every
+// block holds at most two steps per warp in flight, so how fast a block drains its 16 rows is
+// set by the memory latency, not by the bandwidth (the Q4_KR analogue: docs/notes/gemv.md,
+// run 12). Here a block of 4 warps owns one 16-row tile and each warp keeps DEPTH steps
+// (128 values x 16 rows, 2176 bytes) loaded ahead in registers: DEPTH 4 holds what the step
+// kernel's 8 warps hold per block, 6 one and a half times that.
+// Work: warp w takes the BlockQ8_0R groups w, w + 4, ... (256 values of a row each), half 0
+// then half 1, so item k of the warp is group w + 4 (k / 2), half k % 2 and sits at a fixed
+// byte distance from item 0: with DEPTH even, buffer j always holds the same half, and every
+// load address is a pointer plus an immediate. Lane (g, c) takes units 2c and 2c + 1 of a
+// group (64 contiguous bytes of each of rows g, g + 8; its two scales are one 32-bit word),
+// half h being unit 2c + h. Rows past N read row N - 1 and tokens past T token T - 1 (outputs
+// never stored), so no load is predicated on the row or the token.
+// XAHEAD: the activations of the next item load while this one multiplies (16 registers more;
+// else they load when the item multiplies and their L2 latency is exposed once per item).
+constexpr int kDeepWarps = 4;
+constexpr int kGroupBytes = static_cast<int>(sizeof(BlockQ8_0R));  // 256 values of a row
+constexpr int kGroupStride = kDeepWarps * kGroupBytes;              // a warp's group to its next
+
+template <int DEPTH, bool XAHEAD>
+__global__ void __launch_bounds__(32 * kDeepWarps, 3)
+    gemv_q8r_deep_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
+                         __half* __restrict__ y, int n_tok, int64_t N, int n_grp, int64_t K) {
+  static_assert(DEPTH % 2 == 0, "a buffer keeps one half of a group");
+  using U = Unit<DType::Q8_0R>;
+  pdl_wait();
+  pdl_trigger();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int64_t n0 = int64_t(blockIdx.x) * 16;
+  const uint8_t* q0 = w + static_cast<size_t>(min(n0 + g, N - 1)) * row_bytes + kGroupBytes * warp + 64 * c;
+  const uint8_t* q1 = w + static_cast<size_t>(min(n0 + g + 8, N - 1)) * row_bytes + kGroupBytes * warp + 64 * c;
+  const int dc = 8 * kQK + 4 * c - 64 * c;  // from the lane's qs[64c] to its scales d[2c], d[2c + 1]
+  const uint8_t* d0 = q0 + dc;
+  const uint8_t* d1 = q1 + dc;
+  const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 8 * kQK * warp + 64 * c;
+  const int n_mine = warp < n_grp ? 2 * ((n_grp - warp + kDeepWarps - 1) / kDeepWarps) : 0;  // items of this warp
+
+  // Item i of the warp, with the pointers at its item i0 (i - i0 even or DEPTH-aligned): rows g
+  // and g + 8 of unit 2c + i % 2, at byte distance ((i - i0) / 2) * kGroupStride + 32 (i % 2).
+  auto load = [&](int i, U::Raw (&b)[2]) {
+    const int off = (i >> 1) * kGroupStride + 32 * (i & 1);
+    const int doff = (i >> 1) * kGroupStride + 2 * (i & 1);
+    b[0].q0 = __ldcs(reinterpret_cast<const uint4*>(q0 + off));
+    b[0].q1 = __ldcs(reinterpret_cast<const uint4*>(q0 + off + 16));
+    b[1].q0 = __ldcs(reinterpret_cast<const uint4*>(q1 + off));
+    b[1].q1 = __ldcs(reinterpret_cast<const uint4*>(q1 + off + 16));
+    b[0].d = __ldcs(reinterpret_cast<const unsigned short*>(d0 + doff));
+    b[1].d = __ldcs(reinterpret_cast<const unsigned short*>(d1 + doff));
+  };
+  // Token g's 32 activations of the item's unit: 4 values per mma, two mma per 16-byte load.
+  auto load_x = [&](int i, uint4 (&xv)[4]) {
+    const __half* p = xs + (i >> 1) * (kDeepWarps * 8 * kQK) + 32 * (i & 1);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) xv[k] = __ldg(reinterpret_cast<const uint4*>(p + 8 * k));
+  };
+  float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+  auto compute = [&](const U::Raw (&b)[2], const uint4 (&xv)[4]) {
+    uint32_t lo[16], hi[16];
+    U::decode(b[0], 0, lo);
+    U::decode(b[1], 0, hi);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint4& v = xv[j >> 1];
+      mma_16816(acc[j & 1], lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1], (j & 1) ? v.z : v.x,
+                (j & 1) ? v.w : v.y);
+    }
+  };
+
+  U::Raw buf[DEPTH][2];
+  uint4 xb[XAHEAD ? 2 : 1][4];
+#pragma unroll
+  for (int j = 0; j < DEPTH; ++j)
+    if (j < n_mine) load(j, buf[j]);
+  if (XAHEAD && n_mine > 0) load_x(0, xb[0]);
+  for (int i0 = 0; i0 < n_mine; i0 += DEPTH) {
+#pragma unroll
+    for (int j = 0; j < DEPTH; ++j) {
+      if (i0 + j < n_mine) {
+        if constexpr (XAHEAD) {
+          if (i0 + j + 1 < n_mine) load_x(j + 1, xb[(j + 1) & 1]);
+          compute(buf[j], xb[j & 1]);
+        } else {
+          load_x(j, xb[0]);
+          compute(buf[j], xb[0]);
+        }
+        if (i0 + j + DEPTH < n_mine) load(j + DEPTH, buf[j]);
+      }
+    }
+    q0 += (DEPTH / 2) * kGroupStride;
+    q1 += (DEPTH / 2) * kGroupStride;
+    d0 += (DEPTH / 2) * kGroupStride;
+    d1 += (DEPTH / 2) * kGroupStride;
+    xs += (DEPTH / 2) * kDeepWarps * 8 * kQK;
+  }
+
+  // The 4 warps covered different groups of the same rows: sum them.
+  __shared__ float red[kDeepWarps][4][32];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[0][i] + acc[1][i];
+  __syncthreads();
+  {
+    const int i = threadIdx.x >> 5, l = lane;  // 128 threads: one output each
+    float sum = 0.0f;
+#pragma unroll
+    for (int wv = 0; wv < kDeepWarps; ++wv) sum += red[wv][i][l];
+    const int64_t n = n0 + (l >> 2) + 8 * (i >> 1);
+    const int tok = 2 * (l & 3) + (i & 1);
+    if (n < N && tok < n_tok) y[static_cast<int64_t>(tok) * N + n] = __float2half_rn(sum);
+  }
+}
+
+template <int DEPTH, bool XAHEAD>
+void launch_deep(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  VI_CUDA_CHECK(pdl_launch(gemv_q8r_deep_kernel<DEPTH, XAHEAD>, static_cast<unsigned>((N + 15) / 16),
+                           32 * kDeepWarps, 0, stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(),
+                           y.ptr<__half>(), static_cast<int>(x.rows()), N, static_cast<int>(K / (8 * kQK)), K));
+}
+
 template <DType W, int TILES, int MINB, bool XSTAGE>
 void launch_k(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t N = w.dim(0), K = w.dim(1);
@@ -280,6 +400,21 @@ void launch_k(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor&
 template <DType W>
 void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvMmaShape shape) {
   if (shape.tiles == 0) shape = gemv_mma_default_shape(w, x.rows());
+  if (shape.depth > 0) {
+    // 16-byte activation loads: gemv_mma_supports asks only 8-byte alignment of x.
+    if (!is_aligned(x.data(), 16)) VI_FAIL("gemv_mma: the deep kernel needs 16-byte aligned activations");
+    if constexpr (W == DType::Q8_0R) {
+      switch (shape.depth * 10 + (shape.stage_x ? 1 : 0)) {
+        case 40: launch_deep<4, false>(ctx, x, w, y); return;
+        case 41: launch_deep<4, true>(ctx, x, w, y); return;
+        case 60: launch_deep<6, false>(ctx, x, w, y); return;
+        case 61: launch_deep<6, true>(ctx, x, w, y); return;
+        default: break;
+      }
+    }
+    VI_FAIL("gemv_mma: no deep kernel for {} with {} steps ahead{}", dtype_name(W), shape.depth,
+            shape.stage_x ? " and activations a step ahead" : "");
+  }
   const int key = shape.tiles * 100 + shape.min_blocks * 10 + (shape.stage_x ? 1 : 0);
   switch (key) {
     case 221: launch_k<W, 2, 2, true>(ctx, x, w, y); break;
@@ -319,6 +454,15 @@ GemvMmaShape gemv_mma_default_shape(const Tensor& w, int64_t n_tok) {
   if (wt == DType::Q4_K) return deep || n_tok > 4 ? GemvMmaShape{2, 2, false} : GemvMmaShape{1, 2, true};
   if (wt == DType::Q8_0R) return n_tok <= 2 ? GemvMmaShape{1, 3, false} : GemvMmaShape{2, 2, false};
   return n_tok > 4 && deep ? GemvMmaShape{2, 1, true} : GemvMmaShape{1, 2, true};
+}
+
+std::vector<GemvMmaShape> gemv_mma_shapes(DType wt) {
+  std::vector<GemvMmaShape> v = {{1, 2, true}, {1, 3, false}, {2, 1, true}, {2, 2, true}, {2, 2, false}};
+  if (wt == DType::Q8_0R)
+    for (GemvMmaShape d : {GemvMmaShape{1, 3, false, 4}, GemvMmaShape{1, 3, true, 4}, GemvMmaShape{1, 3, false, 6},
+                              GemvMmaShape{1, 3, true, 6}})
+      v.push_back(d);
+  return v;
 }
 
 void gemv_mma(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvMmaShape shape) {

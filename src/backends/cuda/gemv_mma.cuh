@@ -12,6 +12,8 @@
 // Q8_0 repack of ops::prepare_matmul_weight) and F16; the rest use gemv_simt.cuh.
 #pragma once
 
+#include <vector>
+
 #include "ops/registry.h"  // host-only: the op tests and the benchmark include this header
 
 namespace vi::cuda {
@@ -19,12 +21,22 @@ namespace vi::cuda {
 // How the work is cut: row tiles of 16 per warp, the blocks per SM the registers are budgeted
 // for, and whether activations load a step ahead with the weights. Compiled: {2, 2, both},
 // {2, 1, staged}, {1, 2, staged}, {1, 3, not staged}. tiles 0: gemv_mma_default_shape.
+// depth > 0 (Q8_0R only) picks the deep kernel instead, for matrices of few rows: blocks of 4
+// warps on one 16-row tile, each warp holding `depth` steps of 128 values loaded ahead
+// (tiles 1, 3 blocks per SM; stage_x: the activations of the next step load while this one
+// multiplies; x 16-byte aligned). Compiled: depth 4 and 6, each both ways.
 struct GemvMmaShape {
   int tiles = 0;
   int min_blocks = 0;
   bool stage_x = true;
+  int depth = 0;
+  bool operator==(const GemvMmaShape& o) const {
+    return tiles == o.tiles && min_blocks == o.min_blocks && stage_x == o.stage_x && depth == o.depth;
+  }
 };
 GemvMmaShape gemv_mma_default_shape(const Tensor& w, int64_t n_tok);
+// Every shape compiled for weight dtype wt (the tests and the benchmark's --variants).
+std::vector<GemvMmaShape> gemv_mma_shapes(DType wt);
 
 // Whether gemv_mma can take this call (profile, device, dtypes, T, alignment).
 bool gemv_mma_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
