@@ -221,23 +221,22 @@ int main(int argc, char** argv) {
           }
           if (variants && pn == "native" && vi::cuda::gemv_mma_supports(ctx, xt, ws[0])) {
             const vi::cuda::GemvMmaShape def = vi::cuda::gemv_mma_default_shape(ws[0], T);
-            for (vi::cuda::GemvMmaShape v : {vi::cuda::GemvMmaShape{1, 2, true}, vi::cuda::GemvMmaShape{1, 3, false},
-                                             vi::cuda::GemvMmaShape{2, 1, true}, vi::cuda::GemvMmaShape{2, 2, true},
-                                             vi::cuda::GemvMmaShape{2, 2, false}}) {
+            for (vi::cuda::GemvMmaShape v : vi::cuda::gemv_mma_shapes(ws[0].dtype())) {
               auto call = [&](const Tensor& w) { vi::cuda::gemv_mma(ctx, xt, w, yt, v); };
               const int64_t diff = differing(call);
               const float vus = timed_us(call);
               const double vgbs = gbs_at(vus);
-              std::printf("variant %-6s %-20s %7lld %6lld %2lld tiles %d blocks/SM %d x %s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
+              // The deep Q8_0R kernel: "x ahead" (next step's activations while this one multiplies).
+              const std::string deep = v.depth > 0 ? fmt::format(" deep {} ahead", v.depth) : std::string();
+              std::printf("variant %-6s %-20s %7lld %6lld %2lld tiles %d blocks/SM %d x %s%s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
                           vi::dtype_name(ws[0].dtype()), sh.what, (long long)sh.N, (long long)sh.K, (long long)T, v.tiles,
-                          v.min_blocks, v.stage_x ? "staged" : "late",
-                          v.tiles == def.tiles && v.min_blocks == def.min_blocks && v.stage_x == def.stage_x ? " (default)" : "", vus,
-                          100.0 * vgbs / copy_gbs, (long long)diff);
+                          v.min_blocks, v.stage_x ? (v.depth > 0 ? "ahead" : "staged") : "late", deep.c_str(),
+                          v == def ? " (default)" : "", vus, 100.0 * vgbs / copy_gbs, (long long)diff);
               if (jf)
                 std::fprintf(jf,
-                             "{\"variant\":\"t%d_b%d_x%d\",\"dtype\":\"%s\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
+                             "{\"variant\":\"t%d_b%d_x%d%s\",\"dtype\":\"%s\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
                              "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
-                             v.tiles, v.min_blocks, v.stage_x ? 1 : 0, dn.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs,
+                             v.tiles, v.min_blocks, v.stage_x ? 1 : 0, v.depth > 0 ? fmt::format("_d{}", v.depth).c_str() : "", dn.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs,
                              copy_gbs, (long long)diff);
             }
           }

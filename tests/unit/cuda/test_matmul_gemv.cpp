@@ -109,15 +109,48 @@ TEST_P(MatmulGemv, EveryWorkShapeOfTheTensorCoreGemv) {
       if (!cuda::gemv_mma_supports(g, dx, dw)) GTEST_SKIP() << "the tensor-core GEMV does not run in this setting";
       Tensor ref = Tensor::empty(DType::F32, {T, N});
       ops::matmul(cpu, x, w, ref);
-      for (cuda::GemvMmaShape v : {cuda::GemvMmaShape{1, 2, true}, cuda::GemvMmaShape{1, 3, false},
-                                   cuda::GemvMmaShape{2, 1, true}, cuda::GemvMmaShape{2, 2, true},
-                                   cuda::GemvMmaShape{2, 2, false}}) {
+      for (cuda::GemvMmaShape v : cuda::gemv_mma_shapes(dw.dtype())) {
         Tensor nan = Tensor::empty(DType::F32, {T, N});
         for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
         Tensor dy = up(nan);  // poisoned: an unwritten output fails
         cuda::gemv_mma(g, dx, dw, dy, v);
         EXPECT_CLOSE(down(dy), ref, 4e-3,
-                     fmt::format("{} T={} tiles {} blocks/SM {} x staged {}", dtype_name(wt), T, v.tiles, v.min_blocks, v.stage_x));
+                     fmt::format("{} T={} tiles {} blocks/SM {} x staged {} depth {}", dtype_name(wt), T, v.tiles,
+                                 v.min_blocks, v.stage_x, v.depth));
+      }
+    }
+  }
+}
+
+// The deep Q8_0R kernel of gemv_mma (4 warps per 16-row tile, each taking groups of 256 values
+// w, w + 4, ... half by half, several halves loaded ahead) in every compiled depth, against the
+// CPU on the Q8_0 original. N = 16 is one whole tile, 97 and 300 end in a partial one; K = 256
+// is one group (3 of the 4 warps idle), 1792 is 7 (warp 3 gets one group less), 2560 is 10
+// (two warps 3 groups, two 2: a partial round at depth 4 and 6), 4352 is 17 (8 or 10 halves a
+// warp: whole rounds at depth 4, partial at 6). Weights of magnitude 0.02 put the f16 scales
+// far below 1.
+TEST_P(MatmulGemv, Q8_0RDeepKernelEveryDepth) {
+  for (int64_t K : {256, 1792, 2560, 4352}) {
+    for (int64_t N : {16, 97, 300}) {
+      const float scale = N == 97 ? 0.02f : 1.0f;
+      Tensor w = rand_weight(DType::Q8_0, N, K, scale);
+      Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+      ASSERT_EQ(dw.dtype(), DType::Q8_0R);
+      for (int64_t T = 1; T <= 8; ++T) {
+        Tensor x = rand_f32({T, K}, act(), -4.0f, 4.0f);
+        Tensor dx = up(x);
+        if (!cuda::gemv_mma_supports(g, dx, dw)) GTEST_SKIP() << "the tensor-core GEMV does not run in this setting";
+        Tensor ref = Tensor::empty(DType::F32, {T, N});
+        ops::matmul(cpu, x, w, ref);
+        for (cuda::GemvMmaShape v : cuda::gemv_mma_shapes(DType::Q8_0R)) {
+          if (v.depth == 0) continue;  // the step kernel's shapes: EveryWorkShapeOfTheTensorCoreGemv
+          Tensor nan = Tensor::empty(DType::F32, {T, N});
+          for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+          Tensor dy = up(nan);
+          cuda::gemv_mma(g, dx, dw, dy, v);
+          EXPECT_CLOSE(down(dy), ref, 4e-3,
+                       fmt::format("q8_0r deep N={} K={} T={} depth {} x ahead {}", N, K, T, v.depth, v.stage_x));
+        }
       }
     }
   }
