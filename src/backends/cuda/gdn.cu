@@ -99,9 +99,7 @@ __global__ void gates_kernel(const T* a, const T* b, const float* __restrict__ n
   pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t j = i % Hv;
-    const float z = to_f32(a[i]) + dt_bias[j];
-    const float sp = z > 20.0f ? z : log1pf(expf(z));  // PyTorch softplus, threshold 20
-    g[i] = neg_exp_A[j] * sp;
+    g[i] = gdn_decay_gate(to_f32(a[i]), dt_bias[j], neg_exp_A[j]);
     beta[i] = sigmoid_f(to_f32(b[i]));
   }
 }

@@ -1,0 +1,87 @@
+// CUDA vs CPU: gdn_decode_step (a decode round's GDN gates, recurrent delta rule and gated
+// output norm in one op) on fresh random inputs, several sequences with states of their own,
+// three decode steps in a row (the states carry), both GVA layouts, in both kernel profiles
+// and both activation dtypes. Shapes: the 27B layer (16 key heads, 48 value heads of 128),
+// small and odd ones (dk 40, dv 33: partial warps), a head wider than one pass (dv 160), and
+// 70 sequences (more than one launch's 64 state pointers).
+// Tolerances (relative L2): f32 2e-5 (summation order only), f16 3e-3 (f16 inputs and
+// output, the delta rule's output rounded to f16 before the norm, as the stored op output).
+// Also the GPU's three separate ops (gdn_gates, gated_delta_rule, gated_rms_norm), whose math
+// the fused kernel repeats: close, not bit-equal (the norm's sum runs over other threads).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "ops/gdn.h"
+#include "ops/gdn_decode_step.h"
+#include "ops/norm.h"
+
+namespace vi::cudatest {
+namespace {
+
+class GdnDecodeStep : public CudaOpTest {};
+
+TEST_P(GdnDecodeStep, MatchesCpuAndTheSeparateOps) {
+  const std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> shapes[] = {
+      {3, 16, 48, 128, 128}, {2, 2, 4, 40, 33}, {5, 1, 3, 64, 160}, {70, 2, 2, 16, 32}};  // N, Hk, Hv, dk, dv
+  const float eps = 1e-6f;
+  for (auto [N, Hk, Hv, dk, dv] : shapes) {
+    for (auto layout : {ops::GvaLayout::kGrouped, ops::GvaLayout::kTiled}) {
+      const std::string sz = fmt::format(" N={} Hk={} Hv={} dk={} dv={} {}", N, Hk, Hv, dk, dv,
+                                         layout == ops::GvaLayout::kTiled ? "tiled" : "grouped");
+      Tensor A = rand_f32({Hv}, DType::F32, -2, -0.1f), dt = rand_f32({Hv}, DType::F32);
+      Tensor w = rand_f32({dv}, DType::F32, -1.5f, 1.5f);
+      Tensor dA = ops::upload(g, A), ddt = ops::upload(g, dt), dw = ops::upload(g, w);
+      std::vector<Tensor> cpu_s, gpu_s, sep_s;  // per sequence: CPU op, GPU op, GPU separate ops
+      for (int64_t n = 0; n < N; ++n) {
+        Tensor s = rand_f32({Hv, dk, dv}, DType::F32, -0.5f, 0.5f);
+        gpu_s.push_back(ops::upload(g, s));
+        sep_s.push_back(ops::upload(g, s));
+        cpu_s.push_back(std::move(s));
+      }
+      for (int step = 0; step < 3; ++step) {
+        const std::string what = sz + " step " + std::to_string(step);
+        Tensor q = unit_rows(rand_f32({N, Hk, dk}, DType::F32), 1.0f / std::sqrt(float(dk)), act());
+        Tensor k = unit_rows(rand_f32({N, Hk, dk}, DType::F32), 1.0f, act());
+        Tensor v = rand_f32({N, Hv, dv}, act(), -2, 2), z = rand_f32({N, Hv, dv}, act(), -3, 3);
+        Tensor a = rand_f32({N, Hv}, act(), -8, 25), b = rand_f32({N, Hv}, act(), -6, 6);  // a > 20: softplus identity
+        Tensor ref = Tensor::empty(DType::F32, {N, Hv, dv});
+        // The reference runs in f32 on the inputs' values (already f16-rounded in f16 runs).
+        ops::gdn_decode_step(cpu, q, k, v, a, b, A, dt, z, w, eps, cpu_s, layout, ref);
+        Tensor dq = up(q), dk_ = up(k), dv_ = up(v), dz = up(z), da = up(a), db = up(b);
+        Tensor dy = gpu_empty({N, Hv, dv});
+        ops::gdn_decode_step(g, dq, dk_, dv_, da, db, dA, ddt, dz, dw, eps, gpu_s, layout, dy);
+
+        Tensor dg = ops::empty(g, DType::F32, {N, Hv}), dbeta = ops::empty(g, DType::F32, {N, Hv});
+        Tensor dcore = gpu_empty({N, Hv, dv}), dy_sep = gpu_empty({N, Hv, dv});
+        ops::gdn_gates(g, da, db, dA, ddt, dg, dbeta);
+        for (int64_t n = 0; n < N; ++n) {
+          Tensor core_n = dcore.slice_rows(n, n + 1);
+          ops::gated_delta_rule(g, dq.slice_rows(n, n + 1), dk_.slice_rows(n, n + 1), dv_.slice_rows(n, n + 1),
+                                dg.slice_rows(n, n + 1), dbeta.slice_rows(n, n + 1), sep_s[n], layout,
+                                ops::DeltaRuleForm::kRecurrent, core_n);
+        }
+        Tensor ysr = dy_sep.reshape({N * Hv, dv});
+        ops::gated_rms_norm(g, dcore.reshape({N * Hv, dv}), dz.reshape({N * Hv, dv}), dw, eps, ysr);
+
+        const Tensor y = down(dy);
+        EXPECT_CLOSE(y, ref, tol(2e-5, 3e-3), "y" + what);
+        EXPECT_CLOSE(y, down(dy_sep), tol(1e-5, 2e-3), "y vs separate ops" + what);
+        for (int64_t n = 0; n < N; ++n) {
+          const Tensor s = ops::download(g, gpu_s[n]);
+          EXPECT_CLOSE(s, cpu_s[n], tol(2e-5, 3e-3), fmt::format("state {}{}", n, what));
+          EXPECT_CLOSE(s, ops::download(g, sep_s[n]), 1e-6, fmt::format("state {} vs separate ops{}", n, what));
+        }
+      }
+    }
+  }
+}
+
+VI_CUDA_INSTANTIATE(GdnDecodeStep);
+
+}  // namespace
+}  // namespace vi::cudatest
