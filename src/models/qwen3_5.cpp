@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 #include "models/attention_block.h"
@@ -28,6 +29,7 @@
 #include "ops/embedding.h"
 #include "ops/gdn.h"
 #include "ops/gdn_conv_step.h"
+#include "ops/gdn_decode_step.h"
 #include "ops/matmul.h"
 #include "ops/memory.h"
 #include "ops/norm.h"
@@ -457,6 +459,12 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   Tensor core = ops::empty(ctx, ctx.act, {N, value_dim}), y = ops::empty(ctx, ctx.act, {N, value_dim});
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  // Every sequence brings one token (a decode round): the GDN layers take the fused decode
+  // step, which holds the sequences' recurrent states in gdn_states ([Hv, dk, dv] f32 each).
+  bool all_decode = true;
+  for (size_t i = 0; i < items.size(); ++i) all_decode = all_decode && plan.rows_of(i) == 1;
+  std::vector<Tensor> gdn_states;
+  gdn_states.reserve(items.size());
 
   // The norm each layer's residual stream goes through next: the next layer's input norm,
   // after the last layer the output norm.
@@ -503,7 +511,8 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
         ops::matmul(ctx, n, G.wb, lb);
         ops::matmul(ctx, n, G.wa, la);
       }
-      ops::gdn_gates(ctx, la, lb, G.neg_exp_A, G.dt_bias, g, beta);
+      if (!all_decode) ops::gdn_gates(ctx, la, lb, G.neg_exp_A, G.dt_bias, g, beta);
+      gdn_states.clear();
       for (size_t i = 0; i < items.size(); ++i) {
         auto& seq = static_cast<Qwen35State&>(*items[i].seq);
         const int64_t r0 = plan.row0[i], T = plan.rows_of(i), r1 = r0 + T;
@@ -520,14 +529,24 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
           ops::l2_norm(ctx, qn, 1e-6f, q_scale, qn);
           ops::l2_norm(ctx, kn, 1e-6f, 1.0f, kn);
         }
+        if (all_decode) {  // the delta rule runs for all sequences at once below
+          gdn_states.push_back(seq.ssm[l]);
+          continue;
+        }
         // HF's split: the chunked form for multi-token calls, the recurrent one per token.
         const auto form = T > 1 ? ops::DeltaRuleForm::kChunked : ops::DeltaRuleForm::kRecurrent;
         Tensor core_i = core.slice_rows(r0, r1).reshape({T, Hv, dv});
         ops::gated_delta_rule(ctx, cqi.reshape({T, Hk, dk}), cki.reshape({T, Hk, dk}), cvi.reshape({T, Hv, dv}),
                               g.slice_rows(r0, r1), beta.slice_rows(r0, r1), seq.ssm[l], gva_, form, core_i);
       }
-      Tensor yr = y.reshape({N * Hv, dv});
-      ops::gated_rms_norm(ctx, core.reshape({N * Hv, dv}), lz.reshape({N * Hv, dv}), G.norm, eps, yr);
+      if (all_decode) {  // gates, recurrent delta rule and output norm of every sequence: one op
+        Tensor y3 = y.reshape({N, Hv, dv});
+        ops::gdn_decode_step(ctx, cq.reshape({N, Hk, dk}), ck.reshape({N, Hk, dk}), cv.reshape({N, Hv, dv}), la, lb,
+                             G.neg_exp_A, G.dt_bias, lz.reshape({N, Hv, dv}), G.norm, eps, gdn_states, gva_, y3);
+      } else {
+        Tensor yr = y.reshape({N * Hv, dv});
+        ops::gated_rms_norm(ctx, core.reshape({N * Hv, dv}), lz.reshape({N * Hv, dv}), G.norm, eps, yr);
+      }
       ops::matmul(ctx, y, G.wout, o);
     }
     ops::add_rms_norm(ctx, x, o, L.post_norm, eps, off, n);  // x += block(x); n = post_norm(x)
