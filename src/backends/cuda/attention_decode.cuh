@@ -83,13 +83,13 @@ bool decode_tc_ring_fits(const ops::Context& ctx, const DecodeArgs& a);
 // A block scores one tile of 16 rows; more rows (T * G > 16, e.g. T = 4 with G = 6) are cut
 // into row groups of whole tokens (decode_tc_warps_group_tokens: floor(16 / G)), one block
 // each, the groups of a split in adjacent blocks so they share its K/V reads in L2. kAuto
-// takes at most kDecodeTcWarpsMaxGroups groups: 1 (no row groups) while they are compiled
-// only, not run on a GPU (until then T = 4 and 8 of the 27B shape stay on the ring kernel);
-// each group costs a block's work, so the bound to set is where the bench's tc-warps line
-// stops beating tc-ring (T = 4: 2 groups, T = 8: 4 for G = 6). kAlways takes any count.
+// takes at most kDecodeTcWarpsMaxGroups groups: each group costs a block's work, and on the
+// H200 (2026-11-30 00:20, same shape) 2 groups beat the ring kernel at T = 4 (8K 68.2 -> 41.0,
+// 128K 306.5 -> 217.3 us) but 4 groups lost at 128K T = 8 (377.5 -> 415.0; 8K: 96.5 -> 71.5).
+// kAlways takes any count.
 enum class DecodeTcWarps { kAuto, kAlways, kNever };
 constexpr bool kDecodeTcWarpsByDefault = true;
-constexpr int64_t kDecodeTcWarpsMaxGroups = 1;
+constexpr int64_t kDecodeTcWarpsMaxGroups = 2;
 void set_decode_tc_warps(DecodeTcWarps mode);
 DecodeTcWarps decode_tc_warps();
 bool decode_tc_warps_fits(const ops::Context& ctx, const DecodeArgs& a);
