@@ -19,7 +19,8 @@
 # Knobs (environment): CONFIGS (weights:KV pairs, "q4_k:int8 q8_0:int8"; add q4_k:f16 for the
 # f16 cache), PROFILES (native volta; "native:nograph" adds a run with --no-cuda-graphs), DEPTHS (512,8192,32768,131072), PREFILL (2048), STYLES
 # (code,zh), VERIFY (1,2,4,8), NGEN (16), REPS (2), STEP_TIMEOUT (seconds per bench, 75), BUDGET
-# (no bench starts that could end after this many seconds, 300). With the defaults: about 4
+# (no bench starts that could end after this many seconds, 300), KEEP_MODELS (set: the models
+# stay in MODEL_DIR, default /tmp/vi_models, for a later run of another binary). With the defaults: about 4
 # minutes on an H200 (2 models, 4 bench runs), never more than ~5.
 set -uo pipefail
 
@@ -106,7 +107,7 @@ run() {
         echo "bench $dt KV $kv $prof_spec: rc=$? ($((SECONDS - t0)) s)" >> "$out/summary.txt"
       done
     done
-    rm -f "$m"
+    [ -n "${KEEP_MODELS:-}" ] || rm -f "$m"
   done
   python3 scripts/plot_bench.py "$out/bench.jsonl" "$out/bench.png" >> "$out/summary.txt" 2>&1
   # The decode rows of every table, last, so the reply's tail shows them.
