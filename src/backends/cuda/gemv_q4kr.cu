@@ -137,7 +137,7 @@ __device__ __forceinline__ void reduce_store(const float acc[4], float (*red)[4]
 // Rows past N read row N - 1 and tokens past T token T - 1 (mma columns never stored), so every
 // load is in bounds without a test per step.
 // MINB: blocks per SM the registers are budgeted for (4: 104 registers, the compiler's choice;
-// 6: 80, at the cost of a few spills and moves, for more warps to hide the latency).
+// 6: 80, no spills with CUDA 13, for more warps to hide the latency; it measured slower).
 template <int WARPS, int MINB>
 __global__ void __launch_bounds__(32 * WARPS, MINB)
     gemv_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
@@ -252,6 +252,8 @@ __global__ void __launch_bounds__(128, MINB)
 // with one bulk copy per row (cp.async.bulk, completion counted in bytes on an mbarrier): up to
 // STAGES x 11 KB in flight per block with no registers held. The 4 warps read their super-block
 // (position = warp) of each slot from shared memory and multiply as the register kernel does.
+// Measured (run 11): faster only on the head (many waves of blocks); with few tiles the
+// per-slot chain inside a block (wait, shared loads, barrier, refill) is the limit.
 // Slot rows are kPitch bytes apart (592 + 112): rows g and g + 1 then start 64 bytes apart in
 // the bank space, so a quarter-warp's 16-byte reads of two rows do not collide.
 constexpr int kPitch = 704;
