@@ -148,32 +148,10 @@ __global__ void __launch_bounds__(kDeltaCols* kDeltaRowGroups)
       kq[1][i] = to_f32(q[qk_off + i]);
     }
     __syncthreads();
-    const float decay = expf(g[t * Hv + j]);
-    float part = 0.0f;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int i = rg + kDeltaRowGroups * r;
-      s[r] *= decay;
-      if (i < dk) part += s[r] * kq[0][i];
-    }
-    red_kv[rg][col] = part;
-    __syncthreads();
-    float kv = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kDeltaRowGroups; ++w) kv += red_kv[w][col];
-    const float vv = live ? to_f32(v[(t * Hv + j) * int64_t(dv) + e]) : 0.0f;
-    const float delta = beta[t * Hv + j] * (vv - kv);
-    float po = 0.0f;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int i = rg + kDeltaRowGroups * r;
-      if (i < dk) {
-        s[r] += kq[0][i] * delta;
-        po += s[r] * kq[1][i];
-      }
-    }
-    red_o[rg][col] = po;
-    __syncthreads();
+    delta_rule_token(s, kq, red_kv, red_o, rg, col, dk, expf(g[t * Hv + j]), [&](float kv) {
+      const float vv = live ? to_f32(v[(t * Hv + j) * int64_t(dv) + e]) : 0.0f;
+      return beta[t * Hv + j] * (vv - kv);
+    });
     if (rg == 0 && live) {
       float o = 0.0f;
 #pragma unroll

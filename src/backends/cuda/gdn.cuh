@@ -20,4 +20,41 @@ __device__ __forceinline__ float gdn_decay_gate(float a, float dt_bias, float ne
   return neg_exp_A * sp;
 }
 
+// One token of the gated delta rule for this thread's value column, the step delta_rule_kernel
+// and the fused decode step share: s holds rows rg, rg + kDeltaRowGroups, ... of the column of
+// the fp32 state; they are decayed, Sᵀk is reduced over the row groups through red_kv, the
+// rank-1 update S += k deltaᵀ applied with delta = delta_of(Sᵀk) (beta (v − Sᵀk)), and this
+// thread's part of qᵀS left in red_o[rg][col] for the caller to sum (after the second barrier).
+// kq: the token's k (row 0) and q (row 1) in fp32, shared. Every thread of the block calls it.
+template <int R, int COLS, class DeltaOf>
+__device__ __forceinline__ void delta_rule_token(float (&s)[R], const float (&kq)[2][kDeltaMaxDk],
+                                                 float (&red_kv)[kDeltaRowGroups][COLS],
+                                                 float (&red_o)[kDeltaRowGroups][COLS], int rg, int col, int dk,
+                                                 float decay, DeltaOf delta_of) {
+  float part = 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = rg + kDeltaRowGroups * r;
+    s[r] *= decay;
+    if (i < dk) part += s[r] * kq[0][i];
+  }
+  red_kv[rg][col] = part;
+  __syncthreads();
+  float kv = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kDeltaRowGroups; ++w) kv += red_kv[w][col];
+  const float delta = delta_of(kv);
+  float po = 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = rg + kDeltaRowGroups * r;
+    if (i < dk) {
+      s[r] += kq[0][i] * delta;
+      po += s[r] * kq[1][i];
+    }
+  }
+  red_o[rg][col] = po;
+  __syncthreads();
+}
+
 }  // namespace vi::cuda

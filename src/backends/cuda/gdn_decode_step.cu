@@ -61,31 +61,10 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
       const int i = rg + kDeltaRowGroups * r;
       s[r] = (live && i < dk) ? S[int64_t(i) * dv + e] : 0.0f;
     }
-    float part = 0.0f;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int i = rg + kDeltaRowGroups * r;
-      s[r] *= decay;
-      if (i < dk) part += s[r] * kq[0][i];
-    }
-    red_kv[rg][col] = part;
-    __syncthreads();
-    float kv = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kDeltaRowGroups; ++w) kv += red_kv[w][col];
-    const float vv = live ? to_f32(vh[e]) : 0.0f;
-    const float delta = bt * (vv - kv);
-    float po = 0.0f;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int i = rg + kDeltaRowGroups * r;
-      if (i < dk) {
-        s[r] += kq[0][i] * delta;
-        po += s[r] * kq[1][i];
-      }
-    }
-    red_o[rg][col] = po;
-    __syncthreads();
+    delta_rule_token(s, kq, red_kv, red_o, rg, col, dk, decay, [&](float kv) {
+      const float vv = live ? to_f32(vh[e]) : 0.0f;
+      return bt * (vv - kv);
+    });
     // Every read of red_kv comes before the barrier above and every read of red_o before the
     // next pass's first barrier, and the next pass writes each only after that barrier: two
     // barriers per pass suffice.
