@@ -455,14 +455,20 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   Tensor lb = gdn_in.next(Hv), la = gdn_in.next(Hv);
   Tensor cq = ops::empty(ctx, ctx.act, {N, key_dim}), ck = ops::empty(ctx, ctx.act, {N, key_dim});
   Tensor cv = ops::empty(ctx, ctx.act, {N, value_dim});
-  Tensor g = ops::empty(ctx, DType::F32, {N, Hv}), beta = ops::empty(ctx, DType::F32, {N, Hv});
-  Tensor core = ops::empty(ctx, ctx.act, {N, value_dim}), y = ops::empty(ctx, ctx.act, {N, value_dim});
+  Tensor y = ops::empty(ctx, ctx.act, {N, value_dim});
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
   // Every sequence brings one token (a decode round): the GDN layers take the fused decode
-  // step, which holds the sequences' recurrent states in gdn_states ([Hv, dk, dv] f32 each).
+  // step, which holds the sequences' recurrent states in gdn_states ([Hv, dk, dv] f32 each)
+  // and needs no gate or core scratch.
   bool all_decode = true;
   for (size_t i = 0; i < items.size(); ++i) all_decode = all_decode && plan.rows_of(i) == 1;
+  Tensor g, beta, core;  // the unfused path's gates ([N, Hv] f32 each) and core ([N, value_dim])
+  if (!all_decode) {
+    g = ops::empty(ctx, DType::F32, {N, Hv});
+    beta = ops::empty(ctx, DType::F32, {N, Hv});
+    core = ops::empty(ctx, ctx.act, {N, value_dim});
+  }
   std::vector<Tensor> gdn_states;
   gdn_states.reserve(items.size());
 
