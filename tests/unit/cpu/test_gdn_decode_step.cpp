@@ -13,6 +13,7 @@
 #include "ops/gdn_decode_step.h"
 #include "ops/norm.h"
 #include "test_gdn_util.h"
+#include "unit/gdn_unfused_step.h"
 #include "unit/cpu/cpu_test_util.h"
 
 namespace vi {
@@ -63,17 +64,8 @@ TEST(GdnDecodeStep, EqualsGatesDeltaRuleAndGatedNorm) {
           Tensor y = make(t, {N, Hv, dv}, std::vector<float>(static_cast<size_t>(N * Hv * dv), 0.0f));
           ops::gdn_decode_step(ctx, q, k, v, a, b, A, dt, z, w, eps, fused_states, layout, y);
 
-          Tensor g = Tensor::empty(DType::F32, {N, Hv}), beta = Tensor::empty(DType::F32, {N, Hv});
-          Tensor core = Tensor::empty(t, {N, Hv, dv}), y_ref = Tensor::empty(t, {N, Hv, dv});
-          ops::gdn_gates(ctx, a, b, A, dt, g, beta);
-          for (int64_t n = 0; n < N; ++n) {
-            Tensor core_n = core.slice_rows(n, n + 1);
-            ops::gated_delta_rule(ctx, q.slice_rows(n, n + 1), k.slice_rows(n, n + 1), v.slice_rows(n, n + 1),
-                                  g.slice_rows(n, n + 1), beta.slice_rows(n, n + 1), ref_states[n], layout,
-                                  ops::DeltaRuleForm::kRecurrent, core_n);
-          }
-          Tensor yr = y_ref.reshape({N * Hv, dv});
-          ops::gated_rms_norm(ctx, core.reshape({N * Hv, dv}), z.reshape({N * Hv, dv}), w, eps, yr);
+          Tensor y_ref = Tensor::empty(t, {N, Hv, dv});
+          test::unfused_gdn_decode_step(ctx, q, k, v, a, b, A, dt, z, w, eps, ref_states, layout, y_ref);
 
           const std::string what = std::string(dtype_name(t)) +
                                    (layout == ops::GvaLayout::kTiled ? " tiled" : " grouped") + " N=" +

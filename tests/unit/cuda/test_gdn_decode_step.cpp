@@ -19,6 +19,7 @@
 #include "ops/gdn.h"
 #include "ops/gdn_decode_step.h"
 #include "ops/norm.h"
+#include "unit/gdn_unfused_step.h"
 
 namespace vi::cudatest {
 namespace {
@@ -56,17 +57,8 @@ TEST_P(GdnDecodeStep, MatchesCpuAndTheSeparateOps) {
         Tensor dy = gpu_empty({N, Hv, dv});
         ops::gdn_decode_step(g, dq, dk_, dv_, da, db, dA, ddt, dz, dw, eps, gpu_s, layout, dy);
 
-        Tensor dg = ops::empty(g, DType::F32, {N, Hv}), dbeta = ops::empty(g, DType::F32, {N, Hv});
-        Tensor dcore = gpu_empty({N, Hv, dv}), dy_sep = gpu_empty({N, Hv, dv});
-        ops::gdn_gates(g, da, db, dA, ddt, dg, dbeta);
-        for (int64_t n = 0; n < N; ++n) {
-          Tensor core_n = dcore.slice_rows(n, n + 1);
-          ops::gated_delta_rule(g, dq.slice_rows(n, n + 1), dk_.slice_rows(n, n + 1), dv_.slice_rows(n, n + 1),
-                                dg.slice_rows(n, n + 1), dbeta.slice_rows(n, n + 1), sep_s[n], layout,
-                                ops::DeltaRuleForm::kRecurrent, core_n);
-        }
-        Tensor ysr = dy_sep.reshape({N * Hv, dv});
-        ops::gated_rms_norm(g, dcore.reshape({N * Hv, dv}), dz.reshape({N * Hv, dv}), dw, eps, ysr);
+        Tensor dy_sep = gpu_empty({N, Hv, dv});
+        test::unfused_gdn_decode_step(g, dq, dk_, dv_, da, db, dA, ddt, dz, dw, eps, sep_s, layout, dy_sep);
 
         const Tensor y = down(dy);
         EXPECT_CLOSE(y, ref, tol(2e-5, 3e-3), "y" + what);
