@@ -1240,13 +1240,14 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
 
   const int DP = padded_dim(a.D);
   const dim3 grid(static_cast<unsigned>(plan.n_splits), static_cast<unsigned>(a.Hkv));
-  auto go = [&](auto kernel, int smem, const auto* k, const auto* v) {
+  auto launch_at = [&](auto kernel, dim3 where, int threads, int smem, const auto* k, const auto* v) {
     // Over 48 KB of dynamic shared memory must be opted into (per device: set each call).
     VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<grid, kThreads, smem, stream_of(ctx)>>>(static_cast<const __half*>(a.q), k, v,
+    kernel<<<where, threads, smem, stream_of(ctx)>>>(static_cast<const __half*>(a.q), k, v,
                                                      static_cast<__half*>(a.out), P);
     VI_CUDA_LAUNCH_CHECK();
   };
+  auto go = [&](auto kernel, int smem, const auto* k, const auto* v) { launch_at(kernel, grid, kThreads, smem, k, v); };
 
   if (decode_tc_warps_fits(ctx, a)) {
     const int8_t* k = static_cast<const int8_t*>(a.k);
@@ -1255,14 +1256,8 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
     P.n_groups = static_cast<int>(decode_tc_warps_groups(a));
     // The groups of a split in adjacent blocks (x = split * n_groups + group): see the kernel.
     const dim3 wgrid(static_cast<unsigned>(plan.n_splits * P.n_groups), static_cast<unsigned>(a.Hkv));
-    auto launch = [&](auto kernel, int smem) {
-      VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      kernel<<<wgrid, kWThreads, smem, stream_of(ctx)>>>(static_cast<const __half*>(a.q), k, v,
-                                                         static_cast<__half*>(a.out), P);
-      VI_CUDA_LAUNCH_CHECK();
-    };
-    if (DP == 128) launch(decode_tc_warps_kernel<128>, warps_smem(128));
-    else launch(decode_tc_warps_kernel<256>, warps_smem(256));
+    if (DP == 128) launch_at(decode_tc_warps_kernel<128>, wgrid, kWThreads, warps_smem(128), k, v);
+    else launch_at(decode_tc_warps_kernel<256>, wgrid, kWThreads, warps_smem(256), k, v);
     return;
   }
 
