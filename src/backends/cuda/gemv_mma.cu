@@ -366,18 +366,10 @@ __global__ void __launch_bounds__(32 * kDeepWarps, 3)
 
   // The 4 warps covered different groups of the same rows: sum them.
   __shared__ float red[kDeepWarps][4][32];
+  float sums[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[0][i] + acc[1][i];
-  __syncthreads();
-  {
-    const int i = threadIdx.x >> 5, l = lane;  // 128 threads: one output each
-    float sum = 0.0f;
-#pragma unroll
-    for (int wv = 0; wv < kDeepWarps; ++wv) sum += red[wv][i][l];
-    const int64_t n = n0 + (l >> 2) + 8 * (i >> 1);
-    const int tok = 2 * (l & 3) + (i & 1);
-    if (n < N && tok < n_tok) y[static_cast<int64_t>(tok) * N + n] = __float2half_rn(sum);
-  }
+  for (int i = 0; i < 4; ++i) sums[i] = acc[0][i] + acc[1][i];
+  store_tile_sums<kDeepWarps>(sums, red, y, n0, N, n_tok);
 }
 
 template <int DEPTH, bool XAHEAD>

@@ -108,26 +108,6 @@ __device__ __forceinline__ void apply_scales(const uint32_t dd[2], const float t
   acc[3] = fmaf(dm1.x, t[3], fmaf(-dm1.y, u[3], acc[3]));
 }
 
-// The WARPS warps' sums meet in shared memory; y[tok, n0 + row] for the tile's rows < N and
-// tokens < n_tok. acc[i]: row g + 8 (i >> 1), token 2c + (i & 1). Every thread calls it.
-template <int WARPS>
-__device__ __forceinline__ void reduce_store(const float acc[4], float (*red)[4][32], __half* y, int64_t n0, int64_t N,
-                                             int n_tok) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[i];
-  __syncthreads();
-  for (int k = threadIdx.x; k < 4 * 32; k += blockDim.x) {
-    const int i = k / 32, l = k % 32;
-    float sum = 0.0f;
-#pragma unroll
-    for (int wv = 0; wv < WARPS; ++wv) sum += red[wv][i][l];
-    const int64_t n = n0 + (l >> 2) + 8 * (i >> 1);
-    const int tok = 2 * (l & 3) + (i & 1);
-    if (n < N && tok < n_tok) y[static_cast<int64_t>(tok) * N + n] = __float2half_rn(sum);
-  }
-}
-
 // ---- Register kernel (sm_80+) ----
 // A block of WARPS warps (a multiple of 4) owns a tile of 16 rows; warp w takes super-blocks
 // w, w + WARPS, ... — always position w % 4 of a Q4_KR block, so its next super-block is one
@@ -177,7 +157,7 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
     xs += 256 * WARPS;
   }
   __shared__ float red[WARPS][4][32];
-  reduce_store<WARPS>(acc, red, y, n0, N, n_tok);
+  store_tile_sums<WARPS>(acc, red, y, n0, N, n_tok);
 }
 
 // ---- Deep register kernel (sm_80+) ----
@@ -241,7 +221,7 @@ __global__ void __launch_bounds__(128, MINB)
     xs += DEPTH * 1024;
   }
   __shared__ float red[4][4][32];
-  reduce_store<4>(acc, red, y, n0, N, n_tok);
+  store_tile_sums<4>(acc, red, y, n0, N, n_tok);
 }
 
 // ---- Bulk-copy ring kernel (sm_90, CUDA 12+) ----
@@ -256,11 +236,10 @@ __global__ void __launch_bounds__(128, MINB)
 // per-slot chain inside a block (wait, shared loads, barrier, refill) is the limit.
 // Slot rows are kPitch bytes apart (592 + 112): rows g and g + 1 then start 64 bytes apart in
 // the bank space, so a quarter-warp's 16-byte reads of two rows do not collide.
-constexpr int kPitch = 704;
-constexpr int kSlotBytes = 16 * kPitch;
-
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDACC_VER_MAJOR__ >= 12
 #define VI_Q4KR_BULK 1
+constexpr int kPitch = 704;
+constexpr int kSlotBytes = 16 * kPitch;
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
@@ -337,7 +316,7 @@ __global__ void __launch_bounds__(128)
     apply_scales(dd, t, u, acc);
     xs += 1024;
   }
-  reduce_store<4>(acc, red, y, n0, N, n_tok);
+  store_tile_sums<4>(acc, red, y, n0, N, n_tok);
 #else
   __trap();
 #endif
