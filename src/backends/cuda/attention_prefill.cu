@@ -74,7 +74,7 @@ constexpr int min_blocks(int dp) {
 
 // A K/V piece as 8 halves for this kernel: f16 as it is; i8 as scale * int8 through the
 // integer-to-float conversion. Not the shared byte-permute form (attention_wmma.cuh): with it,
-// and with the shared softmax step's guard for rows that see no key, this kernel took 100-128
+// and with the softmax step's guard for rows that see no key, this kernel took 100-128
 // registers with up to 648 bytes of spills instead of 86-125 and 304 (ptxas, sm_90), and the
 // 8K prefill's attention went from 178 to 223 ms (H200, 2026-11-30, same job). Same values.
 __device__ __forceinline__ uint4 to_half8(uint4 p, float) { return p; }
@@ -202,28 +202,11 @@ __global__ void __launch_bounds__(kThreads, min_blocks(DP)) prefill_kernel(const
       const float4* src = reinterpret_cast<const float4*>(Ss + sm_row * kLdS + sm_c0);
       const float4 a = src[0], b = src[1];
       float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-      float mx = -INFINITY;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
+      for (int e = 0; e < 8; ++e)
         if (kt0 + sm_c0 + e > sm_pos) x[e] = -INFINITY;
-        mx = fmaxf(mx, x[e]);
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      // Finite from the first tile on: key 0 is visible to every row (so no guard for rows
-      // without a key, which online_softmax8 has).
-      const float m_new = fmaxf(m_run, mx);
-      const float corr = exp2f(m_run - m_new);
-      float sum = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        x[e] = exp2f(x[e] - m_new);
-        sum += x[e];
-      }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      l_run = l_run * corr + sum;
-      m_run = m_new;
+      // The max is finite from the first tile on: key 0 is visible to every row.
+      const float corr = online_softmax8<false>(x, m_run, l_run);
       *reinterpret_cast<uint4*>(Ps + sm_row * kLdP + sm_c0) =
           make_uint4(pack_half2(x[0], x[1]), pack_half2(x[2], x[3]), pack_half2(x[4], x[5]), pack_half2(x[6], x[7]));
       if ((tid & 3) == 0) Ss[sm_row * kLdS + kBN] = corr;

@@ -83,7 +83,10 @@ __device__ __forceinline__ void accumulator_rows(float* scratch, int rid[kAccEle
 // One online-softmax step of a row whose 32 keys of the tile are spread 8 per thread over 4
 // adjacent lanes: x (scores in exp2 units, masked keys -inf) become exp2(x - m_new), the row's
 // running max m_run and sum l_run move on, and the factor that rescales the row's O returns.
-// A row that has seen no key yet (m_new = -inf) adds nothing and keeps O as it is.
+// A row that has seen no key yet (m_new = -inf) adds nothing and keeps O as it is; callers
+// whose every row sees a key from the first tile on (prefill: key 0 is visible to every row)
+// pass NO_KEY_GUARD = false and skip that test (fewer registers in the prefill kernel).
+template <bool NO_KEY_GUARD = true>
 __device__ __forceinline__ float online_softmax8(float x[8], float& m_run, float& l_run) {
   float mx = -INFINITY;
 #pragma unroll
@@ -91,7 +94,7 @@ __device__ __forceinline__ float online_softmax8(float x[8], float& m_run, float
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
   const float m_new = fmaxf(m_run, mx);
-  const bool none = m_new == -INFINITY;
+  const bool none = NO_KEY_GUARD && m_new == -INFINITY;
   const float corr = none ? 1.0f : exp2f(m_run - m_new);
   float sum = 0.0f;
 #pragma unroll
