@@ -98,14 +98,15 @@ struct BlockQ8_0R {
 //       holds values 8i .. 8i+7 of the sub-block, value 8i + p in nibble (p >> 1) + 4 (p & 1)
 //       (bits 4n .. 4n+3), so masking the word (and the word shifted by 8) with 0x000F000F /
 //       0x00F000F0 gives value pairs (0,1), (2,3), (4,5), (6,7) as f16 halves under 0x6400.
-//   hdr: super-block b's d, dmin (fp16), then sc[0..3], m[0..3], sc[4..7], m[4..7] (bytes).
-struct BlockQ4_KRHeader {
-  uint16_t d, dmin;
-  uint8_t sm[16];
-};
+//   sm: super-block b's sc[0..3], m[0..3], sc[4..7], m[4..7] (bytes), 16-byte aligned so the
+//       GEMV reads a row's scales and mins of a super-block with one 16-byte load (in 20-byte
+//       per-super-block headers with d and dmin they took five 4-byte loads, each of which
+//       touches the cache lines of 8 rows per warp).
+//   dm: super-block b's d, dmin (fp16 bits).
 struct BlockQ4_KR {
   uint8_t qs[4 * kQKK / 2];
-  BlockQ4_KRHeader hdr[4];
+  uint8_t sm[4][16];
+  uint16_t dm[4][2];
 };
 static_assert(sizeof(BlockQ4_KR) == 4 * 148);
 static_assert(sizeof(BlockQ8_0) == 34);

@@ -136,6 +136,7 @@ int main(int argc, char** argv) {
                           {"ffn up/gate", 17408, 5120},
                           {"ffn gate|up", 34816, 5120},
                           {"ffn down", 5120, 17408},
+                          {"attn/GDN out", 5120, 6144},
                           {"lm head", 248320, 5120}};
   cudaStream_t stream;
   VI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

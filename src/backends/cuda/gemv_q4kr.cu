@@ -1,4 +1,7 @@
 // Tensor-core decode GEMV on Q4_KR weights: see gemv_q4kr.cuh for the plan and the numerics.
+#include <cstddef>
+#include <type_traits>
+
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
 #include "backends/cuda/mma_f16.cuh"
@@ -7,8 +10,9 @@
 namespace vi::cuda {
 namespace {
 
-constexpr int kQsBytes = 4 * kQKK / 2;  // a Q4_KR block's quants, then its 4 headers
-constexpr int kHdrBytes = static_cast<int>(sizeof(BlockQ4_KRHeader));
+constexpr int kSmOff = static_cast<int>(offsetof(BlockQ4_KR, sm));  // a Q4_KR block's scales and mins
+constexpr int kDmOff = static_cast<int>(offsetof(BlockQ4_KR, dm));  // and its d, dmin
+static_assert(kSmOff % 16 == 0, "one 16-byte load per super-block's scales and mins");
 constexpr int kBlkBytes = static_cast<int>(sizeof(BlockQ4_KR));  // 1024 values of a row
 constexpr uint32_t kMagic = 0x64006400u;  // f16 0x64XX = 1024 + XX
 
@@ -24,39 +28,51 @@ __device__ __forceinline__ uint32_t and_or(uint32_t v, uint32_t magic) {
 }
 
 // Half h of a super-block as lane (g, c) uses it: the 32 values of its sub-block 4h + c of
-// rows g (q[0]) and g + 8 (q[1]), and the half's 4 scale and 4 min bytes of each row (its own:
-// byte c).
+// rows g (q[0]) and g + 8 (q[1]).
 struct HalfSb {
   uint4 q[2];
-  uint32_t sc[2], mn[2];
+};
+// A super-block's scales and mins of rows g (sm[0]) and g + 8 (sm[1]): .x, .y the 4 scale and 4
+// min bytes of half 0, .z, .w those of half 1 (the lane's own: byte c); dd: the rows' (d, dmin).
+struct SbScales {
+  uint4 sm[2];
+  uint32_t dd[2];
 };
 
-// q0/q1: this lane's 16 bytes of half 0 of rows g / g + 8 (half 1 is 64 bytes on); hd0/hd1:
-// the rows' super-block headers. Global memory (streamed once: evict-first) or shared memory.
+// q0/q1: this lane's 16 bytes of half 0 of rows g / g + 8 (half 1 is 64 bytes on). Global
+// memory (streamed once: evict-first) or shared memory.
 template <int H, bool GLOBAL>
-__device__ __forceinline__ void load_half(const uint8_t* q0, const uint8_t* q1, const uint8_t* hd0, const uint8_t* hd1,
-                                          HalfSb& st) {
+__device__ __forceinline__ void load_half(const uint8_t* q0, const uint8_t* q1, HalfSb& st) {
   auto q = [](const uint8_t* p) {
     return GLOBAL ? __ldcs(reinterpret_cast<const uint4*>(p)) : *reinterpret_cast<const uint4*>(p);
   };
-  auto u32 = [](const uint8_t* p) {
-    return GLOBAL ? __ldg(reinterpret_cast<const uint32_t*>(p)) : *reinterpret_cast<const uint32_t*>(p);
-  };
   st.q[0] = q(q0 + 64 * H);
   st.q[1] = q(q1 + 64 * H);
-  st.sc[0] = u32(hd0 + 4 + 8 * H);
-  st.sc[1] = u32(hd1 + 4 + 8 * H);
-  st.mn[0] = u32(hd0 + 8 + 8 * H);
-  st.mn[1] = u32(hd1 + 8 + 8 * H);
+}
+// sm0/sm1: the super-block's 16 scale and min bytes of rows g / g + 8; dm0/dm1: their d, dmin.
+template <bool GLOBAL>
+__device__ __forceinline__ void load_scales(const uint8_t* sm0, const uint8_t* sm1, const uint8_t* dm0,
+                                            const uint8_t* dm1, SbScales& sc) {
+  auto v4 = [](const uint8_t* p) {
+    return GLOBAL ? __ldcs(reinterpret_cast<const uint4*>(p)) : *reinterpret_cast<const uint4*>(p);
+  };
+  auto u32 = [](const uint8_t* p) {
+    return GLOBAL ? __ldcs(reinterpret_cast<const uint32_t*>(p)) : *reinterpret_cast<const uint32_t*>(p);
+  };
+  sc.sm[0] = v4(sm0);
+  sc.sm[1] = v4(sm1);
+  sc.dd[0] = u32(dm0);
+  sc.dd[1] = u32(dm1);
 }
 
 // t (+)= Σ sc·q·x and u (+)= Σ m·x over one half for rows g, g + 8 and tokens 2c, 2c + 1.
 //   A = sc·q exactly in f16 (≤ 945) from 1024 + q (or 1024 + 16q) by one f16 FMA; the mins
 //   through a second mma whose A is m everywhere. d and dmin follow once per super-block.
-// xs: token g's 32 activations at this lane's sub-block; sel picks byte c of a header word.
+// xs: token g's 32 activations at this lane's sub-block; scw/mnw: the half's scale and min words
+// of rows g, g + 8; sel picks byte c of such a word.
 template <bool FIRST>
-__device__ __forceinline__ void mma_half(const HalfSb& st, const __half* xs, uint32_t sel, uint32_t magic, float t[4],
-                                         float u[4]) {
+__device__ __forceinline__ void mma_half(const HalfSb& st, uint32_t scw0, uint32_t scw1, uint32_t mnw0, uint32_t mnw1,
+                                         const __half* xs, uint32_t sel, uint32_t magic, float t[4], float u[4]) {
   uint4 xv[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) xv[i] = __ldg(reinterpret_cast<const uint4*>(xs + 8 * i));
@@ -64,11 +80,12 @@ __device__ __forceinline__ void mma_half(const HalfSb& st, const __half* xs, uin
   const __half2 kSixteenth = __float2half2_rn(0.0625f);
   __half2 sc[2], sc16[2], neg[2], neg16[2];
   uint32_t mn[2];
+  const uint32_t scw[2] = {scw0, scw1}, mnw[2] = {mnw0, mnw1};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     // byte c under 0x64 is 1024 + byte; minus 1024 is the byte, exactly.
-    sc[r] = __hsub2(as_h2(__byte_perm(st.sc[r], 0x64u, sel)), k1024);
-    mn[r] = as_u32(__hsub2(as_h2(__byte_perm(st.mn[r], 0x64u, sel)), k1024));
+    sc[r] = __hsub2(as_h2(__byte_perm(scw[r], 0x64u, sel)), k1024);
+    mn[r] = as_u32(__hsub2(as_h2(__byte_perm(mnw[r], 0x64u, sel)), k1024));
     neg[r] = __hmul2(sc[r], kNeg1024);     // −1024·sc: exact (≤ 64512)
     sc16[r] = __hmul2(sc[r], kSixteenth);  // for the 1024 + 16q pairs: exact
     neg16[r] = __hmul2(sc16[r], kNeg1024);
@@ -97,6 +114,13 @@ __device__ __forceinline__ void mma_half(const HalfSb& st, const __half* xs, uin
     mma_16816(t, a[0][2], a[1][2], a[0][3], a[1][3], xv[i].z, xv[i].w);
     mma_16816(u, mn[0], mn[1], mn[0], mn[1], xv[i].z, xv[i].w);
   }
+}
+
+// Half 0 of a super-block from st0, half 1 from st1 (xs: half 0's activations), with its scales.
+__device__ __forceinline__ void mma_sb(const HalfSb& st0, const HalfSb& st1, const SbScales& sc, const __half* xs,
+                                       uint32_t sel, uint32_t magic, float t[4], float u[4]) {
+  mma_half<true>(st0, sc.sm[0].x, sc.sm[1].x, sc.sm[0].y, sc.sm[1].y, xs, sel, magic, t, u);
+  mma_half<false>(st1, sc.sm[0].z, sc.sm[1].z, sc.sm[0].w, sc.sm[1].w, xs + 128, sel, magic, t, u);
 }
 
 // acc += d·t − dmin·u for rows g (acc[0..1]) and g + 8 (acc[2..3]); dd: each row's (d, dmin).
@@ -131,31 +155,52 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
   const int pos = warp & 3;
   const uint8_t* r0 = w + static_cast<size_t>(min(n0 + g, N - 1)) * row_bytes + first;
   const uint8_t* r1 = w + static_cast<size_t>(min(n0 + g + 8, N - 1)) * row_bytes + first;
+  // Rows g, g + 8 of the warp's first super-block: quants (this lane's 16 bytes of half 0),
+  // scales and mins, d and dmin.
   const uint8_t* q0 = r0 + 128 * pos + 16 * c;
   const uint8_t* q1 = r1 + 128 * pos + 16 * c;
-  const uint8_t* h0 = r0 + kQsBytes + kHdrBytes * pos;
-  const uint8_t* h1 = r1 + kQsBytes + kHdrBytes * pos;
+  const uint8_t* s0 = r0 + kSmOff + 16 * pos;
+  const uint8_t* s1 = r1 + kSmOff + 16 * pos;
+  const uint8_t* d0 = r0 + kDmOff + 4 * pos;
+  const uint8_t* d1 = r1 + kDmOff + 4 * pos;
   const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
   constexpr int kStride = (WARPS / 4) * kBlkBytes;  // bytes from one of the warp's super-blocks to the next
   const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   HalfSb st0, st1;
-  if (warp < n_sb) load_half<0, true>(q0, q1, h0, h1, st0);
-  for (int s = warp; s < n_sb; s += WARPS) {
-    load_half<1, true>(q0, q1, h0, h1, st1);
-    const uint32_t dd[2] = {__ldg(reinterpret_cast<const uint32_t*>(h0)), __ldg(reinterpret_cast<const uint32_t*>(h1))};
+  SbScales sc, sc_next;
+  if (warp < n_sb) {
+    load_half<0, true>(q0, q1, st0);
+    load_scales<true>(s0, s1, d0, d1, sc);
+  }
+  // One super-block; MORE: the next one's half 0 and scales load while half 1 multiplies. The
+  // last one is peeled off rather than predicated: with the loads under a branch, ptxas sinks
+  // them to the end of the loop, where they no longer overlap anything.
+  auto sb_step = [&](auto more) {
+    load_half<1, true>(q0, q1, st1);
     float t[4], u[4];
-    mma_half<true>(st0, xs, sel, magic, t, u);
-    if (s + WARPS < n_sb) load_half<0, true>(q0 + kStride, q1 + kStride, h0 + kStride, h1 + kStride, st0);
-    mma_half<false>(st1, xs + 128, sel, magic, t, u);
-    apply_scales(dd, t, u, acc);
+    mma_half<true>(st0, sc.sm[0].x, sc.sm[1].x, sc.sm[0].y, sc.sm[1].y, xs, sel, magic, t, u);
+    if constexpr (decltype(more)::value) {
+      load_half<0, true>(q0 + kStride, q1 + kStride, st0);
+      load_scales<true>(s0 + kStride, s1 + kStride, d0 + kStride, d1 + kStride, sc_next);
+    }
+    mma_half<false>(st1, sc.sm[0].z, sc.sm[1].z, sc.sm[0].w, sc.sm[1].w, xs + 128, sel, magic, t, u);
+    apply_scales(sc.dd, t, u, acc);
+  };
+  int s = warp;
+  for (; s + WARPS < n_sb; s += WARPS) {
+    sb_step(std::true_type{});
+    sc = sc_next;
     q0 += kStride;
     q1 += kStride;
-    h0 += kStride;
-    h1 += kStride;
+    s0 += kStride;
+    s1 += kStride;
+    d0 += kStride;
+    d1 += kStride;
     xs += 256 * WARPS;
   }
+  if (s < n_sb) sb_step(std::false_type{});
   __shared__ float red[WARPS][4][32];
   store_tile_sums<WARPS>(acc, red, y, n0, N, n_tok);
 }
@@ -179,24 +224,25 @@ __global__ void __launch_bounds__(128, MINB)
   const uint8_t* r1 = w + static_cast<size_t>(min(n0 + g + 8, N - 1)) * row_bytes;
   const uint8_t* q0 = r0 + 128 * warp + 16 * c;
   const uint8_t* q1 = r1 + 128 * warp + 16 * c;
-  const uint8_t* h0 = r0 + kQsBytes + kHdrBytes * warp;
-  const uint8_t* h1 = r1 + kQsBytes + kHdrBytes * warp;
+  const uint8_t* s0 = r0 + kSmOff + 16 * warp;
+  const uint8_t* s1 = r1 + kSmOff + 16 * warp;
+  const uint8_t* d0 = r0 + kDmOff + 4 * warp;
+  const uint8_t* d1 = r1 + kDmOff + 4 * warp;
   const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
   const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
   const int n_mine = warp < n_sb ? (n_sb - warp + 3) / 4 : 0;  // this warp's super-blocks
 
   struct Sb {
     HalfSb h[2];
-    uint32_t dd[2];
+    SbScales sc;
   };
   // The warp's super-block i, with the pointers at its super-block i0: at byte distance
   // (i - i0) * kBlkBytes, an immediate when i - i0 is.
   auto load_sb = [&](int d, Sb& b) {
     const size_t off = static_cast<size_t>(d) * kBlkBytes;
-    load_half<0, true>(q0 + off, q1 + off, h0 + off, h1 + off, b.h[0]);
-    load_half<1, true>(q0 + off, q1 + off, h0 + off, h1 + off, b.h[1]);
-    b.dd[0] = __ldg(reinterpret_cast<const uint32_t*>(h0 + off));
-    b.dd[1] = __ldg(reinterpret_cast<const uint32_t*>(h1 + off));
+    load_half<0, true>(q0 + off, q1 + off, b.h[0]);
+    load_half<1, true>(q0 + off, q1 + off, b.h[1]);
+    load_scales<true>(s0 + off, s1 + off, d0 + off, d1 + off, b.sc);
   };
   Sb buf[DEPTH];
 #pragma unroll
@@ -208,16 +254,17 @@ __global__ void __launch_bounds__(128, MINB)
     for (int j = 0; j < DEPTH; ++j) {
       if (i0 + j < n_mine) {
         float t[4], u[4];
-        mma_half<true>(buf[j].h[0], xs + 1024 * j, sel, magic, t, u);
-        mma_half<false>(buf[j].h[1], xs + 1024 * j + 128, sel, magic, t, u);
-        apply_scales(buf[j].dd, t, u, acc);
+        mma_sb(buf[j].h[0], buf[j].h[1], buf[j].sc, xs + 1024 * j, sel, magic, t, u);
+        apply_scales(buf[j].sc.dd, t, u, acc);
         if (i0 + j + DEPTH < n_mine) load_sb(j + DEPTH, buf[j]);
       }
     }
     q0 += DEPTH * kBlkBytes;
     q1 += DEPTH * kBlkBytes;
-    h0 += DEPTH * kBlkBytes;
-    h1 += DEPTH * kBlkBytes;
+    s0 += DEPTH * kBlkBytes;
+    s1 += DEPTH * kBlkBytes;
+    d0 += DEPTH * kBlkBytes;
+    d1 += DEPTH * kBlkBytes;
     xs += DEPTH * 1024;
   }
   __shared__ float red[4][4][32];
@@ -297,23 +344,23 @@ __global__ void __launch_bounds__(128)
 
   const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
   const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
-  const int qo = g * kPitch + 128 * warp + 16 * c, ho = g * kPitch + kQsBytes + kHdrBytes * warp;
+  const int qo = g * kPitch + 128 * warp + 16 * c, so = g * kPitch + kSmOff + 16 * warp,
+            dmo = g * kPitch + kDmOff + 4 * warp;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int b = 0; b < n_blk; ++b) {
     const int s = b % STAGES;
     mbar_wait(&full[s], static_cast<uint32_t>(b / STAGES) & 1u);
     const uint8_t* slot = ring[s];
     HalfSb st0, st1;
-    load_half<0, false>(slot + qo, slot + qo + 8 * kPitch, slot + ho, slot + ho + 8 * kPitch, st0);
-    load_half<1, false>(slot + qo, slot + qo + 8 * kPitch, slot + ho, slot + ho + 8 * kPitch, st1);
-    const uint32_t dd[2] = {*reinterpret_cast<const uint32_t*>(slot + ho),
-                            *reinterpret_cast<const uint32_t*>(slot + ho + 8 * kPitch)};
+    SbScales sc;
+    load_half<0, false>(slot + qo, slot + qo + 8 * kPitch, st0);
+    load_half<1, false>(slot + qo, slot + qo + 8 * kPitch, st1);
+    load_scales<false>(slot + so, slot + so + 8 * kPitch, slot + dmo, slot + dmo + 8 * kPitch, sc);
     __syncthreads();  // every warp has its part of slot s in registers: warp 0 may refill it
     if (warp == 0 && b + STAGES < n_blk) fill(b + STAGES);
     float t[4], u[4];
-    mma_half<true>(st0, xs, sel, magic, t, u);
-    mma_half<false>(st1, xs + 128, sel, magic, t, u);
-    apply_scales(dd, t, u, acc);
+    mma_sb(st0, st1, sc, xs, sel, magic, t, u);
+    apply_scales(sc.dd, t, u, acc);
     xs += 1024;
   }
   store_tile_sums<4>(acc, red, y, n0, N, n_tok);

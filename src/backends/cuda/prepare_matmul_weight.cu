@@ -52,14 +52,13 @@ __global__ void repack_q4_kr_kernel(const BlockQ4_K* __restrict__ in, BlockQ4_KR
 #pragma unroll 1
   for (int sb = 0; sb < 4; ++sb) {
     const BlockQ4_K& b = in[4 * i + sb];
-    BlockQ4_KRHeader& h = r.hdr[sb];
-    h.d = b.d;
-    h.dmin = b.dmin;
+    r.dm[sb][0] = b.d;
+    r.dm[sb][1] = b.dmin;
     for (int j = 0; j < 8; ++j) {
       int sc, m;
       k4_scale_min(j, b.scales, sc, m);
-      h.sm[8 * (j / 4) + j % 4] = static_cast<uint8_t>(sc);
-      h.sm[8 * (j / 4) + 4 + j % 4] = static_cast<uint8_t>(m);
+      r.sm[sb][8 * (j / 4) + j % 4] = static_cast<uint8_t>(sc);
+      r.sm[sb][8 * (j / 4) + 4 + j % 4] = static_cast<uint8_t>(m);
       // Sub-block j, value l: Q4_K keeps it in byte 32 (j / 2) + l, nibble j % 2.
       for (int i = 0; i < 4; ++i) {
         uint32_t word = 0;

@@ -43,10 +43,10 @@ __device__ __forceinline__ float dq(const uint8_t* row, int64_t i) {
     const int p = l % 8, n = (p >> 1) + 4 * (p & 1);  // the value's nibble in its word
     const uint8_t byte = b->qs[128 * sb + 16 * j + 4 * (l / 8) + n / 2];
     const int q = (byte >> (4 * (n & 1))) & 0xF;
-    const BlockQ4_KRHeader& h = b->hdr[sb];
-    const int sc = h.sm[8 * (j / 4) + j % 4], m = h.sm[8 * (j / 4) + 4 + j % 4];
-    return half_bits_to_f32(h.d) * static_cast<float>(sc) * static_cast<float>(q) -
-           half_bits_to_f32(h.dmin) * static_cast<float>(m);
+    const uint8_t* sm = b->sm[sb];
+    const int sc = sm[8 * (j / 4) + j % 4], m = sm[8 * (j / 4) + 4 + j % 4];
+    return half_bits_to_f32(b->dm[sb][0]) * static_cast<float>(sc) * static_cast<float>(q) -
+           half_bits_to_f32(b->dm[sb][1]) * static_cast<float>(m);
   } else if constexpr (W == DType::Q4_0) {
     const BlockQ4_0* b = reinterpret_cast<const BlockQ4_0*>(row) + i / kQK;
     const int l = static_cast<int>(i % kQK);
@@ -123,9 +123,9 @@ __device__ __forceinline__ void dq8(const uint8_t* row, int64_t i0, float* out) 
     const BlockQ4_KR* b = reinterpret_cast<const BlockQ4_KR*>(row) + i0 / (4 * kQKK);
     const int v0 = static_cast<int>(i0 % (4 * kQKK)), sb = v0 / kQKK, j = (v0 % kQKK) / 32, i = (v0 % 32) / 8;
     const uint32_t wq = *reinterpret_cast<const uint32_t*>(b->qs + 128 * sb + 16 * j + 4 * i);
-    const BlockQ4_KRHeader& h = b->hdr[sb];
-    const float dl = half_bits_to_f32(h.d) * static_cast<float>(h.sm[8 * (j / 4) + j % 4]);
-    const float ml = half_bits_to_f32(h.dmin) * static_cast<float>(h.sm[8 * (j / 4) + 4 + j % 4]);
+    const uint8_t* sm = b->sm[sb];
+    const float dl = half_bits_to_f32(b->dm[sb][0]) * static_cast<float>(sm[8 * (j / 4) + j % 4]);
+    const float ml = half_bits_to_f32(b->dm[sb][1]) * static_cast<float>(sm[8 * (j / 4) + 4 + j % 4]);
 #pragma unroll
     for (int k = 0; k < 8; ++k) out[k] = dl * static_cast<float>((wq >> (4 * ((k >> 1) + 4 * (k & 1)))) & 0xF) - ml;
   } else if constexpr (W == DType::Q4_0 || W == DType::Q4_1) {
