@@ -186,8 +186,6 @@ __global__ void __launch_bounds__(32 * kWarps, MINB)
     uint2 xv[XSTAGE ? 8 : 1];
   };
   __shared__ float red[kWarps][TILES][4][32];
-  pdl_wait();
-  pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int64_t n0 = int64_t(blockIdx.x) * 16 * TILES;
   const int units = static_cast<int>(K / 32), steps = (units + kUnitsPerStep - 1) / kUnitsPerStep;
@@ -207,12 +205,15 @@ __global__ void __launch_bounds__(32 * kWarps, MINB)
 #pragma unroll
     for (int j = 0; j < 8; ++j) xv[j] = live ? __ldg(reinterpret_cast<const uint2*>(xg + U::xpos(uc, j))) : make_uint2(0, 0);
   };
-  auto load = [&](int s, Stage& st) {
+  auto load_w = [&](int s, Stage& st) {
     const int u = kUnitsPerStep * s + c, uc = min(u, units - 1);
 #pragma unroll
     for (int t = 0; t < TILES; ++t)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) U::load(rows[t][hh], uc, st.raw[t][hh]);
+  };
+  auto load = [&](int s, Stage& st) {
+    load_w(s, st);
     if constexpr (XSTAGE) load_x(s, st.xv);
   };
   // Two accumulator sets per tile (even and odd k-steps) halve the chain of dependent mma.
@@ -243,7 +244,13 @@ __global__ void __launch_bounds__(32 * kWarps, MINB)
   // Two stages in flight per warp, ping-ponged without register copies: while one step
   // multiplies, the loads of the step after it are already out.
   Stage st0, st1;
-  if (warp < steps) load(warp, st0);
+  if (warp < steps) load_w(warp, st0);
+  // The weights are no kernel's output, so their first loads go out before the wait: under PDL
+  // they overlap the previous kernel's tail (pdl.cuh). x and y only after it.
+  pdl_wait();
+  pdl_trigger();
+  if constexpr (XSTAGE)
+    if (warp < steps) load_x(warp, st0.xv);
   for (int s = warp; s < steps; s += 2 * kWarps) {
     if (s + kWarps < steps) load(s + kWarps, st1);
     compute(s, st0);

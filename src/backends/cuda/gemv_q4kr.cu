@@ -147,8 +147,6 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
     gemv_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
                      __half* __restrict__ y, int n_tok, int64_t N, int n_sb, int64_t K, uint32_t magic) {
   static_assert(WARPS % 4 == 0, "a warp keeps one position of the 4-super-block Q4_KR block");
-  pdl_wait();
-  pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int64_t n0 = int64_t(blockIdx.x) * 16;
   const size_t first = static_cast<size_t>(warp >> 2) * kBlkBytes;
@@ -174,6 +172,10 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
     load_half<0, true>(q0, q1, st0);
     load_scales<true>(s0, s1, d0, d1, sc);
   }
+  // The weights are no kernel's output, so their first loads go out before the wait: under PDL
+  // they overlap the previous kernel's tail (pdl.cuh). x and y only after it.
+  pdl_wait();
+  pdl_trigger();
   // One super-block; MORE: the next one's half 0 and scales load while half 1 multiplies. The
   // last one is peeled off rather than predicated: with the loads under a branch, ptxas sinks
   // them to the end of the loop, where they no longer overlap anything.
@@ -216,8 +218,6 @@ template <int DEPTH, int MINB>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kr_deep_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
                           __half* __restrict__ y, int n_tok, int64_t N, int n_sb, int64_t K, uint32_t magic) {
-  pdl_wait();
-  pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int64_t n0 = int64_t(blockIdx.x) * 16;
   const uint8_t* r0 = w + static_cast<size_t>(min(n0 + g, N - 1)) * row_bytes;
@@ -248,6 +248,8 @@ __global__ void __launch_bounds__(128, MINB)
 #pragma unroll
   for (int j = 0; j < DEPTH; ++j)
     if (j < n_mine) load_sb(j, buf[j]);
+  pdl_wait();  // after the first weight loads, as in the register kernel
+  pdl_trigger();
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int i0 = 0; i0 < n_mine; i0 += DEPTH) {
 #pragma unroll
@@ -329,8 +331,6 @@ __global__ void __launch_bounds__(128)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  pdl_wait();
-  pdl_trigger();
   // Warp 0 fills the slots: lane r < 16 copies row r's block (rows past N: row N - 1).
   const uint8_t* src = w + static_cast<size_t>(min(n0 + (lane & 15), N - 1)) * row_bytes;
   auto fill = [&](int blk) {
@@ -341,6 +341,8 @@ __global__ void __launch_bounds__(128)
   };
   if (warp == 0)
     for (int b = 0; b < min(STAGES, n_blk); ++b) fill(b);
+  pdl_wait();  // after the first weight copies, as in the register kernel
+  pdl_trigger();
 
   const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
   const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
