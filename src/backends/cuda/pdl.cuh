@@ -6,7 +6,10 @@
 // The rule that makes it safe: a kernel launched through pdl_launch must call pdl_wait()
 // before its first global-memory read AND write (the kernel before it may still be reading
 // a buffer this one overwrites). Put it first in the kernel; kernel parameters and shared
-// memory may be used before it. pdl_wait() returns at once when the kernel was launched
+// memory may be used before it. The one exception: memory that no kernel writes after the
+// model is loaded (weights, prepared and synchronized before the first round) may be read
+// before it; the decode GEMVs issue their first weight loads there, so they overlap the tail
+// of the kernel before them. pdl_wait() returns at once when the kernel was launched
 // without the attribute, so a converted kernel can be launched either way; a kernel that
 // lacks pdl_wait() must keep its plain <<<>>> launch.
 //
