@@ -12,7 +12,10 @@
 // --variants: also time every work shape of the tensor-core GEMVs (gemv_mma: row tiles per warp
 // x blocks per SM; gemv_q4kr: warps per block x steps in flight) and count the outputs that
 // differ from the default shape's. Bytes are those of the weight as prepared (Q4_KR: 148 per
-// 256 values, Q4_K's 144 in the file).
+// 256 values, Q4_K's 144 in the file). In the volta profile --variants times the m8n8k4 GEMV on
+// Q4_KR (gemv_q4kr_volta: tiles per block x blocks per SM) and the CUDA-core GEMV (gemv_simt)
+// side by side, whichever of them the dispatch takes (it takes gemv_q4kr_volta only where
+// m8n8k4 is a hardware instruction, sm_70-75; on newer GPUs it is emulated and slow).
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -25,6 +28,8 @@
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/gemv_mma.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
+#include "backends/cuda/gemv_q4kr_volta.cuh"
+#include "backends/cuda/gemv_simt.cuh"
 #include "bench_cuda_util.cuh"
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -219,6 +224,26 @@ int main(int argc, char** argv) {
                              "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
                              kind.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
             }
+          }
+          if (variants && pn == "volta" && vi::cuda::gemv_q4kr_volta_supports(xt, ws[0])) {
+            const vi::cuda::GemvQ4krVoltaShape def = vi::cuda::gemv_q4kr_volta_default_shape(sh.N, sh.K);
+            auto report = [&](const std::string& kind, auto call) {
+              const int64_t diff = differing(call);
+              const float vus = timed_us(call);
+              const double vgbs = gbs_at(vus);
+              std::printf("variant q4_kr  %-20s %7lld %6lld %2lld %s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
+                          sh.what, (long long)sh.N, (long long)sh.K, (long long)T, kind.c_str(), vus,
+                          100.0 * vgbs / copy_gbs, (long long)diff);
+              if (jf)
+                std::fprintf(jf,
+                             "{\"profile\":\"volta\",\"variant\":\"%s\",\"dtype\":\"q4_kr\",\"N\":%lld,\"K\":%lld,"
+                             "\"T\":%lld,\"us\":%.2f,\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
+                             kind.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
+            };
+            report("cuda-core gemv_simt", [&](const Tensor& w) { vi::cuda::gemv_simt(ctx, xt, w, yt); });
+            for (vi::cuda::GemvQ4krVoltaShape v : vi::cuda::gemv_q4kr_volta_shapes())
+              report(vi::cuda::gemv_q4kr_volta_shape_name(v) + (v == def ? " (its default)" : ""),
+                     [&](const Tensor& w) { vi::cuda::gemv_q4kr_volta(ctx, xt, w, yt, v); });
           }
           if (variants && pn == "native" && vi::cuda::gemv_mma_supports(ctx, xt, ws[0])) {
             const vi::cuda::GemvMmaShape def = vi::cuda::gemv_mma_default_shape(ws[0], T);

@@ -1,9 +1,11 @@
-// CUDA matmul: the dispatch between the tensor-core GEMVs (gemv_q4kr.cu, gemv_mma.cu), the
-// CUDA-core GEMV (gemv_simt.cu) and the prefill GEMM path (gemm_path.cu). See matmul.cuh.
+// CUDA matmul: the dispatch between the tensor-core GEMVs (gemv_q4kr.cu, gemv_mma.cu, and
+// gemv_q4kr_volta.cu in the volta profile), the CUDA-core GEMV (gemv_simt.cu) and the prefill
+// GEMM path (gemm_path.cu). See matmul.cuh.
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/gemm_path.cuh"
 #include "backends/cuda/gemv_mma.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
+#include "backends/cuda/gemv_q4kr_volta.cuh"
 #include "backends/cuda/gemv_simt.cuh"
 #include "backends/cuda/matmul.cuh"
 #include "ops/matmul.h"
@@ -17,6 +19,14 @@ void matmul_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y)
   if (n_tok == 0 || w.dim(0) == 0) return;
   if (gemv_q4kr_supports(ctx, x, w)) {  // decode on tensor cores (native profile, sm_80+)
     gemv_q4kr(ctx, x, w, y);
+    return;
+  }
+  // Volta profile, Q4_KR, T <= 8: m8n8k4 tensor cores, where that is a hardware instruction
+  // (sm_70-75). From sm_80 ptxas turns each m8n8k4 into a CUDA-core subroutine (~70
+  // instructions for what is 4 HMMAs on a V100), slower than gemv_simt: a volta profile forced
+  // onto such a GPU keeps gemv_simt; tests and the benchmark call gemv_q4kr_volta directly.
+  if (volta_profile(ctx) && current_device().cc < 80 && gemv_q4kr_volta_supports(x, w)) {
+    gemv_q4kr_volta(ctx, x, w, y);
     return;
   }
   if (gemv_mma_supports(ctx, x, w)) {

@@ -12,6 +12,7 @@
 
 #include "backends/cuda/gemv_mma.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
+#include "backends/cuda/gemv_q4kr_volta.cuh"
 #include "core/quant.h"
 #include "cuda_test_util.h"
 #include "ops/embedding.h"
@@ -189,6 +190,65 @@ TEST_P(MatmulGemv, Q4KRepackedEveryPathAndWorkShape) {
       }
     }
   }
+}
+
+// The volta-profile tensor-core GEMV on Q4_KR (gemv_q4kr_volta.cu: mma.m8n8k4, activation sums
+// in shared memory) in every compiled shape, called directly: the dispatch takes it only on GPUs
+// where m8n8k4 is a hardware instruction (sm_70-75), so on newer ones it is checked here (ptxas
+// runs m8n8k4 there as a subroutine with the same results). N = 97 ends in a partial 32-row tile
+// (blocks of 2 and 4 tiles also hold tiles wholly past N), 300 in a partial block; K = 1024 is
+// one Q4_KR block (one super-block per warp, no loop), 3072 three, 7168 seven (the loop and the
+// peeled last super-block); weight magnitudes 1 and 0.02 (f16 scales far below 1). Tolerance
+// 1e-3, not 4e-3: every product and sum but the f16 output is exact or fp32 (the output's own
+// rounding is at most ~3e-4 relative L2), so an f16-grade min term or scale would show.
+TEST_P(MatmulGemv, Q4KRVoltaTensorCoreEveryShape) {
+  if (act() != DType::F16) GTEST_SKIP() << "the volta tensor-core GEMV takes f16 activations only";
+  for (int64_t K : {1024, 3072, 7168}) {
+    for (int64_t N : {97, 300}) {
+      for (float scale : {1.0f, 0.02f}) {
+        Tensor w = rand_weight(DType::Q4_K, N, K, scale);
+        Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+        ASSERT_EQ(dw.dtype(), DType::Q4_KR);
+        for (int64_t T = 1; T <= 8; ++T) {
+          Tensor x = rand_f32({T, K}, act(), -4.0f, 4.0f);
+          Tensor dx = up(x);
+          ASSERT_TRUE(cuda::gemv_q4kr_volta_supports(dx, dw)) << "K=" << K << " T=" << T;
+          Tensor ref = Tensor::empty(DType::F32, {T, N});
+          ops::matmul(cpu, x, w, ref);
+          for (cuda::GemvQ4krVoltaShape v : cuda::gemv_q4kr_volta_shapes()) {
+            Tensor nan = Tensor::empty(DType::F32, {T, N});
+            for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+            Tensor dy = up(nan);  // poisoned: an unwritten output fails
+            cuda::gemv_q4kr_volta(g, dx, dw, dy, v);
+            EXPECT_CLOSE(down(dy), ref, 1e-3,
+                         fmt::format("q4_kr volta N={} K={} T={} scale {} {}", N, K, T, scale,
+                                     cuda::gemv_q4kr_volta_shape_name(v)));
+          }
+        }
+      }
+    }
+  }
+}
+
+// What the volta tensor-core GEMV refuses (K past its shared memory for the activation sums,
+// T = 9, f32 activations) goes through the dispatch to the other GEMVs, still right.
+TEST_P(MatmulGemv, Q4KRVoltaTensorCoreRefusesAndFallsBack) {
+  const int64_t N = 45, K = 25600;  // 25 Q4_KR blocks: a Q4_KR row, but more than 24576 values
+  Tensor w = rand_weight(DType::Q4_K, N, K, 0.02f);
+  Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+  ASSERT_EQ(dw.dtype(), DType::Q4_KR);
+  for (int64_t T : {1, 4}) {
+    Tensor dx = up(rand_f32({T, K}, act()));
+    EXPECT_FALSE(cuda::gemv_q4kr_volta_supports(dx, dw)) << "K=" << K;
+    check(w, dw, T, 4.0f, "q4_kr volta refused K");
+  }
+  Tensor w2 = rand_weight(DType::Q4_K, N, 1024);
+  Tensor dw2 = ops::prepare_matmul_weight(g, ops::upload(g, w2));
+  EXPECT_FALSE(cuda::gemv_q4kr_volta_supports(up(rand_f32({9, 1024}, act())), dw2)) << "T=9";
+  if (act() == DType::F32) {
+    EXPECT_FALSE(cuda::gemv_q4kr_volta_supports(up(rand_f32({1, 1024}, act())), dw2)) << "f32";
+  }
+  check(w2, dw2, 9, 4.0f, "q4_kr volta refused T");
 }
 
 // Every value of a Q4_KR row decodes to the Q4_K original's value (embedding reads rows
