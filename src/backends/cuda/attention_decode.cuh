@@ -72,7 +72,7 @@ void set_decode_tc_ring(DecodeTcRing mode);
 DecodeTcRing decode_tc_ring();
 bool decode_tc_ring_fits(const ops::Context& ctx, const DecodeArgs& a);
 // The warp-split tensor-core kernel (sm_80 mma.sync and cp.async: native profile with sm_80
-// code): i8 K and V, T * (Hq / Hkv) <= 16 rows, D a multiple of 16, 16-byte aligned pools.
+// code): i8 K and V, D a multiple of 16, 16-byte aligned pools.
 // Each warp streams its own keys with its own running max and O in registers, so its key
 // loop has no block barrier; decode_split_tc takes it before the ring kernel when it fits.
 // kAuto takes it where it fits (kDecodeTcWarpsByDefault): on the H200 (2026-11-30, one layer
@@ -80,21 +80,35 @@ bool decode_tc_ring_fits(const ops::Context& ctx, const DecodeArgs& a);
 // fits: 8K T = 1 43.7 -> 24.5, T = 2 46.6 -> 26.9; 128K T = 1 257.3 -> 111.7 (2441 GB/s),
 // T = 2 260.3 -> 115.1; docs/notes/decode_attention.md. kAlways / kNever force it where it
 // fits / never (tests, benchmarks). Process-wide.
-// A block scores one tile of 16 rows; more rows (T * G > 16, e.g. T = 4 with G = 6) are cut
-// into row groups of whole tokens (decode_tc_warps_group_tokens: floor(16 / G)), one block
-// each, the groups of a split in adjacent blocks so they share its K/V reads in L2. kAuto
-// takes at most kDecodeTcWarpsMaxGroups groups: each group costs a block's work, and on the
-// H200 (2026-11-30 00:20, same shape) 2 groups beat the ring kernel at T = 4 (8K 68.2 -> 41.0,
-// 128K 306.5 -> 217.3 us) but 4 groups lost at 128K T = 8 (377.5 -> 415.0; 8K: 96.5 -> 71.5).
-// kAlways takes any count.
+// Rows: a block holds RT row tiles of 16 (decode_tc_warps_tiles). RT 1 is the kernel as
+// first measured: each warp its own keys and all 16 rows. RT 2 and 4: the warps form
+// 4 / RT streams of RT warps, a stream's warps read the same slots of K/V, each scoring its
+// own tile, so K/V is read once for up to 32 / 64 rows. More rows than 16 * RT are cut into
+// row groups of whole tokens (decode_tc_warps_group_tokens: floor(16 * RT / G)), one block
+// each, the groups of a split in adjacent blocks; each group reads the split's K/V again.
+// On the H200 (2026-11-30 00:20, same shape) RT 1 in 2 groups beat the ring kernel at T = 4
+// (8K 68.2 -> 41.0, 128K 306.5 -> 217.3 us) but 4 groups lost at 128K T = 8 (377.5 -> 415.0;
+// 8K: 96.5 -> 71.5); the shared tiles (RT 2 for T = 3..5, RT 4 for T = 6..8 at G 6) are
+// predicted at 115-135 us (T = 4) and 140-200 us (T = 8) at 128K, not yet measured:
+// docs/notes/decode_attention.md. kAuto takes at most kDecodeTcWarpsMaxGroups groups with the
+// tiles kAuto picks (RT = the row tiles the call needs, rounded up to 1, 2 or 4, at most
+// kDecodeTcWarpsAutoMaxTiles); kAlways takes any count.
 enum class DecodeTcWarps { kAuto, kAlways, kNever };
 constexpr bool kDecodeTcWarpsByDefault = true;
 constexpr int64_t kDecodeTcWarpsMaxGroups = 2;
+constexpr int64_t kDecodeTcWarpsAutoMaxTiles = 4;
 void set_decode_tc_warps(DecodeTcWarps mode);
 DecodeTcWarps decode_tc_warps();
 bool decode_tc_warps_fits(const ops::Context& ctx, const DecodeArgs& a);
-// Tokens per row group (min(floor(16 / G), T); 0 where G > 16) and the number of groups
-// (ceil(T / that); 1 where T * G <= 16) the warp-split kernel runs for this shape.
+// Row tiles per block of the warp-split kernel: kAuto (above), or forced to 1, 2 or 4 for
+// every call the kernel takes (tests, benchmarks: A/B of the variants). Process-wide.
+enum class DecodeTcWarpsTiles { kAuto, k1, k2, k4 };
+void set_decode_tc_warps_tiles(DecodeTcWarpsTiles tiles);
+DecodeTcWarpsTiles decode_tc_warps_tiles_mode();
+// The row tiles per block (1, 2 or 4) the warp-split kernel runs this shape with, tokens per
+// row group (min(floor(16 * tiles / G), T); 0 where G > 16 * tiles) and the number of groups
+// (ceil(T / that); 1 where T * G <= 16 * tiles).
+int64_t decode_tc_warps_tiles(const DecodeArgs& a);
 int64_t decode_tc_warps_group_tokens(const DecodeArgs& a);
 int64_t decode_tc_warps_groups(const DecodeArgs& a);
 

@@ -799,6 +799,130 @@ __device__ __forceinline__ void i8x4_to_h2(uint32_t w, uint32_t& lo, uint32_t& h
   hi = as_u32(__hsub2(as_h2(__byte_perm(x, 0x64646464u, 0x4342u)), bias));
 }
 
+// One warp's step over one slot of 16 keys (keys key0 ..; K/V rows and scales at `slot`):
+// S = Q·Kᵀ for the warp's 16 rows (rows g and g + 8 of the lane read at qa_row / qb_row),
+// the K scale and the mask (keys past s_end or past the row's position), the online softmax
+// on the fragments (running max m_*, this lane's part of the running sum l_*), O += P·V.
+// The slot-sharing kernel further below runs it. It is the loop body of decode_tc_warps_kernel
+// (next), which keeps its own copy: calling this helper there changed that kernel's register
+// allocation and schedule (and a few integer and move instructions; CUDA 11.8 and 13 ptxas),
+// and its SASS is the one measured at T = 1, 2; fold it in once a run shows no difference.
+template <int DP>
+__device__ __forceinline__ void warp_slot_step(const unsigned char* slot, const __half* qa_row, const __half* qb_row,
+                                               int g, int c, int key0, int s_end, int pos_a, int pos_b, float& m_a,
+                                               float& m_b, float& l_a, float& l_b, float (&o)[DP / 8][4]) {
+  using L = WarpLayout<DP>;
+  constexpr int NT = DP / 8;    // m16n8 tiles of O (columns: dim (DP / 8) n + t)
+  constexpr int VQ = DP / 128;  // V chunks a lane reads per key
+
+  float s[2][4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) s[h][0] = s[h][1] = s[h][2] = s[h][3] = 0.0f;
+#pragma unroll
+  for (int jj = 0; jj < DP / 64; ++jj) {
+    const int ch = c + 4 * jj;  // i8 chunk of K; halves 16 ch .. of Q
+    const uint4 qa0 = *reinterpret_cast<const uint4*>(qa_row + 16 * ch);
+    const uint4 qa1 = *reinterpret_cast<const uint4*>(qa_row + 16 * ch + 8);
+    const uint4 qb0 = *reinterpret_cast<const uint4*>(qb_row + 16 * ch);
+    const uint4 qb1 = *reinterpret_cast<const uint4*>(qb_row + 16 * ch + 8);
+    const uint32_t qa[8] = {qa0.x, qa0.y, qa0.z, qa0.w, qa1.x, qa1.y, qa1.z, qa1.w};
+    const uint32_t qb[8] = {qb0.x, qb0.y, qb0.z, qb0.w, qb1.x, qb1.y, qb1.z, qb1.w};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int kr = 8 * h + g;
+      const uint4 kw = *reinterpret_cast<const uint4*>(slot + L::kSlotK + kr * DP + k_chunk<DP>(kr, ch) * 16);
+      const uint32_t kws[4] = {kw.x, kw.y, kw.z, kw.w};
+#pragma unroll
+      for (int j4 = 0; j4 < 4; ++j4) {
+        uint32_t b0, b1;
+        i8x4_to_h2(kws[j4], b0, b1);
+        mma_16816(s[h], qa[2 * j4], qb[2 * j4], qa[2 * j4 + 1], qb[2 * j4 + 1], b0, b1);
+      }
+    }
+  }
+
+  // Scale, mask, online softmax on the fragments: s[h][e] is row g, key 8h + 2c + e;
+  // s[h][2 + e] row g + 8.
+  const float* ksc = reinterpret_cast<const float*>(slot + L::kSlotKs);
+  const float* vsc = reinterpret_cast<const float*>(slot + L::kSlotVs);
+  float vs[2][2];
+  float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float2 kk = *reinterpret_cast<const float2*>(ksc + 8 * h + 2 * c);
+    const float2 vv = *reinterpret_cast<const float2*>(vsc + 8 * h + 2 * c);
+    vs[h][0] = vv.x, vs[h][1] = vv.y;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = key0 + 8 * h + 2 * c + e;
+      const float ks = e ? kk.y : kk.x;
+      const bool past = key >= s_end;
+      s[h][e] = key > pos_a || past ? -INFINITY : s[h][e] * ks;
+      s[h][2 + e] = key > pos_b || past ? -INFINITY : s[h][2 + e] * ks;
+      mx_a = fmaxf(mx_a, s[h][e]);
+      mx_b = fmaxf(mx_b, s[h][2 + e]);
+    }
+  }
+  mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+  mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+  mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+  mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+  // A row that has seen no key yet (new max -inf) adds nothing and keeps O (zero) as it is.
+  const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+  const bool none_a = mn_a == -INFINITY, none_b = mn_b == -INFINITY;
+  const float corr_a = none_a ? 1.0f : exp2f(m_a - mn_a), corr_b = none_b ? 1.0f : exp2f(m_b - mn_b);
+  m_a = mn_a, m_b = mn_b;
+  float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      s[h][e] = none_a ? 0.0f : exp2f(s[h][e] - mn_a);
+      s[h][2 + e] = none_b ? 0.0f : exp2f(s[h][2 + e] - mn_b);
+      sum_a += s[h][e], sum_b += s[h][2 + e];
+    }
+  l_a = l_a * corr_a + sum_a;
+  l_b = l_b * corr_b + sum_b;
+  if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) o[t][0] *= corr_a, o[t][1] *= corr_a, o[t][2] *= corr_b, o[t][3] *= corr_b;
+  }
+  // P · diag(V scale) as the A fragment of the 16-key step: keys 2c.. (tile h 0), 2c + 8.. (h 1).
+  const uint32_t pa0 = pack_half2(s[0][0] * vs[0][0], s[0][1] * vs[0][1]);
+  const uint32_t pa1 = pack_half2(s[0][2] * vs[0][0], s[0][3] * vs[0][1]);
+  const uint32_t pa2 = pack_half2(s[1][0] * vs[1][0], s[1][1] * vs[1][1]);
+  const uint32_t pa3 = pack_half2(s[1][2] * vs[1][0], s[1][3] * vs[1][1]);
+
+  // O += P·V: keys 2c, 2c + 1 (b0) and 2c + 8, 2c + 9 (b1) at dim (DP / 8) g + t.
+  const int r0 = 2 * c, r1 = 2 * c + 1, r2 = 2 * c + 8, r3 = 2 * c + 9;
+#pragma unroll
+  for (int qq = 0; qq < VQ; ++qq) {
+    const int ch = VQ * g + qq;
+    const uint4 v0 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r0 * DP + v_chunk<DP>(r0, ch) * 16);
+    const uint4 v1 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r1 * DP + v_chunk<DP>(r1, ch) * 16);
+    const uint4 v2 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r2 * DP + v_chunk<DP>(r2, ch) * 16);
+    const uint4 v3 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r3 * DP + v_chunk<DP>(r3, ch) * 16);
+    const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
+    const uint32_t w2[4] = {v2.x, v2.y, v2.z, v2.w}, w3[4] = {v3.x, v3.y, v3.z, v3.w};
+    const __half2 bias = __float2half2_rn(1152.0f);
+#pragma unroll
+    for (int wi = 0; wi < 4; ++wi) {
+      // Bytes of two keys interleaved: [k0.0, k1.0, k0.1, k1.1] and [k0.2, k1.2, k0.3, k1.3].
+      const uint32_t x0 = w0[wi] ^ 0x80808080u, x1 = w1[wi] ^ 0x80808080u;
+      const uint32_t x2 = w2[wi] ^ 0x80808080u, x3 = w3[wi] ^ 0x80808080u;
+      const uint32_t i01[2] = {__byte_perm(x0, x1, 0x5140u), __byte_perm(x0, x1, 0x7362u)};
+      const uint32_t i23[2] = {__byte_perm(x2, x3, 0x5140u), __byte_perm(x2, x3, 0x7362u)};
+#pragma unroll
+      for (int bi = 0; bi < 4; ++bi) {
+        const uint32_t sel = bi & 1 ? 0x4342u : 0x4140u;
+        const uint32_t b0 = as_u32(__hsub2(as_h2(__byte_perm(i01[bi >> 1], 0x64646464u, sel)), bias));
+        const uint32_t b1 = as_u32(__hsub2(as_h2(__byte_perm(i23[bi >> 1], 0x64646464u, sel)), bias));
+        mma_16816(o[16 * qq + 4 * wi + bi], pa0, pa1, pa2, pa3, b0, b1);
+      }
+    }
+  }
+}
+
 // Grid (n_splits * n_groups, Hkv), kWThreads threads. TcParams as above; G <= 16 (rows per
 // group group_tokens * G <= 16), D % 16 == 0, 16-byte aligned i8 pools (the host checks).
 template <int DP>
@@ -1109,6 +1233,283 @@ __global__ void __launch_bounds__(kWThreads, 2)
 #endif
 }
 
+// ---------------------------------------------------------------------------------------
+// sm_80+ (native profile), i8 K and V, more than 16 rows: the warp-split kernel with the
+// row tiles of a block sharing each K/V slot.
+//
+// Why: with one 16-row tile per block, T = 4 of the 27B shape (24 rows) runs as two row
+// groups, one block each, and each group reads the split's K/V: on the H200 at 128K it took
+// 217 us against 112 for T = 1 (two waves of T = 1's blocks; the second group gained nothing
+// from L2). Here a block holds RT row tiles (16 * RT rows; RT 2: up to 32 rows, e.g. T <= 5
+// at G 6; RT 4: up to 64, T <= 10 at G 6) and reads each slot of K/V once for all of them.
+//
+// Block: kWW warps = kWW / RT streams of RT warps. Warp w belongs to stream w / RT and owns
+// row tile w % RT: its 16 rows, their running max and sum and O (DP / 8 m16n8 tiles: the same
+// registers per warp as the one-tile kernel above, which is why the rows are split over warps
+// and not stacked in one warp). Slot n (16 keys) of the split belongs to stream n % (kWW / RT);
+// the RT warps of a stream fill its ring of NSS slots together (each thread copies its share
+// of the chunks), and each computes the slot step of the kernel above (warp_slot_step) for
+// its own tile. cp.async groups are per thread, so a slot is visible to the stream once every
+// thread has waited on its group and the stream has met at a named barrier (bar.sync 1 + stream,
+// 32 * RT threads: the other stream does not wait for it). That barrier, at the top of each slot,
+// also says every warp of the stream is done with the previous slot, which is refilled right
+// after it. A warp whose tile holds no row of the group (e.g. tile 3 at 48 rows) still copies
+// and meets the barriers; it skips the math and leaves an empty partial.
+// Rows: r = (t - t0) * G + gq packed without padding between tokens (24 rows: tile 0 rows
+// 0..15, tile 1 rows 16..23), each row masked with its own token's position. The warps of
+// one tile in different streams are merged at the end as above. Row groups (more rows than
+// 16 * RT: floor(16 * RT / G) tokens per group, one block each) work as in the kernel above.
+// ---------------------------------------------------------------------------------------
+
+template <int DP, int RT>
+struct WarpShareLayout {
+  using WL = WarpLayout<DP>;  // the slot: K, V [16][DP] int8 swizzled, K and V scales [16] f32
+  static constexpr int kStreams = kWW / RT;
+  static constexpr int kRows = 16 * RT;
+  static constexpr int kLdQ = DP + 8;  // halves per Q row, as in WarpLayout
+  // Block: per-warp row max, sum and merge factor, per-row max and sum, then Q, then the
+  // rings (stream s's slots at s * kNSS); the output staging [kWW][16][kLdO] f32 goes over the
+  // rings at the end.
+  static constexpr int kOffRow = 0;  // f32 m_w, l_w, fac [kWW][16]; M, L [kRows]
+  static constexpr int kOffQ = 2048;                                           // half [kRows][kLdQ]
+  static constexpr int kOffRing = (kOffQ + kRows * kLdQ * 2 + 127) / 128 * 128;
+  static constexpr int kNSS0 = (kBudget2 - kOffRing) / (kStreams * WL::kSlotBytes);
+  static constexpr int kNSS = kNSS0 < 10 ? kNSS0 : 10;  // slots per stream
+  static constexpr int kBytes = kOffRing + kStreams * kNSS * WL::kSlotBytes;
+  static constexpr int kLdO = DP + 4;
+  static_assert(kWW % RT == 0 && kStreams <= 2, "whole streams, each with its named barrier");
+  static_assert(kNSS >= 3, "a stream keeps slots loading while it computes one");
+  static_assert(kWW * 16 * kLdO * 4 <= kStreams * kNSS * WL::kSlotBytes, "the output staging fits over the rings");
+  static_assert((3 * kWW * 16 + 2 * kRows) * 4 <= kOffQ, "the row area");
+};
+
+// Waits until the kThreads threads (whole warps) of stream `stream` (0 or 1) have arrived at
+// its named barrier (1 + stream; 0 is __syncthreads), and orders their shared-memory accesses
+// as __syncthreads does for the block. Immediate barrier ids: ptxas then reserves 3 barriers,
+// not all 16 as it does for an id in a register.
+template <int kThreads>
+__device__ __forceinline__ void stream_barrier(int stream) {
+  if (stream == 0) asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+  else asm volatile("bar.sync 2, %0;\n" ::"n"(kThreads) : "memory");
+}
+
+// Grid (n_splits * n_groups, Hkv), kWThreads threads. TcParams as above; rows per group
+// group_tokens * G <= 16 * RT, D % 16 == 0, 16-byte aligned i8 pools (the host checks).
+template <int DP, int RT>
+__global__ void __launch_bounds__(kWThreads, 2)
+    decode_tc_warps_share_kernel(const __half* __restrict__ q, const int8_t* __restrict__ k,
+                                 const int8_t* __restrict__ v, __half* __restrict__ out, TcParams P) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using L = WarpShareLayout<DP, RT>;
+  using WL = WarpLayout<DP>;
+  constexpr int NSS = L::kNSS, kLdQ = L::kLdQ, NST = L::kStreams, kRows = L::kRows;
+  constexpr int NT = DP / 8;                // m16n8 tiles of O
+  constexpr int KCH = DP / 16;              // 16-byte chunks per i8 row
+  constexpr int kStreamThreads = 32 * RT;
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* m_w = reinterpret_cast<float*>(smem + L::kOffRow);  // [kWW][16]
+  float* l_w = m_w + kWW * 16;                                // [kWW][16]
+  float* fac = l_w + kWW * 16;                                // [kWW][16]
+  float* M_s = fac + kWW * 16;                                // [kRows]
+  float* L_s = M_s + kRows;                                   // [kRows]
+  __half* Qs = reinterpret_cast<__half*>(smem + L::kOffQ);
+  unsigned char* ring_all = smem + L::kOffRing;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+  const int st = warp / RT, rt = warp % RT, stid = rt * 32 + lane;  // stream, row tile, thread of the stream
+  const int split = blockIdx.x / P.n_groups, gi = blockIdx.x % P.n_groups, hk = blockIdx.y;
+  // This block's row group: tokens t0 .. t0 + Tg - 1 of the call, rows r = (t - t0) * G + gq.
+  const int t0 = gi * P.group_tokens, Tg = min(P.group_tokens, P.T - t0);
+  const int R = Tg * P.G;
+  const bool busy = 16 * rt < R;  // warp-uniform: this warp's tile holds a row of the group
+
+  const int p0 = P.q_pos ? P.q_pos[0] : P.q_pos0;
+  const int n_keys = p0 + t0 + Tg;  // the group's last token sees keys < n_keys
+  const int s_begin = split * P.keys_per_split;
+  const int s_end = min(n_keys, s_begin + P.keys_per_split);
+  const int n_slots = s_end > s_begin ? (s_end - s_begin + kSlotKeys - 1) / kSlotKeys : 0;
+  const int n_mine = n_slots > st ? (n_slots - st + NST - 1) / NST : 0;  // uniform over the stream
+  const int64_t kv_stride = int64_t(P.Hkv) * P.D;
+  unsigned char* ring = ring_all + st * NSS * WL::kSlotBytes;
+
+  auto pool_row = [&](int s) -> int64_t {
+    if (!P.table) return s;
+    const int b = P.bs_shift >= 0 ? s >> P.bs_shift : s / P.bs;
+    return int64_t(__ldg(P.table + b)) * P.bs + (s - b * P.bs);
+  };
+  // Starts this thread's copies of the stream's i-th slot (split slot st + NST i) into ring
+  // slot i % NSS: chunk stid, stid + 32 RT, .. of K and V; tile 0's warp copies the scales.
+  auto issue = [&](int i) {
+    unsigned char* slot = ring + (i % NSS) * WL::kSlotBytes;
+    const int key0 = s_begin + (st + NST * i) * kSlotKeys;
+#pragma unroll
+    for (int cidx = stid; cidx < kSlotKeys * KCH; cidx += kStreamThreads) {
+      const int r = cidx / KCH, ch = cidx % KCH, s = key0 + r;
+      const bool ok = s < s_end && ch * 16 < P.D;
+      const int64_t off = ok ? pool_row(s) * kv_stride + int64_t(hk) * P.D + ch * 16 : 0;
+      cp_async16(slot + WL::kSlotK + r * DP + k_chunk<DP>(r, ch) * 16, k + off, ok);
+      cp_async16(slot + WL::kSlotV + r * DP + v_chunk<DP>(r, ch) * 16, v + off, ok);
+    }
+    if (rt == 0) {
+      const int kr = lane & 15, s = key0 + kr;
+      const bool ok = s < s_end;
+      const int64_t srow = ok ? pool_row(s) * P.Hkv + hk : 0;
+      if (lane < 16) cp_async4(slot + WL::kSlotKs + kr * 4, P.k_scale + srow, ok);
+      else cp_async4(slot + WL::kSlotVs + kr * 4, P.v_scale + srow, ok);
+    }
+  };
+  // Slot n of the stream is cp.async group n: slots 0 .. NSS - 1 here, slot n >= NSS in the
+  // loop's iteration n - NSS + 1 (one group per iteration from the second on).
+#pragma unroll 1
+  for (int i = 0; i < NSS; ++i) {
+    if (i < n_mine) issue(i);
+    cp_async_commit();
+  }
+
+  // Q, scaled, rotated like the keys, in f16, as in the kernel above over kRows rows.
+  {
+    constexpr int EPL = DP / 32;
+    const int d0 = lane * EPL;
+    int blk = 0;  // this lane's block size (0: past D)
+    for (int b0 = 0, rem = P.D; rem > 0;) {
+      int n = 1;
+      while (n * 2 <= rem) n *= 2;
+      if (d0 >= b0 && d0 < b0 + n) blk = n;
+      b0 += n, rem -= n;
+    }
+    for (int r = warp; r < kRows; r += kWW) {
+      float x[EPL];
+      const int t = t0 + r / P.G, gq = r % P.G;
+      const __half* qrow = q + (int64_t(t) * P.Hq + hk * P.G + gq) * P.D;
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) x[e] = r < R && d0 + e < P.D ? __half2float(qrow[d0 + e]) * P.qscale : 0.0f;
+      if (P.rotate_q && r < R) {  // padding rows stay zero (warp-uniform: no shuffles for them)
+#pragma unroll
+        for (int h = 1; h < EPL; h *= 2)
+#pragma unroll
+          for (int e = 0; e < EPL; ++e)
+            if ((e & h) == 0) {
+              const float a = x[e], b = x[e + h];
+              x[e] = a + b, x[e + h] = a - b;
+            }
+#pragma unroll
+        for (int h = EPL; h < DP; h *= 2) {
+          const int lm = h / EPL;
+#pragma unroll
+          for (int e = 0; e < EPL; ++e) {
+            const float o = __shfl_xor_sync(0xffffffffu, x[e], lm);
+            if (h < blk) x[e] = (lane & lm) ? o - x[e] : x[e] + o;
+          }
+        }
+        if (blk > 0) {
+          const float norm = 1.0f / sqrtf(static_cast<float>(blk));  // as the CPU computes it
+#pragma unroll
+          for (int e = 0; e < EPL; ++e) x[e] *= norm;
+        }
+      }
+      uint32_t hw[EPL / 2];
+#pragma unroll
+      for (int e = 0; e < EPL / 2; ++e) hw[e] = pack_half2(x[2 * e], x[2 * e + 1]);
+      if constexpr (EPL == 8) *reinterpret_cast<uint4*>(Qs + r * kLdQ + d0) = make_uint4(hw[0], hw[1], hw[2], hw[3]);
+      else *reinterpret_cast<uint2*>(Qs + r * kLdQ + d0) = make_uint2(hw[0], hw[1]);
+    }
+  }
+  __syncthreads();  // every warp reads its tile's rows of Q
+
+  // Rows ra = 16 rt + g and ra + 8 of this lane (padding rows see no key).
+  const int ra = 16 * rt + g, rb = ra + 8;
+  const int pos_a = ra < R ? p0 + t0 + ra / P.G : -1, pos_b = rb < R ? p0 + t0 + rb / P.G : -1;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+  float o[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+  const __half* qa_row = Qs + ra * kLdQ;
+  const __half* qb_row = Qs + rb * kLdQ;
+
+#pragma unroll 1
+  for (int i = 0; i < n_mine; ++i) {
+    // Groups committed: NSS before the loop, one per iteration after the first, so NSS + i - 1
+    // here (i >= 1): slot i (group i) is done when NSS - 2 remain (at i = 0 this waits for
+    // slot 1 too).
+    cp_async_wait<NSS - 2>();
+    stream_barrier<kStreamThreads>(st);  // the stream's copies of slot i are visible; slot i - 1 is free
+    if (i > 0) {
+      if (i - 1 + NSS < n_mine) issue(i - 1 + NSS);  // into ring slot (i - 1) % NSS
+      cp_async_commit();
+    }
+    if (busy) {
+      const unsigned char* slot = ring + (i % NSS) * WL::kSlotBytes;
+      const int key0 = s_begin + (st + NST * i) * kSlotKeys;
+      warp_slot_step<DP>(slot, qa_row, qb_row, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, o);
+    }
+  }
+
+  // Merge the streams: for each row, its tile's warp in every stream, as above.
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with its ring; the staging goes over the rings
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+  if (c == 0) {
+    m_w[warp * 16 + g] = m_a, m_w[warp * 16 + g + 8] = m_b;
+    l_w[warp * 16 + g] = l_a, l_w[warp * 16 + g + 8] = l_b;
+  }
+  float* Os = reinterpret_cast<float*>(ring_all);  // [kWW][16][kLdO]
+  {
+    float* ow = Os + warp * 16 * L::kLdO;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const int d = NT * 2 * c + t;
+      ow[g * L::kLdO + d] = o[t][0];
+      ow[g * L::kLdO + d + NT] = o[t][1];
+      ow[(g + 8) * L::kLdO + d] = o[t][2];
+      ow[(g + 8) * L::kLdO + d + NT] = o[t][3];
+    }
+  }
+  __syncthreads();
+  if (tid < kRows) {  // row tid: tile tid / 16, whose warp in stream s2 is s2 * RT + tid / 16
+    const int rr = tid % 16, w0 = tid / 16;
+    float M = -INFINITY;
+    for (int s2 = 0; s2 < NST; ++s2) M = fmaxf(M, m_w[(s2 * RT + w0) * 16 + rr]);
+    float Lsum = 0.0f;
+    for (int s2 = 0; s2 < NST; ++s2) {
+      const int wr = (s2 * RT + w0) * 16 + rr;
+      const float f = m_w[wr] == -INFINITY ? 0.0f : exp2f(m_w[wr] - M);
+      fac[wr] = f;
+      Lsum += l_w[wr] * f;
+    }
+    M_s[tid] = M, L_s[tid] = Lsum;
+  }
+  __syncthreads();
+  const int64_t n_rows = int64_t(P.T) * P.Hq;
+  for (int idx = tid; idx < R * P.D; idx += kWThreads) {
+    const int r = idx / P.D, d = idx % P.D, t = t0 + r / P.G, gq = r % P.G;
+    const int rr = r % 16, w0 = r / 16;
+    const int64_t orow = int64_t(t) * P.Hq + hk * P.G + gq;
+    float a = 0.0f;
+#pragma unroll
+    for (int s2 = 0; s2 < NST; ++s2) {
+      const int wr = (s2 * RT + w0) * 16 + rr;
+      a += fac[wr] * Os[wr * L::kLdO + d];
+    }
+    if (P.part_acc == nullptr) {
+      out[orow * P.D + d] = __float2half_rn(a / L_s[r]);
+    } else {
+      P.part_acc[(int64_t(split) * n_rows + orow) * P.D + d] = a;
+      if (d == 0) {
+        const float m = M_s[r];
+        P.part_ml[(int64_t(split) * n_rows + orow) * 2] = m == -INFINITY ? -INFINITY : m * kLn2;
+        P.part_ml[(int64_t(split) * n_rows + orow) * 2 + 1] = L_s[r];
+      }
+    }
+  }
+#else
+  (void)q, (void)k, (void)v, (void)out, (void)P;
+  __trap();  // decode_split_tc takes this kernel only where sm80_code() holds
+#endif
+}
+
 int padded_dim(int64_t D) { return D <= 128 ? 128 : 256; }
 
 int smem_bytes(int DP, int MTM) {
@@ -1149,16 +1550,42 @@ int ring_mtm(int MT) { return MT <= 1 ? 1 : MT <= 2 ? 2 : 4; }
 std::atomic<DecodeTcRing> g_tc_ring{DecodeTcRing::kAuto};
 std::atomic<DecodeTcWarps> g_tc_warps{DecodeTcWarps::kAuto};
 
-int warps_smem(int DP) { return DP == 128 ? WarpLayout<128>::kBytes : WarpLayout<256>::kBytes; }
+std::atomic<DecodeTcWarpsTiles> g_tc_warps_tiles{DecodeTcWarpsTiles::kAuto};
+
+// The warp-split kernels' shared memory for the padded head dim and the row tiles per block.
+int warps_smem(int DP, int RT) {
+  if (DP == 128) {
+    return RT == 1 ? WarpLayout<128>::kBytes
+                   : RT == 2 ? WarpShareLayout<128, 2>::kBytes : WarpShareLayout<128, 4>::kBytes;
+  }
+  return RT == 1 ? WarpLayout<256>::kBytes : RT == 2 ? WarpShareLayout<256, 2>::kBytes : WarpShareLayout<256, 4>::kBytes;
+}
 
 }  // namespace
 
 void set_decode_tc_warps(DecodeTcWarps mode) { g_tc_warps.store(mode, std::memory_order_relaxed); }
 DecodeTcWarps decode_tc_warps() { return g_tc_warps.load(std::memory_order_relaxed); }
+void set_decode_tc_warps_tiles(DecodeTcWarpsTiles tiles) { g_tc_warps_tiles.store(tiles, std::memory_order_relaxed); }
+DecodeTcWarpsTiles decode_tc_warps_tiles_mode() { return g_tc_warps_tiles.load(std::memory_order_relaxed); }
+
+int64_t decode_tc_warps_tiles(const DecodeArgs& a) {
+  switch (decode_tc_warps_tiles_mode()) {
+    case DecodeTcWarpsTiles::k1: return 1;
+    case DecodeTcWarpsTiles::k2: return 2;
+    case DecodeTcWarpsTiles::k4: return 4;
+    case DecodeTcWarpsTiles::kAuto: break;
+  }
+  // The tiles the rows need (one block reads K/V once for all of them), rounded up to a
+  // compiled count, capped by kDecodeTcWarpsAutoMaxTiles (then in row groups).
+  const int64_t G = a.Hkv > 0 ? a.Hq / a.Hkv : 0;
+  const int64_t need = (a.T * G + 15) / 16;
+  const int64_t tiles = need <= 1 ? 1 : need <= 2 ? 2 : 4;
+  return std::min(tiles, kDecodeTcWarpsAutoMaxTiles);
+}
 
 int64_t decode_tc_warps_group_tokens(const DecodeArgs& a) {
-  const int64_t G = a.Hkv > 0 ? a.Hq / a.Hkv : 0;
-  return G >= 1 && G <= 16 ? std::min<int64_t>(16 / G, a.T) : 0;
+  const int64_t G = a.Hkv > 0 ? a.Hq / a.Hkv : 0, rows = 16 * decode_tc_warps_tiles(a);
+  return G >= 1 && G <= rows ? std::min<int64_t>(rows / G, a.T) : 0;
 }
 int64_t decode_tc_warps_groups(const DecodeArgs& a) {
   const int64_t tg = decode_tc_warps_group_tokens(a);
@@ -1172,11 +1599,12 @@ bool decode_tc_warps_fits(const ops::Context& ctx, const DecodeArgs& a) {
   // Row groups (more than 16 rows): by default up to kDecodeTcWarpsMaxGroups (header).
   const int64_t groups = decode_tc_warps_groups(a);
   if (mode == DecodeTcWarps::kAuto && groups > kDecodeTcWarpsMaxGroups) return false;
-  // One row tile (16 rows) per block: at least one token (G <= 16) per group; whole 16-byte
-  // i8 chunks per row, every row and head starting on one.
+  // At least one token per group (G <= 16 * tiles); whole 16-byte i8 chunks per row, every
+  // row and head starting on one.
   const bool chunks = a.D % 16 == 0 && reinterpret_cast<uintptr_t>(a.k) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(a.v) % 16 == 0;
-  return groups >= 1 && chunks && warps_smem(padded_dim(a.D)) <= optin_smem();
+  const int RT = static_cast<int>(decode_tc_warps_tiles(a));
+  return groups >= 1 && chunks && warps_smem(padded_dim(a.D), RT) <= optin_smem();
 }
 
 void set_decode_tc_ring(DecodeTcRing mode) { g_tc_ring.store(mode, std::memory_order_relaxed); }
@@ -1254,10 +1682,19 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
     const int8_t* v = static_cast<const int8_t*>(a.v);
     P.group_tokens = static_cast<int>(decode_tc_warps_group_tokens(a));
     P.n_groups = static_cast<int>(decode_tc_warps_groups(a));
+    const int RT = static_cast<int>(decode_tc_warps_tiles(a));
     // The groups of a split in adjacent blocks (x = split * n_groups + group): see the kernel.
     const dim3 wgrid(static_cast<unsigned>(plan.n_splits * P.n_groups), static_cast<unsigned>(a.Hkv));
-    if (DP == 128) launch_at(decode_tc_warps_kernel<128>, wgrid, kWThreads, warps_smem(128), k, v);
-    else launch_at(decode_tc_warps_kernel<256>, wgrid, kWThreads, warps_smem(256), k, v);
+    const int smem = warps_smem(DP, RT);
+    if (DP == 128) {
+      if (RT == 1) launch_at(decode_tc_warps_kernel<128>, wgrid, kWThreads, smem, k, v);
+      else if (RT == 2) launch_at(decode_tc_warps_share_kernel<128, 2>, wgrid, kWThreads, smem, k, v);
+      else launch_at(decode_tc_warps_share_kernel<128, 4>, wgrid, kWThreads, smem, k, v);
+    } else {
+      if (RT == 1) launch_at(decode_tc_warps_kernel<256>, wgrid, kWThreads, smem, k, v);
+      else if (RT == 2) launch_at(decode_tc_warps_share_kernel<256, 2>, wgrid, kWThreads, smem, k, v);
+      else launch_at(decode_tc_warps_share_kernel<256, 4>, wgrid, kWThreads, smem, k, v);
+    }
     return;
   }
 
