@@ -4,11 +4,15 @@
 // int8 K/V, T = 1, 4 and 8 query tokens (MTP verification), contexts 8K and 128K, both kernel
 // profiles, and the split kernels (the CUDA-core one, the tensor-core register-prefetch one
 // "tc-registers", the cp.async ring kernel "tc-ring" (native profile, else the register one),
-// the warp-split kernel "tc-warps" (i8 pools, native profile; over 16 rows, T = 4 and 8 here,
-// in row groups of 2 tokens, one block each, which the line names; no line where it does
-// not fit) and the tensor-core default "tensor-core" (i8 pools: the warp-split kernel
+// the warp-split kernel "tc-warps" (i8 pools, native profile, with the row tiles per block
+// the default picks: T = 4 two tiles, T = 8 four, sharing each K/V slot; no line where it
+// does not fit) and the tensor-core default "tensor-core" (i8 pools: the warp-split kernel
 // where it fits, else the ring kernel);
 // forced through cuda::set_decode_tc_min_rows / set_decode_tc_ring / set_decode_tc_warps;
+// the warp-split lines name the row tiles per block (1: each warp its own keys, one block per
+// row group of <= 16 rows; 2 / 4: the tiles of a block share each K/V slot) and the row
+// groups; --variants adds the warp-split kernel forced to 1, 2 and 4 tiles per block
+// ("tc-warps-x1", "-x2", "-x4"; set_decode_tc_warps_tiles) for A/B against the default;
 // "auto" is whichever the default thresholds pick). Per line: the time relative to T = 1 on the same
 // kernel and against the best T = 1 so far, and the relative L2 difference of the kernel's
 // output from the CUDA-core kernel's on the same inputs.
@@ -20,6 +24,7 @@
 // device-to-device copy bandwidth (bytes read + written) measured in the same run.
 //
 //   bench_attention_decode [--ctx 8192,131072] [--tokens 1,4,8] [--profiles native,volta] [--json FILE]
+//                          [--variants]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -59,6 +64,14 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ctxs = {8192, 131072}, tokens = {1, 4, 8};
   std::vector<std::string> profiles = {"native", "volta"};
   std::string json_path;
+  bool variants = false;
+  for (int i = 1; i < argc; ++i) {  // --variants takes no value
+    if (std::string(argv[i]) == "--variants") {
+      variants = true;
+      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+      --argc, --i;
+    }
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--ctx") ctxs = parse_list(argv[i + 1]);
@@ -147,12 +160,17 @@ int main(int argc, char** argv) {
           // where it fits, else the ring kernel).
           auto force = [](const std::string& path) {
             const bool tc = path != "cuda-core";
+            const bool warps = path.rfind("tc-warps", 0) == 0;  // tc-warps, tc-warps-x1 / -x2 / -x4
+            vi::cuda::set_decode_tc_warps_tiles(path == "tc-warps-x1"   ? vi::cuda::DecodeTcWarpsTiles::k1
+                                                : path == "tc-warps-x2" ? vi::cuda::DecodeTcWarpsTiles::k2
+                                                : path == "tc-warps-x4" ? vi::cuda::DecodeTcWarpsTiles::k4
+                                                                        : vi::cuda::DecodeTcWarpsTiles::kAuto);
             vi::cuda::set_decode_tc_min_rows(tc ? 1 : INT_MAX);
             vi::cuda::set_decode_tc_min_keys(tc ? 1 : INT64_MAX);
             vi::cuda::set_decode_tc_ring(path == "tc-registers" ? vi::cuda::DecodeTcRing::kNever
                                          : path == "tc-ring"    ? vi::cuda::DecodeTcRing::kAlways
                                                                 : vi::cuda::DecodeTcRing::kAuto);
-            vi::cuda::set_decode_tc_warps(path == "tc-warps"      ? vi::cuda::DecodeTcWarps::kAlways
+            vi::cuda::set_decode_tc_warps(warps                   ? vi::cuda::DecodeTcWarps::kAlways
                                           : path == "tensor-core" ? vi::cuda::DecodeTcWarps::kAuto
                                                                   : vi::cuda::DecodeTcWarps::kNever);
           };
@@ -165,10 +183,13 @@ int main(int argc, char** argv) {
           const std::vector<double> ref = out_host();
           const bool auto_tc = T * (Hq / Hkv) >= vi::cuda::kDecodeTcMinRowsDefault ||
                                ctx >= vi::cuda::kDecodeTcMinKeysDefault;
-          for (const char* path : {"cuda-core", "tc-registers", "tc-ring", "tc-warps", "tensor-core"}) {
+          std::vector<const char*> paths = {"cuda-core", "tc-registers", "tc-ring", "tc-warps", "tensor-core"};
+          if (variants) paths.insert(paths.end(), {"tc-warps-x1", "tc-warps-x2", "tc-warps-x4"});
+          for (const char* path : paths) {
             const bool tc = std::string(path) != "cuda-core";
+            const bool warps = std::string(path).rfind("tc-warps", 0) == 0;
             force(path);
-            if (std::string(path) == "tc-warps" && !vi::cuda::decode_tc_warps_fits(g, shape)) continue;
+            if (warps && !vi::cuda::decode_tc_warps_fits(g, shape)) continue;
             // This path's output against the CUDA-core kernel's on the same inputs.
             const std::vector<double> got = out_host();
             double num = 0, den = 0;
@@ -215,8 +236,9 @@ int main(int argc, char** argv) {
             const double gbs = bytes / (t * 1e-6) / 1e9;
             if (T == 1) t1_us[path] = t;
             std::string label = std::string(path) + (tc == auto_tc && (path == std::string("cuda-core") || path == std::string("tensor-core")) ? " (auto)" : "");
-            if (std::string(path) == "tc-warps" && vi::cuda::decode_tc_warps_groups(shape) > 1)
-              label += " (" + std::to_string(vi::cuda::decode_tc_warps_groups(shape)) + " row groups)";
+            if (warps)
+              label += " (" + std::to_string(vi::cuda::decode_tc_warps_tiles(shape)) + " row tiles per block, " +
+                       std::to_string(vi::cuda::decode_tc_warps_groups(shape)) + " row groups)";
             auto ratio = [&](float base) {
               char b[32] = "-";
               if (base > 0) std::snprintf(b, sizeof b, "%.2f", t / base);
@@ -244,6 +266,7 @@ int main(int argc, char** argv) {
           vi::cuda::set_decode_tc_min_keys(vi::cuda::kDecodeTcMinKeysDefault);
           vi::cuda::set_decode_tc_ring(vi::cuda::DecodeTcRing::kAuto);
           vi::cuda::set_decode_tc_warps(vi::cuda::DecodeTcWarps::kAuto);
+          vi::cuda::set_decode_tc_warps_tiles(vi::cuda::DecodeTcWarpsTiles::kAuto);
         }
         std::fflush(stdout);
       }

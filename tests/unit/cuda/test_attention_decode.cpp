@@ -22,6 +22,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <string>
 
 #include "backends/cuda/attention_decode.cuh"
 #include "cuda_test_util.h"
@@ -49,6 +50,13 @@ struct TcRows {
     cuda::set_decode_tc_ring(cuda::DecodeTcRing::kAuto);
     cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAuto);
   }
+};
+
+// Forces the warp-split kernel's row tiles per block (cuda::set_decode_tc_warps_tiles) for a
+// scope and restores kAuto.
+struct WarpTiles {
+  explicit WarpTiles(cuda::DecodeTcWarpsTiles t) { cuda::set_decode_tc_warps_tiles(t); }
+  ~WarpTiles() { cuda::set_decode_tc_warps_tiles(cuda::DecodeTcWarpsTiles::kAuto); }
 };
 
 class AttentionDecode : public CudaOpTest {
@@ -103,13 +111,14 @@ class AttentionDecode : public CudaOpTest {
     const bool tc = T * (s.Hq / s.Hkv) >= tc_rows && cuda::decode_tc_fits(a);
     const bool tc_warps = tc && cuda::decode_tc_warps_fits(g, a);
     const bool tc_ring = tc && !tc_warps && cuda::decode_tc_ring_fits(g, a);
-    cuda::decode_attention(g, a);
-    EXPECT_CLOSE(down(dout), ref, tol(2e-5, 3e-3),
-                 fmt::format("split ({}) K {} V {}: Hq={} Hkv={} D={} bs={} T={} pos0={} splits={} bound+{}",
-                             tc_warps  ? "tensor cores, warp-split"
+    const std::string path = tc_warps ? fmt::format("tensor cores, warp-split, {} row tiles per block, {} row groups",
+                                                    cuda::decode_tc_warps_tiles(a), cuda::decode_tc_warps_groups(a))
                              : tc_ring ? "tensor cores, ring"
                              : tc      ? "tensor cores, registers"
-                                       : "CUDA cores",
+                                       : "CUDA cores";
+    cuda::decode_attention(g, a);
+    EXPECT_CLOSE(down(dout), ref, tol(2e-5, 3e-3),
+                 fmt::format("split ({}) K {} V {}: Hq={} Hkv={} D={} bs={} T={} pos0={} splits={} bound+{}", path,
                              dtype_name(kdt), dtype_name(vdt), s.Hq, s.Hkv, s.D, s.bs, T, q_pos0, n_splits, extra));
     return tc_warps;
   }
@@ -300,7 +309,7 @@ TEST_P(AttentionDecode, TensorCoreWarpSplit) {
   else std::printf("warp-split kernel ran in %d of %d calls (0: no sm_80 code)\n", ran, calls);
 }
 
-// Row groups of the warp-split kernel forced (more than 16 rows: T = 3, 4, 5, 8): G 6 (the
+// Row groups of the warp-split kernel forced, one row tile per block (more than 16 rows: T = 3, 4, 5, 8): G 6 (the
 // 27B shape; groups of 2 tokens, the last one shorter for odd T), G 8 (2 tokens, 16 rows),
 // G 5 (3 tokens: T 4 -> 3 + 1, 8 -> 3 + 3 + 2), G 3 with blocks of 7 (T 8 -> 5 + 3), G 16
 // and G 12 (one token per group, up to 4 groups; D 128 with blocks of 7, D 96), and G 1
@@ -313,6 +322,7 @@ TEST_P(AttentionDecode, TensorCoreWarpSplit) {
 TEST_P(AttentionDecode, TensorCoreWarpSplitRowGroups) {
   const Shape shapes[] = {{24, 4, 256, 16}, {16, 2, 256, 16}, {10, 2, 64, 16}, {9, 3, 80, 7},
                           {16, 1, 128, 7},  {12, 1, 96, 16},  {4, 4, 256, 16}};
+  const WarpTiles one(cuda::DecodeTcWarpsTiles::k1);  // one tile per block (kAuto would share slots)
   int ran = 0, calls = 0;
   for (const Shape& s : shapes) {
     const int64_t G = s.Hq / s.Hkv;
@@ -338,6 +348,56 @@ TEST_P(AttentionDecode, TensorCoreWarpSplitRowGroups) {
   // Where the kernel runs at all (f16 activations, sm_80 code) every one of these shapes fits it.
   if (ran > 0) {
     EXPECT_EQ(ran, calls);
+  }
+}
+
+// The warp-split kernel with the row tiles of a block sharing each K/V slot, forced with 2 and
+// 4 tiles per block (and the 27B shape through kAuto, which picks 1, 2 or 4): T = 1..8 (up to
+// 64 rows; with 4 tiles at T = 1 three warps per stream have no row, with 2 tiles at T = 8 of
+// G 6 two row groups of 5 + 3 tokens), G 6 (the 27B shape, D 256, blocks of 16 and 7; D 128),
+// G 8 (D 64, blocks of 7), G 3 (D 80: Hadamard blocks 64 + 16), G 20 (more rows per token than
+// a tile: tokens straddle tiles; 2 tiles: one token per group), contexts that are no
+// multiple of the 16-key slot or the block, the kernel's own split count with a key bound
+// past the end (empty splits, streams with no slot), one split (the block writes the output),
+// forced splits (a split past the first tokens' positions, a last split of a few keys, one
+// long split: the stream rings wrap many times). Pool rows past the last position hold NaN.
+TEST_P(AttentionDecode, TensorCoreWarpSplitSharedSlots) {
+  const Shape shapes[] = {{24, 4, 256, 16}, {24, 4, 256, 7}, {12, 2, 128, 16},
+                          {16, 2, 64, 7},   {9, 3, 80, 16},  {20, 1, 96, 16}};
+  const int64_t p0s[] = {0, 45, 1000, 3001, 131, 4099, 17, 700};  // by T: contexts p0 + T
+  using cuda::DecodeTcWarpsTiles;
+  for (DecodeTcWarpsTiles tiles : {DecodeTcWarpsTiles::k2, DecodeTcWarpsTiles::k4, DecodeTcWarpsTiles::kAuto}) {
+    const WarpTiles forced(tiles);
+    int ran = 0, calls = 0;
+    for (const Shape& s : shapes) {
+      if (tiles == DecodeTcWarpsTiles::kAuto && s.Hq != 24) continue;
+      const int64_t G = s.Hq / s.Hkv;
+      auto run = [&](int64_t T, int64_t p0, int n_splits, int64_t extra) {
+        if (T * G > cuda::kDecodeMaxRows) return;
+        ran += check_split(s, T, p0, DType::I8, DType::I8, 1, n_splits, extra, true, true), ++calls;
+      };
+      for (int64_t T = 1; T <= 8; ++T) {
+        run(T, p0s[T - 1], 0, T % 2 == 0 ? 300 : 0);
+        run(T, p0s[(T + 3) % 8], 1, 0);
+      }
+      if (s.Hq == 24 && s.bs == 16) {  // forced splits on the 27B shape
+        for (int64_t T : {1, 3, 4, 5, 8}) {
+          run(T, 95, 4, 0);
+          run(T, 94, 4, 0);
+          run(T, 95, 10, 200);
+          run(T, 2017, 1, 0);
+          run(T, 5100 - T, 3, 64);
+          run(T, 4099, 33, 0);
+        }
+      }
+    }
+    if (GetParam().profile == ops::KernelProfile::kVolta) EXPECT_EQ(ran, 0);
+    else std::printf("warp-split kernel (tiles mode %d) ran in %d of %d calls (0: no sm_80 code)\n",
+                     static_cast<int>(tiles), ran, calls);
+    // Where the kernel runs at all (f16 activations, sm_80 code) every one of these shapes fits it.
+    if (ran > 0) {
+      EXPECT_EQ(ran, calls);
+    }
   }
 }
 
@@ -374,34 +434,77 @@ TEST_P(AttentionDecode, TensorCoreFits) {
   EXPECT_EQ(cuda::decode_tc_warps_fits(g, a), cuda::kDecodeTcWarpsByDefault && ring_here);
   cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAlways);
   EXPECT_EQ(cuda::decode_tc_warps_fits(g, a), ring_here);
-  // More than 16 rows: row groups of floor(16 / G) tokens, forced; by default up to
-  // kDecodeTcWarpsMaxGroups groups.
-  for (auto [T, groups] : {TP{1, 1}, TP{2, 1}, TP{3, 2}, TP{4, 2}, TP{5, 3}, TP{8, 4}}) {
-    a.T = T;
-    EXPECT_EQ(cuda::decode_tc_warps_group_tokens(a), std::min<int64_t>(2, T)) << "T=" << T;
-    EXPECT_EQ(cuda::decode_tc_warps_groups(a), groups) << "T=" << T;
-    EXPECT_EQ(cuda::decode_tc_warps_fits(g, a), ring_here) << "T=" << T;
+  {
+    // One row tile per block (forced): more than 16 rows go in row groups of floor(16 / G)
+    // tokens; by default up to kDecodeTcWarpsMaxGroups groups.
+    const WarpTiles one(cuda::DecodeTcWarpsTiles::k1);
+    for (auto [T, groups] : {TP{1, 1}, TP{2, 1}, TP{3, 2}, TP{4, 2}, TP{5, 3}, TP{8, 4}}) {
+      a.T = T;
+      EXPECT_EQ(cuda::decode_tc_warps_tiles(a), 1) << "T=" << T;
+      EXPECT_EQ(cuda::decode_tc_warps_group_tokens(a), std::min<int64_t>(2, T)) << "T=" << T;
+      EXPECT_EQ(cuda::decode_tc_warps_groups(a), groups) << "T=" << T;
+      EXPECT_EQ(cuda::decode_tc_warps_fits(g, a), ring_here) << "T=" << T;
+    }
+    cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAuto);
+    for (int64_t T : {4, 8}) {  // 24 rows (2 groups), 48 rows (4 groups)
+      a.T = T;
+      EXPECT_EQ(cuda::decode_tc_warps_fits(g, a), cuda::kDecodeTcWarpsByDefault &&
+                                                      cuda::decode_tc_warps_groups(a) <= cuda::kDecodeTcWarpsMaxGroups &&
+                                                      ring_here)
+          << "T=" << T;
+    }
+    cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAlways);
+    a.Hq = 8, a.Hkv = 1, a.T = 8;  // G 8: 2 tokens per group, 4 groups
+    EXPECT_EQ(cuda::decode_tc_warps_groups(a), 4);
+    a.Hq = 3, a.T = 8;  // G 3: groups of 5 + 3 tokens
+    EXPECT_EQ(cuda::decode_tc_warps_group_tokens(a), 5);
+    EXPECT_EQ(cuda::decode_tc_warps_groups(a), 2);
+    a.Hq = 1;  // G 1: 8 rows, one group
+    EXPECT_EQ(cuda::decode_tc_warps_group_tokens(a), 8);
+    EXPECT_EQ(cuda::decode_tc_warps_groups(a), 1);
+    a.Hq = 17, a.T = 1;  // G 17: not one token in 16 rows
+    EXPECT_EQ(cuda::decode_tc_warps_groups(a), 0);
+    EXPECT_FALSE(cuda::decode_tc_warps_fits(g, a));
   }
-  cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAuto);
-  for (int64_t T : {4, 8}) {  // 24 rows (2 groups), 48 rows (4 groups)
+  // Tiles by default (kAuto): the tiles the rows need, rounded up to 1, 2 or 4 (at most
+  // kDecodeTcWarpsAutoMaxTiles), so G 6 takes one group up to T = 8 and kAuto takes every T.
+  a.Hq = 24, a.Hkv = 4;
+  for (auto [T, tiles] : {TP{1, 1}, TP{2, 1}, TP{3, 2}, TP{4, 2}, TP{5, 2}, TP{6, 4}, TP{7, 4}, TP{8, 4}}) {
     a.T = T;
+    const int64_t want = std::min<int64_t>(tiles, cuda::kDecodeTcWarpsAutoMaxTiles);
+    EXPECT_EQ(cuda::decode_tc_warps_tiles(a), want) << "T=" << T;
+    EXPECT_EQ(cuda::decode_tc_warps_group_tokens(a), std::min<int64_t>(16 * want / 6, T)) << "T=" << T;
+    if (want == tiles) {
+      EXPECT_EQ(cuda::decode_tc_warps_groups(a), 1) << "T=" << T;
+    }
+    cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAuto);
     EXPECT_EQ(cuda::decode_tc_warps_fits(g, a), cuda::kDecodeTcWarpsByDefault &&
                                                     cuda::decode_tc_warps_groups(a) <= cuda::kDecodeTcWarpsMaxGroups &&
                                                     ring_here)
         << "T=" << T;
+    cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAlways);
   }
-  cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAlways);
-  a.Hq = 8, a.Hkv = 1, a.T = 8;  // G 8: 2 tokens per group, 4 groups
-  EXPECT_EQ(cuda::decode_tc_warps_groups(a), 4);
-  a.Hq = 3, a.T = 8;  // G 3: groups of 5 + 3 tokens
-  EXPECT_EQ(cuda::decode_tc_warps_group_tokens(a), 5);
-  EXPECT_EQ(cuda::decode_tc_warps_groups(a), 2);
-  a.Hq = 1;  // G 1: 8 rows, one group
-  EXPECT_EQ(cuda::decode_tc_warps_group_tokens(a), 8);
-  EXPECT_EQ(cuda::decode_tc_warps_groups(a), 1);
-  a.Hq = 17, a.T = 1;  // G 17: not one token in 16 rows
-  EXPECT_EQ(cuda::decode_tc_warps_groups(a), 0);
-  EXPECT_FALSE(cuda::decode_tc_warps_fits(g, a));
+  {
+    const WarpTiles two(cuda::DecodeTcWarpsTiles::k2);
+    a.T = 8;  // 48 rows in tiles of 32: groups of 5 + 3 tokens
+    EXPECT_EQ(cuda::decode_tc_warps_group_tokens(a), 5);
+    EXPECT_EQ(cuda::decode_tc_warps_groups(a), 2);
+    a.Hq = 20, a.Hkv = 1, a.T = 3;  // G 20: one token (20 rows) per group of 32 rows
+    EXPECT_EQ(cuda::decode_tc_warps_group_tokens(a), 1);
+    EXPECT_EQ(cuda::decode_tc_warps_groups(a), 3);
+    EXPECT_EQ(cuda::decode_tc_warps_fits(g, a), ring_here);
+    a.Hq = 33, a.T = 1;  // G 33: not one token in 32 rows
+    EXPECT_EQ(cuda::decode_tc_warps_groups(a), 0);
+    EXPECT_FALSE(cuda::decode_tc_warps_fits(g, a));
+  }
+  {
+    const WarpTiles four(cuda::DecodeTcWarpsTiles::k4);
+    a.Hq = 24, a.Hkv = 4, a.T = 1;  // 6 rows in 64: one group, three idle tiles
+    EXPECT_EQ(cuda::decode_tc_warps_tiles(a), 4);
+    EXPECT_EQ(cuda::decode_tc_warps_group_tokens(a), 1);
+    EXPECT_EQ(cuda::decode_tc_warps_groups(a), 1);
+    EXPECT_EQ(cuda::decode_tc_warps_fits(g, a), ring_here);
+  }
   a.Hq = 24, a.Hkv = 4, a.T = 2, a.v_dtype = DType::F16;
   EXPECT_FALSE(cuda::decode_tc_warps_fits(g, a));
   cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAuto);
