@@ -10,24 +10,13 @@ namespace vi::cuda {
 namespace {
 
 template <class T>
-__device__ float row_sum_sq(const T* xr, int64_t n, float* red) {
-  float ss = 0.0f;
-#pragma unroll 4
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = to_f32(xr[i]);
-    ss += v * v;
-  }
-  return block_sum(ss, red);
-}
-
-template <class T>
 __global__ void rms_norm_kernel(const T* x, const float* __restrict__ w, float eps, float w_offset, T* y, int64_t n) {
   __shared__ float red[32];
   pdl_wait();
   pdl_trigger();
   const T* xr = x + blockIdx.x * n;
   T* yr = y + blockIdx.x * n;
-  const float inv = 1.0f / sqrtf(row_sum_sq(xr, n, red) / static_cast<float>(n) + eps);
+  const float inv = rms_inv(row_sum_sq(xr, n, red), n, eps);
 #pragma unroll 4
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = from_f32<T>((to_f32(xr[i]) * inv) * (w[i] + w_offset));
 }

@@ -16,4 +16,25 @@ inline int norm_threads(int64_t n) {
   return t;
 }
 
+// Sum of squares of the row xr[n] over the whole block (every thread gets it; `red`: 32
+// floats of shared memory). The one summation order of rms_norm's kernels: an op that
+// repeats the norm inside a fused kernel calls this, with norm_threads(n) threads, to get
+// its bits.
+template <class T>
+__device__ inline float row_sum_sq(const T* xr, int64_t n, float* red) {
+  float ss = 0.0f;
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = to_f32(xr[i]);
+    ss += v * v;
+  }
+  return block_sum(ss, red);
+}
+
+// rsqrt(mean(x²) + eps) from the row's sum of squares, rounded as rms_norm rounds it; an
+// element is then (x * inv) * (w + w_offset).
+__device__ __forceinline__ float rms_inv(float ss, int64_t n, float eps) {
+  return 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+}
+
 }  // namespace vi::cuda

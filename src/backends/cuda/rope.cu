@@ -1,6 +1,5 @@
-// CUDA kernel of rope. Angles as HF computes them in fp32 (inv_freq = 1 / theta^(2j/rot_dim),
-// angle = float(pos) * inv_freq); products and sums are rounded separately (__fmul_rn /
-// __fadd_rn), never fused, like PyTorch's q*cos + rotate_half(q)*sin and the CPU kernel.
+// CUDA kernel of rope. Angles as HF computes them in fp32 and products and sums rounded
+// separately, like PyTorch's q*cos + rotate_half(q)*sin and the CPU kernel (rope.cuh).
 // Positions on the device are read in place (the models' batch plan, also inside a recorded
 // step); host ones are copied to scratch first.
 #include "backends/cuda/pdl.cuh"
@@ -19,13 +18,12 @@ __global__ void rope_kernel(T* x, const int32_t* __restrict__ pos, int64_t rows,
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / half;
     const int j = static_cast<int>(i % half);
-    const float inv_freq = 1.0f / powf(theta, static_cast<float>(2 * j) / static_cast<float>(rot_dim));
-    const float a = __fmul_rn(static_cast<float>(pos[r / H]), inv_freq);
-    const float c = cosf(a), s = sinf(a);
+    float c, s;
+    rope_cos_sin(pos[r / H], j, rot_dim, theta, c, s);
     T* h = x + r * D;
-    const float x1 = to_f32(h[j]), x2 = to_f32(h[j + half]);
-    h[j] = from_f32<T>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
-    h[j + half] = from_f32<T>(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+    const float2 y = rope_rotate(to_f32(h[j]), to_f32(h[j + half]), c, s);
+    h[j] = from_f32<T>(y.x);
+    h[j + half] = from_f32<T>(y.y);
   }
 }
 

@@ -2,3 +2,23 @@
 #pragma once
 
 #include "backends/cuda/cuda_util.cuh"
+
+namespace vi::cuda {
+
+// cos and sin of the angle of frequency j (< rot_dim / 2) at position pos, as HF computes
+// them in fp32: inv_freq = 1 / theta^(2j / rot_dim), angle = float(pos) * inv_freq. Every
+// kernel that rotates takes them from here, so fused ones round as the rope op does.
+__device__ __forceinline__ void rope_cos_sin(int32_t pos, int j, int rot_dim, float theta, float& c, float& s) {
+  const float inv_freq = 1.0f / powf(theta, static_cast<float>(2 * j) / static_cast<float>(rot_dim));
+  const float a = __fmul_rn(static_cast<float>(pos), inv_freq);
+  c = cosf(a);
+  s = sinf(a);
+}
+
+// The pair (x[j], x[j + rot_dim/2]) rotated, products and sums rounded separately (never
+// fused), like PyTorch's q*cos + rotate_half(q)*sin.
+__device__ __forceinline__ float2 rope_rotate(float x1, float x2, float c, float s) {
+  return make_float2(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)), __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+}
+
+}  // namespace vi::cuda
