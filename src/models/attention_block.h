@@ -20,6 +20,23 @@ void paged_attention_block(ops::Context& ctx, const BatchPlan& plan, std::span<c
                            int64_t pool_layer, const Tensor& qh, const Tensor& k, const Tensor& v, float scale,
                            Tensor& out);
 
+// The per-head q/k RMSNorm and RoPE of a Qwen3-style layer (ops::rms_norm, ops::rope).
+struct QkNormRope {
+  Tensor q_norm, k_norm;  // [hd] f32
+  float eps = 0.0f, w_offset = 0.0f;
+  int rot_dim = 0;
+  float theta = 0.0f;
+};
+
+// rms_norm of every q and k head, rope of both, then paged_attention_block; the norms, the
+// RoPE and the K/V writes are one op (ops::qk_norm_rope_kv_write: one launch on a GPU
+// instead of six) over all rows when the sequences share one KV pool (a batch does), one
+// per sequence otherwise. The same bits as the separate ops. qh: [N, Hq, hd] and k:
+// [N, Hkv*hd] as projected, left normed and rotated; v: [N, Hkv*hd]; out: [N, Hq*hd].
+void norm_rope_paged_attention_block(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
+                                     int64_t pool_layer, const QkNormRope& nr, Tensor& qh, Tensor& k,
+                                     const Tensor& v, float scale, Tensor& out);
+
 // K and V pools for n_attn_layers layers on ctx's device: [n_blocks * block_size, Hkv*hd]
 // each, of types.k / types.v (unset: ctx.act); i8 ones with their scales. Fails with the
 // dtype named for anything but f32, f16 and i8.

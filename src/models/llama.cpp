@@ -228,15 +228,16 @@ void LlamaModel::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::spa
       ops::add_bias(ctx, k, L.bk, k);
       ops::add_bias(ctx, v, L.bv, v);
     }
-    if (hp_.qk_norm) {
-      Tensor qr = q.reshape({N * Hq, hd}), kr = k.reshape({N * Hkv, hd});
-      ops::rms_norm(ctx, qr, L.q_norm, hp_.norm_eps, 0.0f, qr);
-      ops::rms_norm(ctx, kr, L.k_norm, hp_.norm_eps, 0.0f, kr);
+    Tensor qh = q.reshape({N, Hq, hd});
+    if (hp_.qk_norm) {  // qwen3: per-head q/k norm, RoPE and the K/V append in one op
+      const QkNormRope nr{L.q_norm, L.k_norm, hp_.norm_eps, 0.0f, static_cast<int>(hp_.rot_dim), hp_.rope_theta};
+      norm_rope_paged_attention_block(ctx, plan, items, l, nr, qh, k, v, scale, a);
+    } else {
+      Tensor kh = k.reshape({N, Hkv, hd});
+      ops::rope(ctx, qh, plan.dev.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+      ops::rope(ctx, kh, plan.dev.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
+      paged_attention_block(ctx, plan, items, l, qh, k, v, scale, a);
     }
-    Tensor qh = q.reshape({N, Hq, hd}), kh = k.reshape({N, Hkv, hd});
-    ops::rope(ctx, qh, plan.dev.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
-    ops::rope(ctx, kh, plan.dev.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
-    paged_attention_block(ctx, plan, items, l, qh, k, v, scale, a);
     ops::matmul(ctx, a, L.wo, o);
     ops::add_rms_norm(ctx, x, o, L.ffn_norm, hp_.norm_eps, 0.0f, n);  // x += attn; n = ffn_norm(x)
     swiglu_mlp(ctx, n, L.mlp, gu, o);

@@ -33,7 +33,6 @@
 #include "ops/matmul.h"
 #include "ops/memory.h"
 #include "ops/norm.h"
-#include "ops/rope.h"
 
 namespace vi {
 
@@ -495,13 +494,10 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
         ops::matmul(ctx, n, A.wk, k);
         ops::matmul(ctx, n, A.wv, v);
       }
-      Tensor qr = q.reshape({N * Hq, hd}), kr = k.reshape({N * Hkv, hd});
-      ops::rms_norm(ctx, qr, A.q_norm, eps, off, qr);
-      ops::rms_norm(ctx, kr, A.k_norm, eps, off, kr);
-      Tensor qh = q.reshape({N, Hq, hd}), kh = k.reshape({N, Hkv, hd});
-      ops::rope(ctx, qh, plan.dev.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
-      ops::rope(ctx, kh, plan.dev.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
-      paged_attention_block(ctx, plan, items, attn_idx++, qh, k, v, attn_scale, att);
+      // q, k = RoPE(RMSNorm1p(q)), RoPE(RMSNorm1p(k)) per head; K/V cache append; attention.
+      Tensor qh = q.reshape({N, Hq, hd});
+      const QkNormRope nr{A.q_norm, A.k_norm, eps, off, static_cast<int>(hp_.rot_dim), hp_.rope_theta};
+      norm_rope_paged_attention_block(ctx, plan, items, attn_idx++, nr, qh, k, v, attn_scale, att);
       ops::sigmoid_mul(ctx, att, gate, att);
       ops::matmul(ctx, att, A.wo, o);
     } else {
