@@ -35,6 +35,7 @@ bundle() {
   local cache=$build/CMakeCache.txt archs nvcc cublas
   archs=$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$cache")
   nvcc=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$cache")
+  nvcc=${nvcc:-nvcc}  # configured without an explicit compiler: the one on PATH
   cublas=$(sed -n 's/^VI_CUBLAS:BOOL=//p' "$cache")
   {
     echo "toolkit: $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\), \(V[0-9.]*\).*/CUDA \1 (\2)/p')"

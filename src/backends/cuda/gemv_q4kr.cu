@@ -409,15 +409,16 @@ bool bulk_ok(const ops::Context& ctx) {
 
 GemvQ4krShape gemv_q4kr_default_shape(const ops::Context& ctx, int64_t N, int64_t K) {
   // The fastest shapes measured on the H200 at the 27B shapes, T = 1 and 4 (docs/notes/gemv.md,
-  // runs 10-12): up to 8192 rows (512 tiles, fewer than the 528 blocks of 4 warps the register
-  // kernel keeps resident) two super-blocks ahead per warp (FFN down 25.6 -> 21.5 us); from
-  // 65536 rows (the head: many waves of blocks) the bulk-copy ring of 2 slots (228 -> 207 us);
-  // the register kernel between (FFN up/gate, the stacked projections).
+  // run 13, with the 16-byte scale loads): up to 8192 rows (512 tiles, fewer than the 528
+  // blocks of 4 warps the register kernel keeps resident) two super-blocks ahead per warp at 3
+  // blocks per SM (FFN down 19.3 us); up to the head two ahead at 4 blocks per SM (gate|up
+  // 35.8 us, the register kernel 40.9); from 65536 rows (the head: many waves of blocks) the
+  // bulk-copy ring of 2 slots (201 us, 87% of the copy rate).
   using K_ = GemvQ4krShape::Kernel;
   (void)K;
   if (N <= 8192) return {K_::kDeep, 2, 3};
   if (N >= 65536 && bulk_ok(ctx)) return {K_::kRing, 2, 0};
-  return {K_::kRegisters, 0, 4};
+  return {K_::kDeep, 2, 4};
 }
 
 std::string gemv_q4kr_shape_name(const GemvQ4krShape& s) {
