@@ -1,4 +1,5 @@
 // Tensor-core decode GEMV on Q4_KR weights: see gemv_q4kr.cuh for the plan and the numerics.
+#include <algorithm>
 #include <cstddef>
 #include <type_traits>
 
@@ -306,6 +307,9 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "memory");
   }
 }
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
 // bytes from global src to shared dst (both 16-byte aligned, bytes a multiple of 16); their
 // arrival counts on bar.
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
@@ -371,6 +375,86 @@ __global__ void __launch_bounds__(128)
 #endif
 }
 
+// ---- Persistent bulk-copy ring kernel (sm_90, CUDA 12+) ----
+// The ring kernel, but each block stays for several tiles (tiles blockIdx.x, + gridDim.x, ...)
+// and its ring runs on across them: the copies of the next tile are in flight while this one
+// finishes, where the ring kernel starts and drains a pipeline per tile (5 slots at K = 5120).
+// A slot is freed by an mbarrier every warp arrives on once it holds its part in registers, not
+// by a block barrier; warp 0 refills the slot of the item before (all warps are past it by
+// then, so it rarely waits). Items are (tile, Q4_KR block) pairs, tile-major.
+template <int STAGES>
+__global__ void __launch_bounds__(128)
+    gemv_q4kr_pring_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
+                           __half* __restrict__ y, int n_tok, int64_t N, int n_blk, int64_t K, uint32_t magic,
+                           int n_tiles) {
+#ifdef VI_Q4KR_BULK
+  __shared__ __align__(128) uint8_t ring[STAGES][kSlotBytes];
+  __shared__ uint64_t full[STAGES], empty[STAGES];
+  __shared__ float red[4][4][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 4);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  const int my_tiles = (n_tiles - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1;
+  const int n_items = my_tiles * n_blk;
+  auto tile_of = [&](int i) { return static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(i / n_blk) * gridDim.x; };
+  // Warp 0 fills: lane r < 16 copies row r of the item's tile (rows past N: row N - 1).
+  auto fill = [&](int i) {
+    const int s = i % STAGES;
+    if (lane == 0) mbar_expect_tx(&full[s], 16 * kBlkBytes);
+    __syncwarp();
+    if (lane < 16) {
+      const int64_t row = min(tile_of(i) * 16 + (lane & 15), N - 1);
+      bulk_copy(&ring[s][lane * kPitch], w + static_cast<size_t>(row) * row_bytes + static_cast<size_t>(i % n_blk) * kBlkBytes,
+                kBlkBytes, &full[s]);
+    }
+  };
+  if (warp == 0)
+    for (int i = 0; i < min(STAGES, n_items); ++i) fill(i);
+  pdl_wait();  // after the first weight copies, as in the register kernel
+  pdl_trigger();
+
+  const __half* xt = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
+  const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
+  const int qo = g * kPitch + 128 * warp + 16 * c, so = g * kPitch + kSmOff + 16 * warp,
+            dmo = g * kPitch + kDmOff + 4 * warp;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int i = 0; i < n_items; ++i) {
+    const int s = i % STAGES, blk = i % n_blk;
+    mbar_wait(&full[s], static_cast<uint32_t>(i / STAGES) & 1u);
+    const uint8_t* slot = ring[s];
+    HalfSb st0, st1;
+    SbScales sc;
+    load_half<0, false>(slot + qo, slot + qo + 8 * kPitch, st0);
+    load_half<1, false>(slot + qo, slot + qo + 8 * kPitch, st1);
+    load_scales<false>(slot + so, slot + so + 8 * kPitch, slot + dmo, slot + dmo + 8 * kPitch, sc);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[s]);
+    if (warp == 0 && i >= 1 && i - 1 + STAGES < n_items) {
+      const int ps = (i - 1) % STAGES;
+      mbar_wait(&empty[ps], static_cast<uint32_t>((i - 1) / STAGES) & 1u);
+      fill(i - 1 + STAGES);
+    }
+    float t[4], u[4];
+    mma_sb(st0, st1, sc, xt + 1024 * blk, sel, magic, t, u);
+    apply_scales(sc.dd, t, u, acc);
+    if (blk == n_blk - 1) {  // the tile is done: its sums meet, then red is free again
+      store_tile_sums<4>(acc, red, y, tile_of(i) * 16, N, n_tok);
+      __syncthreads();
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[j] = 0.0f;
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
 template <int WARPS, int MINB>
 void launch_regs(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t N = w.dim(0), K = w.dim(1);
@@ -393,6 +477,18 @@ void launch_bulk(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
   VI_CUDA_CHECK(pdl_launch(gemv_q4kr_bulk_kernel<STAGES>, dim3(static_cast<unsigned>((N + 15) / 16)), dim3(128), 0,
                            stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
                            static_cast<int>(x.rows()), N, static_cast<int>(K / (4 * kQKK)), K, kMagic));
+}
+
+template <int STAGES>
+void launch_pring(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, int blocks_per_sm) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  const int64_t tiles = (N + 15) / 16;
+  const int64_t grid = std::min<int64_t>(tiles, static_cast<int64_t>(current_device().sm_count) * blocks_per_sm);
+  VI_CHECK(tiles <= INT32_MAX, "gemv_q4kr: {} row tiles is too many", tiles);
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_pring_kernel<STAGES>, dim3(static_cast<unsigned>(grid)), dim3(128), 0,
+                           stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
+                           static_cast<int>(x.rows()), N, static_cast<int>(K / (4 * kQKK)), K, kMagic,
+                           static_cast<int>(tiles)));
 }
 
 // The bulk kernel: sm_90 code on the device, and a toolkit that has the instructions.
@@ -426,6 +522,8 @@ std::string gemv_q4kr_shape_name(const GemvQ4krShape& s) {
     case GemvQ4krShape::Kernel::kRegisters: return fmt::format("registers, {} blocks/SM", s.blocks);
     case GemvQ4krShape::Kernel::kDeep: return fmt::format("deep, {} ahead, {} blocks/SM", s.param, s.blocks);
     case GemvQ4krShape::Kernel::kRing: return fmt::format("bulk-copy ring, {} slots", s.param);
+    case GemvQ4krShape::Kernel::kPersistentRing:
+      return fmt::format("persistent ring, {} slots, {} blocks/SM", s.param, s.blocks);
     default: return "auto";
   }
 }
@@ -434,8 +532,11 @@ std::vector<GemvQ4krShape> gemv_q4kr_shapes(const ops::Context& ctx) {
   using K_ = GemvQ4krShape::Kernel;
   std::vector<GemvQ4krShape> v = {{K_::kRegisters, 0, 4}, {K_::kRegisters, 0, 6}, {K_::kDeep, 2, 3},
                                   {K_::kDeep, 2, 4}, {K_::kDeep, 3, 3}, {K_::kDeep, 4, 3}};
-  if (bulk_ok(ctx))
+  if (bulk_ok(ctx)) {
     for (int st : {2, 3, 4}) v.push_back({K_::kRing, st, 0});
+    for (int st : {3, 4})
+      for (int b : {3, 4}) v.push_back({K_::kPersistentRing, st, b});
+  }
   return v;
 }
 
@@ -450,7 +551,8 @@ bool gemv_q4kr_supports(const ops::Context& ctx, const Tensor& x, const Tensor& 
 void gemv_q4kr(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvQ4krShape shape) {
   using K_ = GemvQ4krShape::Kernel;
   if (shape.kernel == K_::kAuto) shape = gemv_q4kr_default_shape(ctx, w.dim(0), w.dim(1));
-  if (shape.kernel == K_::kRing && !bulk_ok(ctx)) VI_FAIL("gemv_q4kr: the bulk-copy ring needs sm_90 code and CUDA 12+");
+  if ((shape.kernel == K_::kRing || shape.kernel == K_::kPersistentRing) && !bulk_ok(ctx))
+    VI_FAIL("gemv_q4kr: the bulk-copy ring needs sm_90 code and CUDA 12+");
   const int key = static_cast<int>(shape.kernel) * 100 + shape.param * 10 + shape.blocks;
   switch (key) {
     case 104: launch_regs<4, 4>(ctx, x, w, y); break;
@@ -462,6 +564,10 @@ void gemv_q4kr(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor
     case 320: launch_bulk<2>(ctx, x, w, y); break;
     case 330: launch_bulk<3>(ctx, x, w, y); break;
     case 340: launch_bulk<4>(ctx, x, w, y); break;
+    case 433: launch_pring<3>(ctx, x, w, y, 3); break;
+    case 434: launch_pring<3>(ctx, x, w, y, 4); break;
+    case 443: launch_pring<4>(ctx, x, w, y, 3); break;
+    case 444: launch_pring<4>(ctx, x, w, y, 4); break;
     default: VI_FAIL("gemv_q4kr: no kernel '{}'", gemv_q4kr_shape_name(shape));
   }
 }
