@@ -34,8 +34,7 @@ void swiglu_mlp(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tens
   const int64_t N = n.rows(), F = gu.cols() / 2;
   if (m.gate_up.data() != nullptr && N <= kStackedMlpMaxRows) {
     Tensor h = ops::empty(ctx, gu.dtype(), {N, F});  // [N, d_ff] SwiGLU output
-    ops::matmul(ctx, n, m.gate_up, gu);
-    ops::swiglu_halves(ctx, gu, h);
+    ops::matmul_swiglu(ctx, n, m.gate_up, gu, h);
     ops::matmul(ctx, h, m.down, o);
     return;
   }

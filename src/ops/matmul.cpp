@@ -1,6 +1,7 @@
 // matmul entry point: shape/dtype/device checks, then the (device, weight dtype) kernel.
 #include "ops/matmul.h"
 
+#include "ops/elementwise.h"
 #include "ops/op_checks.h"
 #include "ops/profiler.h"
 
@@ -32,6 +33,35 @@ void matmul(Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
                 2.0 * w.dim(0) * w.dim(1) * x.rows(),
                 "{}x{} T={}", w.dim(0), w.dim(1), x.rows());
   matmul_table().get(ctx.device, w.dtype())(ctx, x, w, y);
+}
+
+OpTable<MatmulSwigluFn>& matmul_swiglu_table() {
+  static OpTable<MatmulSwigluFn> table("matmul_swiglu");
+  return table;
+}
+
+void matmul_swiglu(Context& ctx, const Tensor& x, const Tensor& w, Tensor& gu, Tensor& h) {
+  check_same_device("matmul_swiglu", ctx, {&x, &w, &gu, &h});
+  VI_CHECK(w.ndim() == 2 && w.dim(0) % 2 == 0, "op 'matmul_swiglu': weight {} must be a stacked gate|up [2F, K]",
+           describe(w));
+  VI_CHECK(h.ndim() >= 1 && h.cols() * 2 == w.dim(0) && h.rows() == x.rows() && h.dtype() == x.dtype(),
+           "op 'matmul_swiglu': h {} must hold [{}, {}] of x's dtype for x {} and weight {}", describe(h), x.rows(),
+           w.dim(0) / 2, describe(x), describe(w));
+  VI_CHECK(x.ndim() >= 1 && x.cols() == w.dim(1), "op 'matmul_swiglu': x {} and weight {} disagree on K",
+           describe(x), describe(w));
+  if (matmul_swiglu_table().supports(ctx.device, w.dtype())) {
+    const MatmulSwigluFn fn = matmul_swiglu_table().get(ctx.device, w.dtype());
+    if (fn(ctx, x, w, nullptr)) {
+      VI_OP_SCOPE_F(ctx, "matmul_swiglu", w.dtype(),
+                    x.nbytes() + dtype_row_bytes(dtype_file_form(w.dtype()), w.dim(1)) * static_cast<size_t>(w.dim(0)) +
+                        h.nbytes(),
+                    2.0 * w.dim(0) * w.dim(1) * x.rows(), "{}x{} T={}", w.dim(0), w.dim(1), x.rows());
+      fn(ctx, x, w, &h);
+      return;
+    }
+  }
+  matmul(ctx, x, w, gu);
+  swiglu_halves(ctx, gu, h);
 }
 
 }  // namespace vi::ops

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "backends/cuda/device.cuh"
+#include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
 #include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/pdl.cuh"
@@ -208,6 +209,33 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
   store_tile_sums<WARPS>(acc, red, y, n0, N, n_tok);
 }
 
+// The end of a fused gate|up GEMV + SwiGLU over a tile whose rows g are gate rows f0 + g and rows
+// g + 8 the matching up rows: the 4 warps' sums meet in shared memory (red: [4][4][32]), each is
+// rounded to f16 as the unfused matmul stores it, and h[tok, f0 + g] = silu(gate) * up is
+// computed as swiglu_halves does, for f < F and tokens < n_tok.
+__device__ __forceinline__ void store_swiglu_sums(const float acc[4], float (*red)[4][32], __half* h, int64_t f0,
+                                                  int64_t F, int n_tok) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[i];
+  __syncthreads();
+  for (int k = threadIdx.x; k < 2 * 32; k += blockDim.x) {
+    const int i = k / 32, l = k % 32;  // i: token 2c + i; the gate sum in slot i, the up sum in i + 2
+    float gate = 0.0f, up = 0.0f;
+#pragma unroll
+    for (int wv = 0; wv < 4; ++wv) {
+      gate += red[wv][i][l];
+      up += red[wv][i + 2][l];
+    }
+    const int64_t f = f0 + (l >> 2);
+    const int tok = 2 * (l & 3) + i;
+    if (f < F && tok < n_tok) {
+      const float gh = __half2float(__float2half_rn(gate)), uh = __half2float(__float2half_rn(up));
+      h[static_cast<int64_t>(tok) * F + f] = __float2half_rn(silu_f(gh) * uh);
+    }
+  }
+}
+
 // ---- Deep register kernel (sm_80+) ----
 // The register kernel with DEPTH whole super-blocks per warp loaded ahead instead of one half:
 // for matrices of few rows (5120: 320 tiles, 2.4 blocks of 4 warps per SM), where the warps
@@ -215,14 +243,21 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
 // A warp takes super-blocks warp, warp + 4, ... as in the register kernel; buffer j holds its
 // super-blocks j, j + DEPTH, ..., refilled right after it is multiplied. MINB 3 leaves the
 // compiler ~168 registers; 2 ahead also fits 4 blocks per SM (125, no spills) for wide matrices.
-template <int DEPTH, int MINB>
+// SWIGLU: w is a stacked gate|up [2F, K] and y the SwiGLU output h [T, F]: tile b takes gate rows
+// 8b + g as its rows g and the up rows F + 8b + g as its rows g + 8 (store_swiglu_sums).
+template <int DEPTH, int MINB, bool SWIGLU = false>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kr_deep_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
                           __half* __restrict__ y, int n_tok, int64_t N, int n_sb, int64_t K, uint32_t magic) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int64_t n0 = int64_t(blockIdx.x) * 16;
-  const uint8_t* r0 = w + static_cast<size_t>(min(n0 + g, N - 1)) * row_bytes;
-  const uint8_t* r1 = w + static_cast<size_t>(min(n0 + g + 8, N - 1)) * row_bytes;
+  const int64_t n0 = int64_t(blockIdx.x) * 16, F = N / 2;
+  int64_t row_a = min(n0 + g, N - 1), row_b = min(n0 + g + 8, N - 1);
+  if constexpr (SWIGLU) {
+    row_a = min(int64_t(blockIdx.x) * 8 + g, F - 1);
+    row_b = F + row_a;
+  }
+  const uint8_t* r0 = w + static_cast<size_t>(row_a) * row_bytes;
+  const uint8_t* r1 = w + static_cast<size_t>(row_b) * row_bytes;
   const uint8_t* q0 = r0 + 128 * warp + 16 * c;
   const uint8_t* q1 = r1 + 128 * warp + 16 * c;
   const uint8_t* s0 = r0 + kSmOff + 16 * warp;
@@ -271,7 +306,8 @@ __global__ void __launch_bounds__(128, MINB)
     xs += DEPTH * 1024;
   }
   __shared__ float red[4][4][32];
-  store_tile_sums<4>(acc, red, y, n0, N, n_tok);
+  if constexpr (SWIGLU) store_swiglu_sums(acc, red, y, int64_t(blockIdx.x) * 8, F, n_tok);
+  else store_tile_sums<4>(acc, red, y, n0, N, n_tok);
 }
 
 // ---- Bulk-copy ring kernel (sm_90, CUDA 12+) ----
@@ -471,6 +507,15 @@ void launch_deep(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
                            static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic));
 }
 
+// h = silu(x · gateᵀ) ⊙ (x · upᵀ) for w = gate|up [2F, K]: F / 8 tiles of 8 gate and 8 up rows.
+template <int DEPTH, int MINB>
+void launch_deep_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_deep_kernel<DEPTH, MINB, true>, dim3(static_cast<unsigned>((N / 2 + 7) / 8)),
+                           dim3(128), 0, stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(),
+                           h.ptr<__half>(), static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic));
+}
+
 template <int STAGES>
 void launch_bulk(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t N = w.dim(0), K = w.dim(1);
@@ -515,6 +560,15 @@ GemvQ4krShape gemv_q4kr_default_shape(const ops::Context& ctx, int64_t N, int64_
   if (N <= 8192) return {K_::kDeep, 2, 3};
   if (N >= 65536 && bulk_ok(ctx)) return {K_::kRing, 2, 0};
   return {K_::kDeep, 2, 4};
+}
+
+void gemv_q4kr_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h) {
+  VI_CHECK(w.dim(0) % 2 == 0 && h.cols() * 2 == w.dim(0) && h.rows() == x.rows(),
+           "gemv_q4kr_swiglu: h [{}, {}] does not match x rows {} and a gate|up weight of {} rows", h.rows(),
+           h.cols(), x.rows(), w.dim(0));
+  // The kernel of the unfused GEMV on a matrix of these rows (gemv_q4kr_default_shape), fused.
+  if (w.dim(0) <= 8192) launch_deep_swiglu<2, 3>(ctx, x, w, h);
+  else launch_deep_swiglu<2, 4>(ctx, x, w, h);
 }
 
 std::string gemv_q4kr_shape_name(const GemvQ4krShape& s) {

@@ -53,5 +53,9 @@ std::vector<GemvQ4krShape> gemv_q4kr_shapes(const ops::Context& ctx);
 bool gemv_q4kr_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
 // x: [T, K] f16, T <= 8; w: [N, K] Q4_KR; y: [T, N] f16.
 void gemv_q4kr(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvQ4krShape shape = {});
+// h[T, F] = silu(x · w[0:F]ᵀ) ⊙ (x · w[F:2F]ᵀ) for a stacked gate|up w [2F, K] (where
+// gemv_q4kr_supports(x, w)): ops::matmul_swiglu in one kernel, each product rounded to f16 as the
+// unfused matmul stores it, then SiLU and the product as swiglu_halves computes them.
+void gemv_q4kr_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h);
 
 }  // namespace vi::cuda

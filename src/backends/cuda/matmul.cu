@@ -43,6 +43,13 @@ void matmul_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y)
   });
 }
 
+// The fused gate|up GEMV + SwiGLU where the Q4_KR decode GEMV takes the call.
+bool matmul_swiglu_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor* h) {
+  if (x.rows() == 0 || !gemv_q4kr_supports(ctx, x, w)) return false;
+  if (h != nullptr) gemv_q4kr_swiglu(ctx, x, w, *h);
+  return true;
+}
+
 template <DType W>
 void add_matmul() {
   ops::matmul_table().add(Device::CUDA, W, matmul_cuda<W>);
@@ -60,6 +67,7 @@ const bool registered = [] {
   add_matmul<DType::Q6_K>();
   add_matmul<DType::Q8_0R>();
   add_matmul<DType::Q4_KR>();
+  ops::matmul_swiglu_table().add(Device::CUDA, DType::Q4_KR, matmul_swiglu_cuda);
   return true;
 }();
 

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "core/quant.h"
+#include "ops/elementwise.h"
 #include "ops/matmul.h"
 #include "unit/cpu/cpu_test_util.h"
 
@@ -129,6 +130,33 @@ TEST(CpuMatmul, ErrorsNameOpShapesAndDtype) {
   msg = test::error_of([&] { ops::matmul(ctx, xh, w2, yh); });
   EXPECT_NE(msg.find("f16"), std::string::npos) << msg;
   EXPECT_NE(msg.find("f32"), std::string::npos) << msg;
+}
+
+// matmul_swiglu without a fused kernel (the CPU has none) is matmul into gu then swiglu_halves:
+// bit for bit; and its shape errors name the op and the shapes.
+TEST(CpuMatmul, MatmulSwigluIsMatmulThenSwigluHalves) {
+  const unsigned seed = test::test_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<float> wd;
+  const int64_t F = 37, K = 256, T = 3;
+  Tensor w = make_weight(rng, DType::Q4_K, 2 * F, K, wd);
+  Tensor x = random_f32(rng, {T, K});
+  ops::Context ctx;
+  Tensor gu = Tensor::empty(DType::F32, {T, 2 * F}), h = Tensor::empty(DType::F32, {T, F});
+  ops::matmul_swiglu(ctx, x, w, gu, h);
+  Tensor gu2 = Tensor::empty(DType::F32, {T, 2 * F}), h2 = Tensor::empty(DType::F32, {T, F});
+  ops::matmul(ctx, x, w, gu2);
+  ops::swiglu_halves(ctx, gu2, h2);
+  test::expect_bitwise_equal(h, h2, "matmul_swiglu vs matmul + swiglu_halves");
+
+  Tensor hbad = Tensor::empty(DType::F32, {T, F + 1});
+  std::string msg = test::error_of([&] { ops::matmul_swiglu(ctx, x, w, gu, hbad); });
+  EXPECT_NE(msg.find("matmul_swiglu"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[3, 38]"), std::string::npos) << msg;
+  Tensor wodd = Tensor::empty(DType::Q4_K, {2 * F + 1, K});
+  msg = test::error_of([&] { ops::matmul_swiglu(ctx, x, wodd, gu, h); });
+  EXPECT_NE(msg.find("gate|up"), std::string::npos) << msg;
 }
 
 }  // namespace
