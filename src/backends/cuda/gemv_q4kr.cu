@@ -1,7 +1,6 @@
 // Tensor-core decode GEMV on Q4_KR weights: see gemv_q4kr.cuh for the plan and the numerics.
 #include <algorithm>
 #include <cstddef>
-#include <cstdlib>
 #include <type_traits>
 
 #include "backends/cuda/device.cuh"
@@ -28,23 +27,6 @@ __device__ __forceinline__ uint32_t and_or(uint32_t v, uint32_t magic) {
   uint32_t r;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(v), "n"(MASK), "r"(magic));
   return r;
-}
-
-// Under PDL a GEMV's blocks start while the kernel before it runs (a norm, a SwiGLU, the last
-// wave of another GEMV) and must wait before reading x. What they can do meanwhile: bring the
-// Q4_KR blocks they will read next into L2, beyond the ones loaded into registers. Lanes 0..15 of
-// warp 0 each ask for n_blk consecutive Q4_KR blocks of one tile row, starting at `row`
-// (cp.async.bulk.prefetch.L2: no registers held, nothing to wait for). sm_90 and CUDA 12+ only;
-// elsewhere nothing (there is no PDL overlap there either).
-__device__ __forceinline__ void prefetch_rows_l2(const uint8_t* row, int n_blk) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDACC_VER_MAJOR__ >= 12
-  if (n_blk > 0)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "r"(static_cast<uint32_t>(n_blk * kBlkBytes))
-                 : "memory");
-#else
-  (void)row;
-  (void)n_blk;
-#endif
 }
 
 // Half h of a super-block as lane (g, c) uses it: the 32 values of its sub-block 4h + c of
@@ -263,25 +245,19 @@ __device__ __forceinline__ void store_swiglu_sums(const float acc[4], float (*re
 // compiler ~168 registers; 2 ahead also fits 4 blocks per SM (125, no spills) for wide matrices.
 // SWIGLU: w is a stacked gate|up [2F, K] and y the SwiGLU output h [T, F]: tile b takes gate rows
 // 8b + g as its rows g and the up rows F + 8b + g as its rows g + 8 (store_swiglu_sums).
-// pf_blk: Q4_KR blocks per row after the DEPTH held in registers that warp 0 prefetches into L2
-// before the PDL wait (prefetch_rows_l2; 0: none).
 template <int DEPTH, int MINB, bool SWIGLU = false>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kr_deep_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
-                          __half* __restrict__ y, int n_tok, int64_t N, int n_sb, int64_t K, uint32_t magic,
-                          int pf_blk) {
+                          __half* __restrict__ y, int n_tok, int64_t N, int n_sb, int64_t K, uint32_t magic) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int64_t n0 = int64_t(blockIdx.x) * 16, F = N / 2;
-  auto tile_row = [&](int r) -> int64_t {  // the weight row of tile row r (0..15)
-    if constexpr (SWIGLU) {
-      const int64_t f = min(int64_t(blockIdx.x) * 8 + (r & 7), F - 1);
-      return r < 8 ? f : F + f;
-    } else {
-      return min(n0 + r, N - 1);
-    }
-  };
-  const uint8_t* r0 = w + static_cast<size_t>(tile_row(g)) * row_bytes;
-  const uint8_t* r1 = w + static_cast<size_t>(tile_row(g + 8)) * row_bytes;
+  int64_t row_a = min(n0 + g, N - 1), row_b = min(n0 + g + 8, N - 1);
+  if constexpr (SWIGLU) {
+    row_a = min(int64_t(blockIdx.x) * 8 + g, F - 1);
+    row_b = F + row_a;
+  }
+  const uint8_t* r0 = w + static_cast<size_t>(row_a) * row_bytes;
+  const uint8_t* r1 = w + static_cast<size_t>(row_b) * row_bytes;
   const uint8_t* q0 = r0 + 128 * warp + 16 * c;
   const uint8_t* q1 = r1 + 128 * warp + 16 * c;
   const uint8_t* s0 = r0 + kSmOff + 16 * warp;
@@ -308,11 +284,6 @@ __global__ void __launch_bounds__(128, MINB)
 #pragma unroll
   for (int j = 0; j < DEPTH; ++j)
     if (j < n_mine) load_sb(j, buf[j]);
-  if (warp == 0 && lane < 16) {  // lane r: tile row r, the Q4_KR blocks after those in registers
-    const int n_blk = n_sb / 4, first = min(DEPTH, n_blk);
-    const uint8_t* rp = w + static_cast<size_t>(tile_row(lane)) * row_bytes + static_cast<size_t>(first) * kBlkBytes;
-    prefetch_rows_l2(rp, min(pf_blk, n_blk - first));
-  }
   pdl_wait();  // after the first weight loads, as in the register kernel
   pdl_trigger();
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -528,22 +499,12 @@ void launch_regs(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
                            static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic));
 }
 
-// Q4_KR blocks per row the deep kernel prefetches into L2 before its PDL wait: VI_GEMV_L2_PREFETCH
-// (read once; default 3, 0 turns it off), nothing where PDL is off (no kernel to overlap).
-int l2_prefetch_blocks() {
-  static const int env = [] {
-    const char* v = std::getenv("VI_GEMV_L2_PREFETCH");
-    return v != nullptr && *v != '\0' ? std::max(0, std::atoi(v)) : 3;
-  }();
-  return pdl_enabled() ? env : 0;
-}
-
 template <int DEPTH, int MINB>
 void launch_deep(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t N = w.dim(0), K = w.dim(1);
   VI_CUDA_CHECK(pdl_launch(gemv_q4kr_deep_kernel<DEPTH, MINB>, dim3(static_cast<unsigned>((N + 15) / 16)), dim3(128), 0,
                            stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
-                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic, l2_prefetch_blocks()));
+                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic));
 }
 
 // h = silu(x · gateᵀ) ⊙ (x · upᵀ) for w = gate|up [2F, K]: F / 8 tiles of 8 gate and 8 up rows.
@@ -552,8 +513,7 @@ void launch_deep_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& 
   const int64_t N = w.dim(0), K = w.dim(1);
   VI_CUDA_CHECK(pdl_launch(gemv_q4kr_deep_kernel<DEPTH, MINB, true>, dim3(static_cast<unsigned>((N / 2 + 7) / 8)),
                            dim3(128), 0, stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(),
-                           h.ptr<__half>(), static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic,
-                           l2_prefetch_blocks()));
+                           h.ptr<__half>(), static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic));
 }
 
 template <int STAGES>
