@@ -82,4 +82,40 @@ cudaError_t pdl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t 
   return cudaGetLastError();
 }
 
+#if CUDART_VERSION >= 12000
+// pdl_launch for a kernel whose blocks form thread-block clusters of cluster_x blocks along x
+// (sm_90+; gridDim.x a multiple of cluster_x): the cluster-dimension attribute always, the
+// programmatic-serialization attribute when pdl_enabled(). A cluster launch needs
+// cudaLaunchKernelEx, so unlike pdl_launch it never falls back to <<<>>>; callers decide
+// whether the device can run clusters at all.
+template <class... Params, class... Args>
+cudaError_t pdl_launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                               unsigned cluster_x, Args&&... args) {
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  attr[n].id = cudaLaunchAttributeClusterDimension;
+  attr[n].val.clusterDim.x = cluster_x;
+  attr[n].val.clusterDim.y = 1;
+  attr[n].val.clusterDim.z = 1;
+  ++n;
+#if CUDART_VERSION >= 12030
+  if (pdl_enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+#endif
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  const cudaError_t last = cudaGetLastError();  // clears what a failed launch leaves behind
+  return err != cudaSuccess ? err : last;
+}
+#endif
+
 }  // namespace vi::cuda
