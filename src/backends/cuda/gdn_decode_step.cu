@@ -8,10 +8,25 @@
 // a and b through gates_kernel's formula; the head's output is rounded to T (what
 // gated_delta_rule would have stored) into shared memory, then normalised, weighted and
 // gated as gated_rms_norm_kernel does, by the thread that reads z[e] (so y may alias z).
-#include <algorithm>
-
-#include "backends/cuda/elementwise.cuh"
+//
+// On sm_90 the cluster kernel splits a head over a thread-block cluster of
+// kDecodeClusterBlocks blocks instead, each taking a slice of the value columns (the delta
+// rule is independent per column), so a round with few heads x sequences (48 for the 27B
+// model at one sequence) is spread over more SMs: the state traffic, not arithmetic, bounds
+// the step. Per column it runs the same instructions as the single-block kernel (the state
+// and the rounded output are bit for bit the same); only the norm's sum of squares is added
+// in another order: per block, then the blocks' sums in rank order, read from each other's
+// shared memory.
 #include "backends/cuda/gdn_decode_step.cuh"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "backends/cuda/device.cuh"
+#include "backends/cuda/elementwise.cuh"
+#include "backends/cuda/gdn.cuh"
 #include "backends/cuda/pdl.cuh"
 #include "ops/gdn_decode_step.h"
 
@@ -90,17 +105,148 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
     yh[e] = from_f32<T>(norm_w[e] * (o_sh[e] * f) * silu_f(to_f32(zh[e])));
 }
 
+#if CUDART_VERSION >= 12000
+static_assert(kDecodeClusterBlocks == 2 || kDecodeClusterBlocks == 4 || kDecodeClusterBlocks == 8,
+              "a portable cluster has at most 8 blocks");
+
+// The cluster helpers exist for sm_90 code and the host pass only: elsewhere the kernel below
+// is a trap and they would go unused.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+// Thread-block cluster barrier, split in two: arrive (release: this thread's shared-memory
+// writes become visible to the cluster) and wait (acquire: returns once every thread of every
+// block of the cluster has arrived). Not .aligned: the kernel reaches them right after
+// branches that may split a warp (the last block's columns past dv).
+__device__ __forceinline__ void cluster_arrive() {
+#ifdef __CUDA_ARCH__
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#ifdef __CUDA_ARCH__
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+#endif
+}
+
+// The float at p (this block's shared memory) in the block of cluster rank `rank`.
+__device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
+  float v = 0.0f;
+#ifdef __CUDA_ARCH__
+  const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+#endif
+  return v;
+}
+#endif
+
+// Grid (Hv x kDecodeClusterBlocks, sequences), clusters of kDecodeClusterBlocks along x:
+// cluster = (value head j, sequence), block rank p takes value columns [p cols, (p+1) cols),
+// cols a multiple of 32 with kDecodeClusterBlocks x cols >= dv (columns past dv idle).
+// Block: cols x kDeltaRowGroups threads. Tensors as gdn_decode_step_kernel's.
+template <class T, int R>
+__global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
+    gdn_decode_step_cluster_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                   const T* __restrict__ a, const T* __restrict__ b,
+                                   const float* __restrict__ neg_exp_A, const float* __restrict__ dt_bias, const T* z,
+                                   const float* __restrict__ norm_w, float eps, StatePtrs states, int64_t n0, T* y,
+                                   int Hk, int Hv, int dk, int dv, int cols, bool tiled) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // never launched: gdn_decode_uses_cluster asks for sm_90 code
+#else
+  __shared__ float kq[2][kDeltaMaxDk];  // the token's k and q head, fp32
+  __shared__ float red_kv[kDeltaRowGroups][kDecodeMaxCols];
+  __shared__ float red_o[kDeltaRowGroups][kDecodeMaxCols];
+  __shared__ float red[32];
+  __shared__ float ss_part;  // this block's part of the head's sum of squares; the cluster reads it
+  pdl_wait();
+  pdl_trigger();
+  const int j = blockIdx.x / kDecodeClusterBlocks;  // value head
+  const int part = blockIdx.x % kDecodeClusterBlocks;  // the block's rank in its cluster
+  const int64_t n = n0 + blockIdx.y;  // token (= sequence) row
+  const int col = threadIdx.x % cols, rg = threadIdx.x / cols;
+  const int e = part * cols + col;  // value column
+  const bool live = e < dv;
+  const int hk = tiled ? j % Hk : j / (Hv / Hk);
+  const int64_t hj = n * Hv + j;
+  const float decay = expf(gdn_decay_gate(to_f32(a[hj]), dt_bias[j], neg_exp_A[j]));
+  const float bt = sigmoid_f(to_f32(b[hj]));
+  const int64_t qk_off = (n * Hk + hk) * dk;
+  for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+    kq[0][i] = to_f32(k[qk_off + i]);
+    kq[1][i] = to_f32(q[qk_off + i]);
+  }
+  // v[e] and z[e] now, so their latency overlaps the state's; z only by the thread that
+  // writes y[e] (y may alias z).
+  const float vv = live ? to_f32(v[hj * dv + e]) : 0.0f;
+  const float zz = (rg == 0 && live) ? to_f32(z[hj * dv + e]) : 0.0f;
+  float* S = states.p[blockIdx.y] + int64_t(j) * dk * dv;
+  float s[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = rg + kDeltaRowGroups * r;
+    s[r] = (live && i < dk) ? S[int64_t(i) * dv + e] : 0.0f;
+  }
+  __syncthreads();  // kq
+  delta_rule_token(s, kq, red_kv, red_o, rg, col, dk, decay, [&](float kv) { return bt * (vv - kv); });
+  float o = 0.0f;  // column e's output rounded to T (row group 0's threads)
+  if (rg == 0 && live) {
+#pragma unroll
+    for (int w = 0; w < kDeltaRowGroups; ++w) o += red_o[w][col];
+    o = to_f32(from_f32<T>(o));
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = rg + kDeltaRowGroups * r;
+    if (live && i < dk) S[int64_t(i) * dv + e] = s[r];
+  }
+  const float ss = block_sum(o * o, red);
+  if (threadIdx.x == 0) ss_part = ss;
+  // Every thread of the cluster passes both barriers.
+  // The first: each block's ss_part is written and visible before anyone reads it (and every
+  // block of the cluster has started, as shared::cluster accesses require).
+  cluster_arrive();
+  cluster_wait();
+  if (rg == 0 && live) {
+    float total = 0.0f;  // in rank order, so all blocks of the head get the same f
+    for (int p = 0; p < kDecodeClusterBlocks; ++p) total += cluster_load(&ss_part, static_cast<unsigned>(p));
+    const float f = 1.0f / sqrtf(total / static_cast<float>(dv) + eps);
+    y[hj * dv + e] = from_f32<T>(norm_w[e] * (o * f) * silu_f(zz));
+  }
+  // The second: no block exits (its shared memory gone) while another may still read its
+  // ss_part. Arriving only after the reads above have returned their values.
+  cluster_arrive();
+  cluster_wait();
+#endif
+}
+#endif  // CUDART_VERSION >= 12000
+
 template <class T, int R>
 void launch_decode_step(const ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
                         const Tensor& b, const Tensor& neg_exp_A, const Tensor& dt_bias, const Tensor& z,
                         const Tensor& norm_w, float eps, const std::vector<Tensor>& states, bool tiled, Tensor& y) {
   const int64_t N = q.dim(0), Hk = q.dim(1), dk = q.dim(2), Hv = v.dim(1), dv = v.dim(2);
-  const int cols = static_cast<int>(std::min<int64_t>(kDecodeMaxCols, (dv + 31) / 32 * 32));
+  const bool cluster = gdn_decode_uses_cluster(ctx, dv);
+  // Columns per block: the whole head (a pass of at most 128), or the cluster block's slice.
+  const int64_t want = cluster ? (dv + kDecodeClusterBlocks - 1) / kDecodeClusterBlocks : dv;
+  const int cols = static_cast<int>(std::min<int64_t>(kDecodeMaxCols, (want + 31) / 32 * 32));
   // More sequences than one launch's state pointers: the next launches take the rest.
   for (int64_t n0 = 0; n0 < N; n0 += kDecodeMaxSeqs) {
     const int64_t ns = std::min<int64_t>(kDecodeMaxSeqs, N - n0);
     StatePtrs ptrs{};
     for (int64_t i = 0; i < ns; ++i) ptrs.p[i] = states[static_cast<size_t>(n0 + i)].ptr<float>();
+#if CUDART_VERSION >= 12000
+    if (cluster) {
+      const dim3 grid(static_cast<unsigned>(Hv * kDecodeClusterBlocks), static_cast<unsigned>(ns));
+      VI_CUDA_CHECK(pdl_launch_cluster(gdn_decode_step_cluster_kernel<T, R>, grid, cols * kDeltaRowGroups, 0,
+                                       stream_of(ctx), kDecodeClusterBlocks, q.ptr<T>(), k.ptr<T>(), v.ptr<T>(),
+                                       a.ptr<T>(), b.ptr<T>(), neg_exp_A.ptr<float>(), dt_bias.ptr<float>(),
+                                       z.ptr<T>(), norm_w.ptr<float>(), eps, ptrs, n0, y.ptr<T>(),
+                                       static_cast<int>(Hk), static_cast<int>(Hv), static_cast<int>(dk),
+                                       static_cast<int>(dv), cols, tiled));
+      continue;
+    }
+#endif
     const dim3 grid(static_cast<unsigned>(Hv), static_cast<unsigned>(ns));
     VI_CUDA_CHECK(pdl_launch(gdn_decode_step_kernel<T, R>, grid, cols * kDeltaRowGroups, 0, stream_of(ctx),
                              q.ptr<T>(), k.ptr<T>(), v.ptr<T>(), a.ptr<T>(), b.ptr<T>(), neg_exp_A.ptr<float>(),
@@ -135,5 +281,34 @@ const bool registered = [] {
   return true;
 }();
 
+std::atomic<bool> g_cluster_allowed{true};
+
+#if CUDART_VERSION >= 12000
+// VI_GDN_CLUSTER=0 turns the cluster kernel off, so a run can be compared with and without it.
+bool cluster_env_allows() {
+  static const bool on = [] {
+    const char* v = std::getenv("VI_GDN_CLUSTER");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+#endif
+
 }  // namespace
+
+bool gdn_decode_uses_cluster(const ops::Context& ctx, int64_t dv) {
+#if CUDART_VERSION >= 12000
+  if (!g_cluster_allowed.load(std::memory_order_relaxed) || !cluster_env_allows() || volta_profile(ctx)) return false;
+  const DeviceInfo& d = current_device();
+  // code_cc: the kernel's cluster instructions are compiled in only for sm_90 code.
+  return d.cc >= 90 && d.code_cc >= 90 && dv >= 1 && dv <= int64_t{kDecodeClusterBlocks} * kDecodeMaxCols;
+#else
+  (void)ctx;
+  (void)dv;
+  return false;
+#endif
+}
+
+void set_gdn_decode_cluster_allowed(bool allowed) { g_cluster_allowed.store(allowed, std::memory_order_relaxed); }
+
 }  // namespace vi::cuda
