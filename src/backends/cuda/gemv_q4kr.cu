@@ -142,8 +142,10 @@ __device__ __forceinline__ void apply_scales(const uint32_t dd[2], const float t
 // 256 values; half 1 loads while half 0 multiplies, and the next half 0 while half 1 does.
 // Rows past N read row N - 1 and tokens past T token T - 1 (mma columns never stored), so every
 // load is in bounds without a test per step.
-// MINB: blocks per SM the registers are budgeted for (4: 104 registers, the compiler's choice;
-// 6: 80, no spills with CUDA 13, for more warps to hide the latency; it measured slower).
+// MINB: blocks per SM the registers are budgeted for (4: 114 registers, the compiler's choice;
+// 6: 80 with a few bytes of spills, for more warps to hide the latency; it measured slower).
+// Not routed since run 13 (docs/notes/gemv.md): the deep kernel at 4 blocks per SM is faster on
+// every shape; kept for the variant tests and benchmarks.
 template <int WARPS, int MINB>
 __global__ void __launch_bounds__(32 * WARPS, MINB)
     gemv_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
@@ -417,7 +419,8 @@ __global__ void __launch_bounds__(128)
 // finishes, where the ring kernel starts and drains a pipeline per tile (5 slots at K = 5120).
 // A slot is freed by an mbarrier every warp arrives on once it holds its part in registers, not
 // by a block barrier; warp 0 refills the slot of the item before (all warps are past it by
-// then, so it rarely waits). Items are (tile, Q4_KR block) pairs, tile-major.
+// then, so it rarely waits). Items are (tile, Q4_KR block) pairs, tile-major. Measured slower
+// than the routed kernels on every 27B shape (docs/notes/gemv.md run 14): not routed.
 template <int STAGES>
 __global__ void __launch_bounds__(128)
     gemv_q4kr_pring_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,

@@ -16,9 +16,10 @@
 //
 // Work layout (gemv_q4kr.cu): a block owns a tile of 16 rows; its warps take whole super-blocks
 // of K round-robin (lane (g, c): sub-block c of each half, rows g and g + 8), and their
-// partial sums meet in shared memory. Two kernels: weights loaded into registers one half
-// super-block ahead (sm_80+), or streamed by bulk copies through a ring of shared-memory slots
-// (sm_90).
+// partial sums meet in shared memory. Routed: two super-blocks per warp loaded ahead into
+// registers (sm_80+; every matrix up to 65535 rows), or, for the head, the weights streamed by
+// bulk copies through a ring of shared-memory slots (sm_90). A one-half-ahead register kernel and
+// a persistent ring are kept as measured variants (gemv_q4kr_shapes).
 #pragma once
 
 #include <string>
