@@ -8,6 +8,7 @@
 #include "backends/cuda/gemv_q4kr.cuh"
 #include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/pdl.cuh"
+#include "backends/cuda/q4kr_bits.cuh"
 
 namespace vi::cuda {
 namespace {
@@ -16,18 +17,6 @@ constexpr int kSmOff = static_cast<int>(offsetof(BlockQ4_KR, sm));  // a Q4_KR b
 constexpr int kDmOff = static_cast<int>(offsetof(BlockQ4_KR, dm));  // and its d, dmin
 static_assert(kSmOff % 16 == 0, "one 16-byte load per super-block's scales and mins");
 constexpr int kBlkBytes = static_cast<int>(sizeof(BlockQ4_KR));  // 1024 values of a row
-constexpr uint32_t kMagic = 0x64006400u;  // f16 0x64XX = 1024 + XX
-
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
-
-// (v & MASK) | magic as one LOP3 (lut 0xEA = (a & b) | c). Written in C++ the compiler emits
-// two LOP3s, since an instruction holds one immediate; here magic comes in a register.
-template <uint32_t MASK>
-__device__ __forceinline__ uint32_t and_or(uint32_t v, uint32_t magic) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(v), "n"(MASK), "r"(magic));
-  return r;
-}
 
 // Half h of a super-block as lane (g, c) uses it: the 32 values of its sub-block 4h + c of
 // rows g (q[0]) and g + 8 (q[1]).
@@ -499,7 +488,7 @@ void launch_regs(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
   const int64_t N = w.dim(0), K = w.dim(1);
   VI_CUDA_CHECK(pdl_launch(gemv_q4kr_kernel<WARPS, MINB>, dim3(static_cast<unsigned>((N + 15) / 16)), dim3(32 * WARPS), 0,
                            stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
-                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic));
+                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic));
 }
 
 template <int DEPTH, int MINB>
@@ -507,7 +496,7 @@ void launch_deep(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
   const int64_t N = w.dim(0), K = w.dim(1);
   VI_CUDA_CHECK(pdl_launch(gemv_q4kr_deep_kernel<DEPTH, MINB>, dim3(static_cast<unsigned>((N + 15) / 16)), dim3(128), 0,
                            stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
-                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic));
+                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic));
 }
 
 // h = silu(x · gateᵀ) ⊙ (x · upᵀ) for w = gate|up [2F, K]: F / 8 tiles of 8 gate and 8 up rows.
@@ -516,7 +505,7 @@ void launch_deep_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& 
   const int64_t N = w.dim(0), K = w.dim(1);
   VI_CUDA_CHECK(pdl_launch(gemv_q4kr_deep_kernel<DEPTH, MINB, true>, dim3(static_cast<unsigned>((N / 2 + 7) / 8)),
                            dim3(128), 0, stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(),
-                           h.ptr<__half>(), static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kMagic));
+                           h.ptr<__half>(), static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic));
 }
 
 template <int STAGES>
@@ -524,7 +513,7 @@ void launch_bulk(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
   const int64_t N = w.dim(0), K = w.dim(1);
   VI_CUDA_CHECK(pdl_launch(gemv_q4kr_bulk_kernel<STAGES>, dim3(static_cast<unsigned>((N + 15) / 16)), dim3(128), 0,
                            stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
-                           static_cast<int>(x.rows()), N, static_cast<int>(K / (4 * kQKK)), K, kMagic));
+                           static_cast<int>(x.rows()), N, static_cast<int>(K / (4 * kQKK)), K, kQ4krMagic));
 }
 
 template <int STAGES>
@@ -535,7 +524,7 @@ void launch_pring(const ops::Context& ctx, const Tensor& x, const Tensor& w, Ten
   VI_CHECK(tiles <= INT32_MAX, "gemv_q4kr: {} row tiles is too many", tiles);
   VI_CUDA_CHECK(pdl_launch(gemv_q4kr_pring_kernel<STAGES>, dim3(static_cast<unsigned>(grid)), dim3(128), 0,
                            stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
-                           static_cast<int>(x.rows()), N, static_cast<int>(K / (4 * kQKK)), K, kMagic,
+                           static_cast<int>(x.rows()), N, static_cast<int>(K / (4 * kQKK)), K, kQ4krMagic,
                            static_cast<int>(tiles)));
 }
 

@@ -6,6 +6,7 @@
 #include "backends/cuda/gemv_q4kr_volta.cuh"
 #include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/pdl.cuh"
+#include "backends/cuda/q4kr_bits.cuh"
 
 namespace vi::cuda {
 namespace {
@@ -14,7 +15,6 @@ constexpr int kSmOff = static_cast<int>(offsetof(BlockQ4_KR, sm));  // a Q4_KR b
 constexpr int kDmOff = static_cast<int>(offsetof(BlockQ4_KR, dm));  // and its d, dmin
 static_assert(kSmOff % 16 == 0, "one 16-byte load per super-block's scales and mins");
 constexpr int kBlkBytes = static_cast<int>(sizeof(BlockQ4_KR));  // 1024 values of a row
-constexpr uint32_t kMagic = 0x64006400u;                         // f16 0x64XX = 1024 + XX
 // The activation sums take K·T/8 bytes of shared memory: 24 KB at K = 24576, T = 8, which with
 // 16 KB of warp sums (4 tiles) stays under the 48 KB a block gets without an opt-in.
 constexpr int64_t kMaxK = 24576;
@@ -39,17 +39,6 @@ __device__ __forceinline__ void mma_884_z(float d[8], uint32_t a0, uint32_t a1, 
       "{%12,%12,%12,%12,%12,%12,%12,%12};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7])
       : "r"(a0), "r"(a1), "r"(b0), "r"(b1), "f"(0.0f));
-}
-
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
-
-// (v & MASK) | magic as one LOP3 (lut 0xEA = (a & b) | c): with both constants as immediates
-// the compiler emits two, since an instruction holds one immediate.
-template <uint32_t MASK>
-__device__ __forceinline__ uint32_t and_or(uint32_t v, uint32_t magic) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(v), "n"(MASK), "r"(magic));
-  return r;
 }
 
 // One row's half super-block as a thread uses it: sub-blocks 4h .. 4h + 3 (16 bytes each).
@@ -282,7 +271,7 @@ void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y
   const unsigned blocks = static_cast<unsigned>((N + 32 * TILES - 1) / (32 * TILES));
   VI_CUDA_CHECK(pdl_launch(gemv_q4kr_volta_kernel<TILES, MINB>, dim3(blocks), dim3(128 * TILES), smem, stream_of(ctx),
                            w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(), n_tok, N,
-                           static_cast<int>(K / kQKK), K, kMagic));
+                           static_cast<int>(K / kQKK), K, kQ4krMagic));
 }
 
 }  // namespace

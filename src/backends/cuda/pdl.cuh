@@ -54,6 +54,27 @@ bool pdl_enabled();
 // default (still off where the device, code or toolkit cannot do it).
 void set_pdl_allowed(bool allowed);
 
+#if CUDART_VERSION >= 12000
+namespace pdl_detail {
+// cudaLaunchKernelEx with attrs[0..n); returns the launch's error, else what it left behind
+// (cudaGetLastError also clears it).
+template <class... Params, class... Args>
+cudaError_t launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      cudaLaunchAttribute* attrs, unsigned n, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attrs;
+  cfg.numAttrs = n;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  const cudaError_t last = cudaGetLastError();
+  return err != cudaSuccess ? err : last;
+}
+}  // namespace pdl_detail
+#endif
+
 // kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization
 // attribute when pdl_enabled(). Works under stream capture (the edge to the previous kernel
 // node becomes a programmatic one). Returns the launch's error, as cudaGetLastError() would
@@ -66,16 +87,7 @@ cudaError_t pdl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t 
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-    const cudaError_t last = cudaGetLastError();  // clears what a failed launch leaves behind
-    return err != cudaSuccess ? err : last;
+    return pdl_detail::launch_ex(kernel, grid, block, smem, stream, attr, 1, std::forward<Args>(args)...);
   }
 #endif
   kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
@@ -105,16 +117,7 @@ cudaError_t pdl_launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block,
     ++n;
   }
 #endif
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = n;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-  const cudaError_t last = cudaGetLastError();  // clears what a failed launch leaves behind
-  return err != cudaSuccess ? err : last;
+  return pdl_detail::launch_ex(kernel, grid, block, smem, stream, attr, n, std::forward<Args>(args)...);
 }
 #endif
 
