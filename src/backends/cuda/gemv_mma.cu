@@ -174,8 +174,10 @@ struct Unit<DType::F16> {
 // and the activations of token g; its accumulators hold rows (g, g + 8) x tokens (2c, 2c + 1).
 // MINB: blocks per SM the registers are budgeted for (2: 128 registers a thread). XSTAGE: the
 // activations are loaded with the weights one step ahead (else when the step multiplies:
-// fewer registers, the L2 latency exposed).
-template <DType W, int TILES, int MINB, bool XSTAGE>
+// fewer registers, the L2 latency exposed). SWIGLU: w is a stacked gate|up [2F, K] and y the
+// SwiGLU output h [T, F]: tile t of block b takes gate rows 8 (b TILES + t) + g as its rows g and
+// the matching up rows F + ... as its rows g + 8 (write_swiglu_sums, mma_f16.cuh).
+template <DType W, int TILES, int MINB, bool XSTAGE, bool SWIGLU = false>
 __global__ void __launch_bounds__(32 * kWarps, MINB)
     gemv_mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
                     __half* __restrict__ y, int n_tok, int64_t N, int64_t K) {
@@ -192,10 +194,19 @@ __global__ void __launch_bounds__(32 * kWarps, MINB)
   // Rows past N read row N - 1 (their results are never stored); a unit past K reads the last
   // unit, and meets zero activations. So every load is unconditional and always in bounds.
   const uint8_t* rows[TILES][2];
+  const int64_t F = N / 2, f0 = int64_t(blockIdx.x) * 8 * TILES;  // SWIGLU: the tile's first gate row
 #pragma unroll
-  for (int t = 0; t < TILES; ++t)
+  for (int t = 0; t < TILES; ++t) {
+    if constexpr (SWIGLU) {
+      const int64_t f = min(f0 + 8 * t + g, F - 1);
+      rows[t][0] = w + static_cast<size_t>(f) * row_bytes;
+      rows[t][1] = w + static_cast<size_t>(F + f) * row_bytes;
+    } else {
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) rows[t][hh] = w + static_cast<size_t>(min(n0 + 16 * t + g + 8 * hh, N - 1)) * row_bytes;
+      for (int hh = 0; hh < 2; ++hh)
+        rows[t][hh] = w + static_cast<size_t>(min(n0 + 16 * t + g + 8 * hh, N - 1)) * row_bytes;
+    }
+  }
   const bool tok_ok = g < n_tok;
   const __half* xg = x + static_cast<int64_t>(tok_ok ? g : 0) * K;
 
@@ -264,14 +275,18 @@ __global__ void __launch_bounds__(32 * kWarps, MINB)
 #pragma unroll
     for (int i = 0; i < 4; ++i) red[warp][t][i][lane] = acc[t][0][i] + acc[t][1][i];
   __syncthreads();
-  for (int i = threadIdx.x; i < TILES * 4 * 32; i += blockDim.x) {
-    const int t = i / 128, r = (i / 32) % 4, l = i % 32;
-    float sum = 0.0f;
+  if constexpr (SWIGLU) {
+    write_swiglu_sums<kWarps, TILES>(red, y, f0, F, n_tok);
+  } else {
+    for (int i = threadIdx.x; i < TILES * 4 * 32; i += blockDim.x) {
+      const int t = i / 128, r = (i / 32) % 4, l = i % 32;
+      float sum = 0.0f;
 #pragma unroll
-    for (int wv = 0; wv < kWarps; ++wv) sum += red[wv][t][r][l];
-    const int64_t n = n0 + 16 * t + (l >> 2) + 8 * (r >> 1);
-    const int tok = 2 * (l & 3) + (r & 1);
-    if (n < N && tok < n_tok) y[static_cast<int64_t>(tok) * N + n] = __float2half_rn(sum);
+      for (int wv = 0; wv < kWarps; ++wv) sum += red[wv][t][r][l];
+      const int64_t n = n0 + 16 * t + (l >> 2) + 8 * (r >> 1);
+      const int tok = 2 * (l & 3) + (r & 1);
+      if (n < N && tok < n_tok) y[static_cast<int64_t>(tok) * N + n] = __float2half_rn(sum);
+    }
   }
 }
 
@@ -387,11 +402,12 @@ void launch_deep(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
                            y.ptr<__half>(), static_cast<int>(x.rows()), N, static_cast<int>(K / (8 * kQK)), K));
 }
 
-template <DType W, int TILES, int MINB, bool XSTAGE>
+// SWIGLU: y is h [T, N / 2] (see gemv_mma_kernel): 8 gate rows and their up rows per tile.
+template <DType W, int TILES, int MINB, bool XSTAGE, bool SWIGLU = false>
 void launch_k(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
-  const int64_t N = w.dim(0), K = w.dim(1);
-  const unsigned blocks = static_cast<unsigned>((N + 16 * TILES - 1) / (16 * TILES));
-  VI_CUDA_CHECK(pdl_launch(gemv_mma_kernel<W, TILES, MINB, XSTAGE>, blocks, 32 * kWarps, 0, stream_of(ctx),
+  const int64_t N = w.dim(0), K = w.dim(1), rows_per_block = (SWIGLU ? 8 : 16) * TILES;
+  const unsigned blocks = static_cast<unsigned>(((SWIGLU ? N / 2 : N) + rows_per_block - 1) / rows_per_block);
+  VI_CUDA_CHECK(pdl_launch(gemv_mma_kernel<W, TILES, MINB, XSTAGE, SWIGLU>, blocks, 32 * kWarps, 0, stream_of(ctx),
                            w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
                            static_cast<int>(x.rows()), N, K));
 }
@@ -462,6 +478,32 @@ std::vector<GemvMmaShape> gemv_mma_shapes(DType wt) {
                               GemvMmaShape{1, 3, true, 6}})
       v.push_back(d);
   return v;
+}
+
+void gemv_mma_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h) {
+  VI_CHECK(w.dim(0) % 2 == 0 && h.cols() * 2 == w.dim(0) && h.rows() == x.rows(),
+           "gemv_mma_swiglu: h [{}, {}] does not match x rows {} and a gate|up weight of {} rows", h.rows(),
+           h.cols(), x.rows(), w.dim(0));
+  // The step kernel in the shape the unfused GEMV takes for these rows and tokens.
+  const GemvMmaShape s = gemv_mma_default_shape(w, x.rows());
+  auto go = [&](auto tag) {
+    constexpr DType W = decltype(tag)::value;
+    switch (s.tiles * 100 + s.min_blocks * 10 + (s.stage_x ? 1 : 0)) {
+      case 221: launch_k<W, 2, 2, true, true>(ctx, x, w, h); break;
+      case 220: launch_k<W, 2, 2, false, true>(ctx, x, w, h); break;
+      case 211: launch_k<W, 2, 1, true, true>(ctx, x, w, h); break;
+      case 121: launch_k<W, 1, 2, true, true>(ctx, x, w, h); break;
+      case 130: launch_k<W, 1, 3, false, true>(ctx, x, w, h); break;
+      default: VI_FAIL("gemv_mma_swiglu: no kernel for {} row tiles at {} blocks per SM", s.tiles, s.min_blocks);
+    }
+  };
+  switch (w.dtype()) {
+    case DType::Q4_K: go(std::integral_constant<DType, DType::Q4_K>{}); break;
+    case DType::Q5_K: go(std::integral_constant<DType, DType::Q5_K>{}); break;
+    case DType::Q8_0R: go(std::integral_constant<DType, DType::Q8_0R>{}); break;
+    case DType::F16: go(std::integral_constant<DType, DType::F16>{}); break;
+    default: VI_FAIL("gemv_mma_swiglu: no kernel for {} weights", dtype_name(w.dtype()));
+  }
 }
 
 void gemv_mma(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvMmaShape shape) {

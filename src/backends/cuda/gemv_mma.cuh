@@ -43,5 +43,9 @@ bool gemv_mma_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w
 // x: [T, K] f16, T <= 8; w: [N, K]; y: [T, N] f16. Call only where gemv_mma_supports. A shape
 // other than the default is for benchmarks (tests/bench/bench_cuda_gemv.cu --variants).
 void gemv_mma(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvMmaShape shape = {});
+// h[T, F] = silu(x · w[0:F]ᵀ) ⊙ (x · w[F:2F]ᵀ) for a stacked gate|up w [2F, K] (where
+// gemv_mma_supports(x, w)): ops::matmul_swiglu in one kernel, the step kernel in its default shape
+// with each product rounded to f16 as the unfused GEMV stores it.
+void gemv_mma_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h);
 
 }  // namespace vi::cuda

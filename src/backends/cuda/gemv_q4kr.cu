@@ -4,7 +4,6 @@
 #include <type_traits>
 
 #include "backends/cuda/device.cuh"
-#include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
 #include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/pdl.cuh"
@@ -200,31 +199,15 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
   store_tile_sums<WARPS>(acc, red, y, n0, N, n_tok);
 }
 
-// The end of a fused gate|up GEMV + SwiGLU over a tile whose rows g are gate rows f0 + g and rows
-// g + 8 the matching up rows: the 4 warps' sums meet in shared memory (red: [4][4][32]), each is
-// rounded to f16 as the unfused matmul stores it, and h[tok, f0 + g] = silu(gate) * up is
-// computed as swiglu_halves does, for f < F and tokens < n_tok.
+// The end of the fused gate|up GEMV + SwiGLU over one tile (write_swiglu_sums, mma_f16.cuh).
+// red: [4][4][32] as store_tile_sums takes it (one tile).
 __device__ __forceinline__ void store_swiglu_sums(const float acc[4], float (*red)[4][32], __half* h, int64_t f0,
                                                   int64_t F, int n_tok) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[i];
   __syncthreads();
-  for (int k = threadIdx.x; k < 2 * 32; k += blockDim.x) {
-    const int i = k / 32, l = k % 32;  // i: token 2c + i; the gate sum in slot i, the up sum in i + 2
-    float gate = 0.0f, up = 0.0f;
-#pragma unroll
-    for (int wv = 0; wv < 4; ++wv) {
-      gate += red[wv][i][l];
-      up += red[wv][i + 2][l];
-    }
-    const int64_t f = f0 + (l >> 2);
-    const int tok = 2 * (l & 3) + i;
-    if (f < F && tok < n_tok) {
-      const float gh = __half2float(__float2half_rn(gate)), uh = __half2float(__float2half_rn(up));
-      h[static_cast<int64_t>(tok) * F + f] = __float2half_rn(silu_f(gh) * uh);
-    }
-  }
+  write_swiglu_sums<4, 1>(reinterpret_cast<const float (*)[1][4][32]>(red), h, f0, F, n_tok);
 }
 
 // ---- Deep register kernel (sm_80+) ----

@@ -43,11 +43,19 @@ void matmul_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y)
   });
 }
 
-// The fused gate|up GEMV + SwiGLU where the Q4_KR decode GEMV takes the call.
+// The fused gate|up GEMV + SwiGLU where a tensor-core decode GEMV takes the call (the dispatch
+// of matmul_cuda: Q4_KR first, then gemv_mma's dtypes).
 bool matmul_swiglu_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor* h) {
-  if (x.rows() == 0 || !gemv_q4kr_supports(ctx, x, w)) return false;
-  if (h != nullptr) gemv_q4kr_swiglu(ctx, x, w, *h);
-  return true;
+  if (x.rows() == 0) return false;
+  if (gemv_q4kr_supports(ctx, x, w)) {
+    if (h != nullptr) gemv_q4kr_swiglu(ctx, x, w, *h);
+    return true;
+  }
+  if (gemv_mma_supports(ctx, x, w)) {
+    if (h != nullptr) gemv_mma_swiglu(ctx, x, w, *h);
+    return true;
+  }
+  return false;
 }
 
 template <DType W>
@@ -67,7 +75,8 @@ const bool registered = [] {
   add_matmul<DType::Q6_K>();
   add_matmul<DType::Q8_0R>();
   add_matmul<DType::Q4_KR>();
-  ops::matmul_swiglu_table().add(Device::CUDA, DType::Q4_KR, matmul_swiglu_cuda);
+  for (DType t : {DType::Q4_KR, DType::Q8_0R, DType::Q4_K, DType::Q5_K, DType::F16})
+    ops::matmul_swiglu_table().add(Device::CUDA, t, matmul_swiglu_cuda);
   return true;
 }();
 

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "backends/cuda/elementwise.cuh"
+
 namespace vi::cuda {
 
 __device__ __forceinline__ __half2 as_h2(uint32_t v) { return *reinterpret_cast<__half2*>(&v); }
@@ -63,6 +65,31 @@ __device__ __forceinline__ void store_tile_sums(const float acc[4], float (*red)
     const int64_t n = n0 + (l >> 2) + 8 * (i >> 1);
     const int tok = 2 * (l & 3) + (i & 1);
     if (n < N && tok < n_tok) y[static_cast<int64_t>(tok) * N + n] = __float2half_rn(sum);
+  }
+}
+
+// The end of a fused gate|up GEMV + SwiGLU (ops::matmul_swiglu) over TILES tiles whose rows g
+// are gate rows f0 + 8t + g and rows g + 8 the matching up rows: red ([WARPS][TILES][4][32],
+// written as store_tile_sums writes it and past a barrier) holds the warps' sums; each row sum is
+// rounded to f16 as the unfused matmul stores it, and h[tok, f] = silu(gate) * up is computed as
+// swiglu_halves does, for f < F and tokens < n_tok. Every thread of the block calls it.
+template <int WARPS, int TILES>
+__device__ __forceinline__ void write_swiglu_sums(const float (*red)[TILES][4][32], __half* h, int64_t f0, int64_t F,
+                                                  int n_tok) {
+  for (int k = threadIdx.x; k < TILES * 2 * 32; k += blockDim.x) {
+    const int t = k / 64, i = (k / 32) % 2, l = k % 32;  // i: token 2c + i; gate in slot i, up in i + 2
+    float gate = 0.0f, up = 0.0f;
+#pragma unroll
+    for (int wv = 0; wv < WARPS; ++wv) {
+      gate += red[wv][t][i][l];
+      up += red[wv][t][i + 2][l];
+    }
+    const int64_t f = f0 + 8 * t + (l >> 2);
+    const int tok = 2 * (l & 3) + i;
+    if (f < F && tok < n_tok) {
+      const float gh = __half2float(__float2half_rn(gate)), uh = __half2float(__float2half_rn(up));
+      h[static_cast<int64_t>(tok) * F + f] = __float2half_rn(silu_f(gh) * uh);
+    }
   }
 }
 

@@ -221,6 +221,34 @@ TEST_P(MatmulGemv, Q4KRFusedGateUpSwiglu) {
   }
 }
 
+// The same fused op on the other decode GEMV (gemv_mma_swiglu: Q8_0 prepared to Q8_0R, F16, Q5_K,
+// and Q4_K rows that stay in the file layout, K = 768), in every token count its default shapes
+// cover (1-2 tokens: one tile per block; more: two), against the CPU's matmul + swiglu_halves on the
+// original weights. F = 97 ends in a partial tile; 300 in a partial block of two tiles.
+TEST_P(MatmulGemv, FusedGateUpSwigluOnTheStepKernel) {
+  for (DType wt : {DType::Q8_0, DType::F16, DType::Q5_K, DType::Q4_K}) {
+    const int64_t K = 768;
+    for (int64_t F : {97, 300}) {
+      Tensor w = rand_weight(wt, 2 * F, K, F == 300 ? 0.02f : 1.0f);
+      Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+      ASSERT_EQ(dw.dtype(), wt == DType::Q8_0 ? DType::Q8_0R : wt);
+      for (int64_t T : {1, 2, 3, 5, 8, 9}) {
+        Tensor x = rand_f32({T, K}, act(), -2.0f, 2.0f);
+        Tensor gu = Tensor::empty(DType::F32, {T, 2 * F}), ref = Tensor::empty(DType::F32, {T, F});
+        ops::matmul(cpu, x, w, gu);
+        ops::swiglu_halves(cpu, gu, ref);
+        Tensor nan_h = Tensor::empty(DType::F32, {T, F}), nan_gu = Tensor::empty(DType::F32, {T, 2 * F});
+        for (int64_t i = 0; i < nan_h.numel(); ++i) nan_h.ptr<float>()[i] = NAN;
+        for (int64_t i = 0; i < nan_gu.numel(); ++i) nan_gu.ptr<float>()[i] = NAN;
+        Tensor dx = up(x), dgu = up(nan_gu), dh = up(nan_h);
+        ops::matmul_swiglu(g, dx, dw, dgu, dh);
+        EXPECT_CLOSE(down(dh), ref, tol(1e-5, 4e-3),
+                     fmt::format("matmul_swiglu {} F={} T={}", dtype_name(dw.dtype()), F, T));
+      }
+    }
+  }
+}
+
 // The volta-profile tensor-core GEMV on Q4_KR (gemv_q4kr_volta.cu: mma.m8n8k4, activation sums
 // in shared memory) in every compiled shape, called directly: the dispatch takes it only on GPUs
 // where m8n8k4 is a hardware instruction (sm_70-75), so on newer ones it is checked here (ptxas
