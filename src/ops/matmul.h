@@ -15,7 +15,7 @@ OpTable<MatmulFn>& matmul_table();  // keyed by w dtype
 // The SwiGLU MLP's first half on a stacked gate|up weight w [2F, K]: h[T, F] =
 // silu(x · w[0:F]ᵀ) ⊙ (x · w[F:2F]ᵀ), i.e. matmul into gu [T, 2F] then swiglu_halves(gu, h),
 // with the products rounded to the activation dtype where matmul stores them. A device kernel
-// may do both in one pass (CUDA: the Q4_KR decode GEMV, T <= 8; it leaves gu unwritten);
+// may do both in one pass (CUDA: the tensor-core decode GEMVs, T <= 8; they leave gu unwritten);
 // everywhere else the two ops run, with gu as their scratch.
 void matmul_swiglu(Context& ctx, const Tensor& x, const Tensor& w, Tensor& gu, Tensor& h);
 // With h null: whether the kernel takes this call (else the two ops run); with h: runs it.
