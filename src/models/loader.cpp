@@ -89,9 +89,6 @@ void to_device(ops::Context& ctx, std::initializer_list<Tensor*> ts) {
     // device's GEMV reads fastest (ops/prepare_matmul_weight.h; unchanged where it has none).
     if (t->ndim() == 2 && !is_token_embedding(t->name())) *t = ops::prepare_matmul_weight(ctx, *t);
   }
-  // The decode GEMVs read weights before waiting for the kernel launched ahead of them
-  // (backends/cuda/pdl.cuh): no weight may still be in the making when a round starts.
-  ops::synchronize(ctx);
 }
 
 void zero_fill(ops::Context& ctx, Tensor& t) {

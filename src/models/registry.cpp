@@ -5,6 +5,7 @@
 #include "models/llama.h"
 #include "models/model.h"
 #include "models/qwen3_5.h"
+#include "ops/memory.h"
 
 namespace vi {
 
@@ -16,10 +17,18 @@ std::unique_ptr<Model> load_model(const WeightSource& src, const LoadOptions& op
     ops::Context ctx = opts.ctx;
     check_weights_fit(ctx, bytes, src.path());
   }
-  if (arch == "llama" || arch == "qwen2" || arch == "qwen3") return load_llama(src, opts);
-  if (arch == "qwen3_5") return load_qwen3_5(src, opts);
-  throw Error(fmt::format("{}: architecture '{}' is not supported (supported: llama, qwen2, qwen3, qwen3_5)",
-                          src.path(), arch));
+  std::unique_ptr<Model> model;
+  if (arch == "llama" || arch == "qwen2" || arch == "qwen3") model = load_llama(src, opts);
+  else if (arch == "qwen3_5") model = load_qwen3_5(src, opts);
+  else
+    throw Error(fmt::format("{}: architecture '{}' is not supported (supported: llama, qwen2, qwen3, qwen3_5)",
+                            src.path(), arch));
+  // The decode GEMVs read weights before waiting for the kernel launched ahead of them
+  // (backends/cuda/pdl.cuh): every weight prepared on the device is complete before the
+  // model is used. Once per load, not per tensor.
+  ops::Context ctx = opts.ctx;
+  ops::synchronize(ctx);
+  return model;
 }
 
 }  // namespace vi
