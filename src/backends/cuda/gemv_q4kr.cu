@@ -1,6 +1,4 @@
 // Tensor-core decode GEMV on Q4_KR weights: see gemv_q4kr.cuh for the plan and the numerics.
-#include <algorithm>
-#include <cstddef>
 #include <type_traits>
 
 #include "backends/cuda/device.cuh"
@@ -12,10 +10,6 @@
 namespace vi::cuda {
 namespace {
 
-constexpr int kSmOff = static_cast<int>(offsetof(BlockQ4_KR, sm));  // a Q4_KR block's scales and mins
-constexpr int kDmOff = static_cast<int>(offsetof(BlockQ4_KR, dm));  // and its d, dmin
-static_assert(kSmOff % 16 == 0, "one 16-byte load per super-block's scales and mins");
-constexpr int kBlkBytes = static_cast<int>(sizeof(BlockQ4_KR));  // 1024 values of a row
 
 // Half h of a super-block as lane (g, c) uses it: the 32 values of its sub-block 4h + c of
 // rows g (q[0]) and g + 8 (q[1]).
@@ -141,7 +135,7 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
   static_assert(WARPS % 4 == 0, "a warp keeps one position of the 4-super-block Q4_KR block");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int64_t n0 = int64_t(blockIdx.x) * 16;
-  const size_t first = static_cast<size_t>(warp >> 2) * kBlkBytes;
+  const size_t first = static_cast<size_t>(warp >> 2) * kQ4krBlkBytes;
   const int pos = warp & 3;
   const uint8_t* r0 = w + static_cast<size_t>(min(n0 + g, N - 1)) * row_bytes + first;
   const uint8_t* r1 = w + static_cast<size_t>(min(n0 + g + 8, N - 1)) * row_bytes + first;
@@ -149,12 +143,12 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
   // scales and mins, d and dmin.
   const uint8_t* q0 = r0 + 128 * pos + 16 * c;
   const uint8_t* q1 = r1 + 128 * pos + 16 * c;
-  const uint8_t* s0 = r0 + kSmOff + 16 * pos;
-  const uint8_t* s1 = r1 + kSmOff + 16 * pos;
-  const uint8_t* d0 = r0 + kDmOff + 4 * pos;
-  const uint8_t* d1 = r1 + kDmOff + 4 * pos;
+  const uint8_t* s0 = r0 + kQ4krSmOff + 16 * pos;
+  const uint8_t* s1 = r1 + kQ4krSmOff + 16 * pos;
+  const uint8_t* d0 = r0 + kQ4krDmOff + 4 * pos;
+  const uint8_t* d1 = r1 + kQ4krDmOff + 4 * pos;
   const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
-  constexpr int kStride = (WARPS / 4) * kBlkBytes;  // bytes from one of the warp's super-blocks to the next
+  constexpr int kStride = (WARPS / 4) * kQ4krBlkBytes;  // bytes from one of the warp's super-blocks to the next
   const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -199,17 +193,6 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
   store_tile_sums<WARPS>(acc, red, y, n0, N, n_tok);
 }
 
-// The end of the fused gate|up GEMV + SwiGLU over one tile (write_swiglu_sums, mma_f16.cuh).
-// red: [4][4][32] as store_tile_sums takes it (one tile).
-__device__ __forceinline__ void store_swiglu_sums(const float acc[4], float (*red)[4][32], __half* h, int64_t f0,
-                                                  int64_t F, int n_tok) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[i];
-  __syncthreads();
-  write_swiglu_sums<4, 1>(reinterpret_cast<const float (*)[1][4][32]>(red), h, f0, F, n_tok);
-}
-
 // ---- Deep register kernel (sm_80+) ----
 // The register kernel with DEPTH whole super-blocks per warp loaded ahead instead of one half:
 // for matrices of few rows (5120: 320 tiles, 2.4 blocks of 4 warps per SM), where the warps
@@ -218,7 +201,7 @@ __device__ __forceinline__ void store_swiglu_sums(const float acc[4], float (*re
 // super-blocks j, j + DEPTH, ..., refilled right after it is multiplied. MINB 3 leaves the
 // compiler ~168 registers; 2 ahead also fits 4 blocks per SM (125, no spills) for wide matrices.
 // SWIGLU: w is a stacked gate|up [2F, K] and y the SwiGLU output h [T, F]: tile b takes gate rows
-// 8b + g as its rows g and the up rows F + 8b + g as its rows g + 8 (store_swiglu_sums).
+// 8b + g as its rows g and the up rows F + 8b + g as its rows g + 8 (write_swiglu_sums).
 template <int DEPTH, int MINB, bool SWIGLU = false>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kr_deep_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
@@ -234,10 +217,10 @@ __global__ void __launch_bounds__(128, MINB)
   const uint8_t* r1 = w + static_cast<size_t>(row_b) * row_bytes;
   const uint8_t* q0 = r0 + 128 * warp + 16 * c;
   const uint8_t* q1 = r1 + 128 * warp + 16 * c;
-  const uint8_t* s0 = r0 + kSmOff + 16 * warp;
-  const uint8_t* s1 = r1 + kSmOff + 16 * warp;
-  const uint8_t* d0 = r0 + kDmOff + 4 * warp;
-  const uint8_t* d1 = r1 + kDmOff + 4 * warp;
+  const uint8_t* s0 = r0 + kQ4krSmOff + 16 * warp;
+  const uint8_t* s1 = r1 + kQ4krSmOff + 16 * warp;
+  const uint8_t* d0 = r0 + kQ4krDmOff + 4 * warp;
+  const uint8_t* d1 = r1 + kQ4krDmOff + 4 * warp;
   const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
   const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
   const int n_mine = warp < n_sb ? (n_sb - warp + 3) / 4 : 0;  // this warp's super-blocks
@@ -247,9 +230,9 @@ __global__ void __launch_bounds__(128, MINB)
     SbScales sc;
   };
   // The warp's super-block i, with the pointers at its super-block i0: at byte distance
-  // (i - i0) * kBlkBytes, an immediate when i - i0 is.
+  // (i - i0) * kQ4krBlkBytes, an immediate when i - i0 is.
   auto load_sb = [&](int d, Sb& b) {
-    const size_t off = static_cast<size_t>(d) * kBlkBytes;
+    const size_t off = static_cast<size_t>(d) * kQ4krBlkBytes;
     load_half<0, true>(q0 + off, q1 + off, b.h[0]);
     load_half<1, true>(q0 + off, q1 + off, b.h[1]);
     load_scales<true>(s0 + off, s1 + off, d0 + off, d1 + off, b.sc);
@@ -271,17 +254,21 @@ __global__ void __launch_bounds__(128, MINB)
         if (i0 + j + DEPTH < n_mine) load_sb(j + DEPTH, buf[j]);
       }
     }
-    q0 += DEPTH * kBlkBytes;
-    q1 += DEPTH * kBlkBytes;
-    s0 += DEPTH * kBlkBytes;
-    s1 += DEPTH * kBlkBytes;
-    d0 += DEPTH * kBlkBytes;
-    d1 += DEPTH * kBlkBytes;
+    q0 += DEPTH * kQ4krBlkBytes;
+    q1 += DEPTH * kQ4krBlkBytes;
+    s0 += DEPTH * kQ4krBlkBytes;
+    s1 += DEPTH * kQ4krBlkBytes;
+    d0 += DEPTH * kQ4krBlkBytes;
+    d1 += DEPTH * kQ4krBlkBytes;
     xs += DEPTH * 1024;
   }
   __shared__ float red[4][4][32];
-  if constexpr (SWIGLU) store_swiglu_sums(acc, red, y, int64_t(blockIdx.x) * 8, F, n_tok);
-  else store_tile_sums<4>(acc, red, y, n0, N, n_tok);
+  if constexpr (SWIGLU) {  // one tile: red is write_swiglu_sums' [4][1][4][32]
+    stash_tile_sums(acc, red);
+    write_swiglu_sums<4, 1>(reinterpret_cast<const float (*)[1][4][32]>(red), y, int64_t(blockIdx.x) * 8, F, n_tok);
+  } else {
+    store_tile_sums<4>(acc, red, y, n0, N, n_tok);
+  }
 }
 
 // ---- Bulk-copy ring kernel (sm_90, CUDA 12+) ----
@@ -317,9 +304,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "memory");
   }
 }
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
 // bytes from global src to shared dst (both 16-byte aligned, bytes a multiple of 16); their
 // arrival counts on bar.
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
@@ -349,9 +333,9 @@ __global__ void __launch_bounds__(128)
   const uint8_t* src = w + static_cast<size_t>(min(n0 + (lane & 15), N - 1)) * row_bytes;
   auto fill = [&](int blk) {
     const int s = blk % STAGES;
-    if (lane == 0) mbar_expect_tx(&full[s], 16 * kBlkBytes);
+    if (lane == 0) mbar_expect_tx(&full[s], 16 * kQ4krBlkBytes);
     __syncwarp();
-    if (lane < 16) bulk_copy(&ring[s][lane * kPitch], src + static_cast<size_t>(blk) * kBlkBytes, kBlkBytes, &full[s]);
+    if (lane < 16) bulk_copy(&ring[s][lane * kPitch], src + static_cast<size_t>(blk) * kQ4krBlkBytes, kQ4krBlkBytes, &full[s]);
   };
   if (warp == 0)
     for (int b = 0; b < min(STAGES, n_blk); ++b) fill(b);
@@ -360,8 +344,8 @@ __global__ void __launch_bounds__(128)
 
   const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
   const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
-  const int qo = g * kPitch + 128 * warp + 16 * c, so = g * kPitch + kSmOff + 16 * warp,
-            dmo = g * kPitch + kDmOff + 4 * warp;
+  const int qo = g * kPitch + 128 * warp + 16 * c, so = g * kPitch + kQ4krSmOff + 16 * warp,
+            dmo = g * kPitch + kQ4krDmOff + 4 * warp;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int b = 0; b < n_blk; ++b) {
     const int s = b % STAGES;
@@ -380,87 +364,6 @@ __global__ void __launch_bounds__(128)
     xs += 1024;
   }
   store_tile_sums<4>(acc, red, y, n0, N, n_tok);
-#else
-  __trap();
-#endif
-}
-
-// ---- Persistent bulk-copy ring kernel (sm_90, CUDA 12+) ----
-// The ring kernel, but each block stays for several tiles (tiles blockIdx.x, + gridDim.x, ...)
-// and its ring runs on across them: the copies of the next tile are in flight while this one
-// finishes, where the ring kernel starts and drains a pipeline per tile (5 slots at K = 5120).
-// A slot is freed by an mbarrier every warp arrives on once it holds its part in registers, not
-// by a block barrier; warp 0 refills the slot of the item before (all warps are past it by
-// then, so it rarely waits). Items are (tile, Q4_KR block) pairs, tile-major. Measured slower
-// than the routed kernels on every 27B shape (docs/notes/gemv.md run 14): not routed.
-template <int STAGES>
-__global__ void __launch_bounds__(128)
-    gemv_q4kr_pring_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
-                           __half* __restrict__ y, int n_tok, int64_t N, int n_blk, int64_t K, uint32_t magic,
-                           int n_tiles) {
-#ifdef VI_Q4KR_BULK
-  __shared__ __align__(128) uint8_t ring[STAGES][kSlotBytes];
-  __shared__ uint64_t full[STAGES], empty[STAGES];
-  __shared__ float red[4][4][32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  const int my_tiles = (n_tiles - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1;
-  const int n_items = my_tiles * n_blk;
-  auto tile_of = [&](int i) { return static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(i / n_blk) * gridDim.x; };
-  // Warp 0 fills: lane r < 16 copies row r of the item's tile (rows past N: row N - 1).
-  auto fill = [&](int i) {
-    const int s = i % STAGES;
-    if (lane == 0) mbar_expect_tx(&full[s], 16 * kBlkBytes);
-    __syncwarp();
-    if (lane < 16) {
-      const int64_t row = min(tile_of(i) * 16 + (lane & 15), N - 1);
-      bulk_copy(&ring[s][lane * kPitch], w + static_cast<size_t>(row) * row_bytes + static_cast<size_t>(i % n_blk) * kBlkBytes,
-                kBlkBytes, &full[s]);
-    }
-  };
-  if (warp == 0)
-    for (int i = 0; i < min(STAGES, n_items); ++i) fill(i);
-  pdl_wait();  // after the first weight copies, as in the register kernel
-  pdl_trigger();
-
-  const __half* xt = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
-  const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
-  const int qo = g * kPitch + 128 * warp + 16 * c, so = g * kPitch + kSmOff + 16 * warp,
-            dmo = g * kPitch + kDmOff + 4 * warp;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int i = 0; i < n_items; ++i) {
-    const int s = i % STAGES, blk = i % n_blk;
-    mbar_wait(&full[s], static_cast<uint32_t>(i / STAGES) & 1u);
-    const uint8_t* slot = ring[s];
-    HalfSb st0, st1;
-    SbScales sc;
-    load_half<0, false>(slot + qo, slot + qo + 8 * kPitch, st0);
-    load_half<1, false>(slot + qo, slot + qo + 8 * kPitch, st1);
-    load_scales<false>(slot + so, slot + so + 8 * kPitch, slot + dmo, slot + dmo + 8 * kPitch, sc);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[s]);
-    if (warp == 0 && i >= 1 && i - 1 + STAGES < n_items) {
-      const int ps = (i - 1) % STAGES;
-      mbar_wait(&empty[ps], static_cast<uint32_t>((i - 1) / STAGES) & 1u);
-      fill(i - 1 + STAGES);
-    }
-    float t[4], u[4];
-    mma_sb(st0, st1, sc, xt + 1024 * blk, sel, magic, t, u);
-    apply_scales(sc.dd, t, u, acc);
-    if (blk == n_blk - 1) {  // the tile is done: its sums meet, then red is free again
-      store_tile_sums<4>(acc, red, y, tile_of(i) * 16, N, n_tok);
-      __syncthreads();
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[j] = 0.0f;
-    }
-  }
 #else
   __trap();
 #endif
@@ -497,18 +400,6 @@ void launch_bulk(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
   VI_CUDA_CHECK(pdl_launch(gemv_q4kr_bulk_kernel<STAGES>, dim3(static_cast<unsigned>((N + 15) / 16)), dim3(128), 0,
                            stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
                            static_cast<int>(x.rows()), N, static_cast<int>(K / (4 * kQKK)), K, kQ4krMagic));
-}
-
-template <int STAGES>
-void launch_pring(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, int blocks_per_sm) {
-  const int64_t N = w.dim(0), K = w.dim(1);
-  const int64_t tiles = (N + 15) / 16;
-  const int64_t grid = std::min<int64_t>(tiles, static_cast<int64_t>(current_device().sm_count) * blocks_per_sm);
-  VI_CHECK(tiles <= INT32_MAX, "gemv_q4kr: {} row tiles is too many", tiles);
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_pring_kernel<STAGES>, dim3(static_cast<unsigned>(grid)), dim3(128), 0,
-                           stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
-                           static_cast<int>(x.rows()), N, static_cast<int>(K / (4 * kQKK)), K, kQ4krMagic,
-                           static_cast<int>(tiles)));
 }
 
 // The bulk kernel: sm_90 code on the device, and a toolkit that has the instructions.
@@ -551,8 +442,6 @@ std::string gemv_q4kr_shape_name(const GemvQ4krShape& s) {
     case GemvQ4krShape::Kernel::kRegisters: return fmt::format("registers, {} blocks/SM", s.blocks);
     case GemvQ4krShape::Kernel::kDeep: return fmt::format("deep, {} ahead, {} blocks/SM", s.param, s.blocks);
     case GemvQ4krShape::Kernel::kRing: return fmt::format("bulk-copy ring, {} slots", s.param);
-    case GemvQ4krShape::Kernel::kPersistentRing:
-      return fmt::format("persistent ring, {} slots, {} blocks/SM", s.param, s.blocks);
     default: return "auto";
   }
 }
@@ -561,11 +450,8 @@ std::vector<GemvQ4krShape> gemv_q4kr_shapes(const ops::Context& ctx) {
   using K_ = GemvQ4krShape::Kernel;
   std::vector<GemvQ4krShape> v = {{K_::kRegisters, 0, 4}, {K_::kRegisters, 0, 6}, {K_::kDeep, 2, 3},
                                   {K_::kDeep, 2, 4}, {K_::kDeep, 3, 3}, {K_::kDeep, 4, 3}};
-  if (bulk_ok(ctx)) {
+  if (bulk_ok(ctx))
     for (int st : {2, 3, 4}) v.push_back({K_::kRing, st, 0});
-    for (int st : {3, 4})
-      for (int b : {3, 4}) v.push_back({K_::kPersistentRing, st, b});
-  }
   return v;
 }
 
@@ -580,8 +466,7 @@ bool gemv_q4kr_supports(const ops::Context& ctx, const Tensor& x, const Tensor& 
 void gemv_q4kr(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvQ4krShape shape) {
   using K_ = GemvQ4krShape::Kernel;
   if (shape.kernel == K_::kAuto) shape = gemv_q4kr_default_shape(ctx, w.dim(0), w.dim(1));
-  if ((shape.kernel == K_::kRing || shape.kernel == K_::kPersistentRing) && !bulk_ok(ctx))
-    VI_FAIL("gemv_q4kr: the bulk-copy ring needs sm_90 code and CUDA 12+");
+  if (shape.kernel == K_::kRing && !bulk_ok(ctx)) VI_FAIL("gemv_q4kr: the bulk-copy ring needs sm_90 code and CUDA 12+");
   const int key = static_cast<int>(shape.kernel) * 100 + shape.param * 10 + shape.blocks;
   switch (key) {
     case 104: launch_regs<4, 4>(ctx, x, w, y); break;
@@ -593,10 +478,6 @@ void gemv_q4kr(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor
     case 320: launch_bulk<2>(ctx, x, w, y); break;
     case 330: launch_bulk<3>(ctx, x, w, y); break;
     case 340: launch_bulk<4>(ctx, x, w, y); break;
-    case 433: launch_pring<3>(ctx, x, w, y, 3); break;
-    case 434: launch_pring<3>(ctx, x, w, y, 4); break;
-    case 443: launch_pring<4>(ctx, x, w, y, 3); break;
-    case 444: launch_pring<4>(ctx, x, w, y, 4); break;
     default: VI_FAIL("gemv_q4kr: no kernel '{}'", gemv_q4kr_shape_name(shape));
   }
 }

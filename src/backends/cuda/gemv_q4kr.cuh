@@ -18,8 +18,8 @@
 // of K round-robin (lane (g, c): sub-block c of each half, rows g and g + 8), and their
 // partial sums meet in shared memory. Routed: two super-blocks per warp loaded ahead into
 // registers (sm_80+; every matrix up to 65535 rows), or, for the head, the weights streamed by
-// bulk copies through a ring of shared-memory slots (sm_90). A one-half-ahead register kernel and
-// a persistent ring are kept as measured variants (gemv_q4kr_shapes).
+// bulk copies through a ring of shared-memory slots (sm_90). A one-half-ahead register kernel is
+// kept as a measured variant (gemv_q4kr_shapes).
 #pragma once
 
 #include <string>
@@ -31,11 +31,10 @@ namespace vi::cuda {
 
 // Which kernel, its parameter and the blocks of 4 warps per SM its registers are budgeted for:
 // kRegisters (blocks 4 or 6); kDeep, param super-blocks per warp loaded ahead (2..4; blocks 3,
-// or 4 for 2 ahead); kRing, param slots of the bulk-copy ring (2..4; sm_90 and CUDA 12+);
-// kPersistentRing, the ring with blocks that stay for several tiles (param slots 3 or 4, blocks
-// per SM 3 or 4; sm_90 and CUDA 12+). kAuto: chosen by shape.
+// or 4 for 2 ahead); kRing, param slots of the bulk-copy ring (2..4; sm_90 and CUDA 12+).
+// kAuto: chosen by shape.
 struct GemvQ4krShape {
-  enum class Kernel { kAuto, kRegisters, kDeep, kRing, kPersistentRing };
+  enum class Kernel { kAuto, kRegisters, kDeep, kRing };
   Kernel kernel = Kernel::kAuto;
   int param = 0;
   int blocks = 0;

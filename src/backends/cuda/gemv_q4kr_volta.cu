@@ -1,6 +1,5 @@
 // Volta tensor-core decode GEMV on Q4_KR weights: see gemv_q4kr_volta.cuh for the plan and the
 // numerics, docs/notes/gemv.md ("Volta: m8n8k4 on Q4_KR") for the counts behind it.
-#include <cstddef>
 #include <type_traits>
 
 #include "backends/cuda/gemv_q4kr_volta.cuh"
@@ -11,10 +10,6 @@
 namespace vi::cuda {
 namespace {
 
-constexpr int kSmOff = static_cast<int>(offsetof(BlockQ4_KR, sm));  // a Q4_KR block's scales and mins
-constexpr int kDmOff = static_cast<int>(offsetof(BlockQ4_KR, dm));  // and its d, dmin
-static_assert(kSmOff % 16 == 0, "one 16-byte load per super-block's scales and mins");
-constexpr int kBlkBytes = static_cast<int>(sizeof(BlockQ4_KR));  // 1024 values of a row
 // The activation sums take K·T/8 bytes of shared memory: 24 KB at K = 24576, T = 8, which with
 // 16 KB of warp sums (4 tiles) stays under the 48 KB a block gets without an opt-in.
 constexpr int64_t kMaxK = 24576;
@@ -151,9 +146,9 @@ __global__ void __launch_bounds__(128 * TILES, MINB)
   const int64_t rc0 = min(n0 + rc, N - 1), rc1 = min(n0 + rc + 2, N - 1);
   // Super-block `warp` of the row: position `warp` of its first Q4_KR block.
   const uint8_t* q = w + static_cast<size_t>(ra) * row_bytes + 128 * warp;
-  const uint8_t* sm = w + static_cast<size_t>(ra) * row_bytes + kSmOff + 16 * warp;
-  const uint8_t* dm0 = w + static_cast<size_t>(rc0) * row_bytes + kDmOff + 4 * warp;
-  const uint8_t* dm1 = w + static_cast<size_t>(rc1) * row_bytes + kDmOff + 4 * warp;
+  const uint8_t* sm = w + static_cast<size_t>(ra) * row_bytes + kQ4krSmOff + 16 * warp;
+  const uint8_t* dm0 = w + static_cast<size_t>(rc0) * row_bytes + kQ4krDmOff + 4 * warp;
+  const uint8_t* dm1 = w + static_cast<size_t>(rc1) * row_bytes + kQ4krDmOff + 4 * warp;
   const int tok = min(pos, n_tok - 1);
   const __half* xh = x + static_cast<int64_t>(tok) * K + 256 * warp;
   const uint2* xs = xsum + 4 * warp * n_tok + tok;
@@ -229,8 +224,8 @@ __global__ void __launch_bounds__(128 * TILES, MINB)
     float t[2][8], u[8];
     mma_half<true>(h0, sc.sm.x, sc.sm.y, xh, xs, n_tok, magic, t, u);
     if constexpr (decltype(more)::value) {
-      load_half(q + kBlkBytes, h0);
-      load_scales(sm + kBlkBytes, dm0 + kBlkBytes, dm1 + kBlkBytes, sc_next);
+      load_half(q + kQ4krBlkBytes, h0);
+      load_scales(sm + kQ4krBlkBytes, dm0 + kQ4krBlkBytes, dm1 + kQ4krBlkBytes, sc_next);
     }
     mma_half<false>(h1, sc.sm.z, sc.sm.w, xh + 128, xs + 2 * n_tok, n_tok, magic, t, u);
     apply_scales(sc.dd, t, u, acc);
@@ -239,10 +234,10 @@ __global__ void __launch_bounds__(128 * TILES, MINB)
   for (; s + 4 < n_sb; s += 4) {
     sb_step(std::true_type{});
     sc = sc_next;
-    q += kBlkBytes;
-    sm += kBlkBytes;
-    dm0 += kBlkBytes;
-    dm1 += kBlkBytes;
+    q += kQ4krBlkBytes;
+    sm += kQ4krBlkBytes;
+    dm0 += kQ4krBlkBytes;
+    dm1 += kQ4krBlkBytes;
     xh += 1024;
     xs += 16 * n_tok;
   }

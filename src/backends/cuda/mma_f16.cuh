@@ -50,13 +50,18 @@ __device__ __forceinline__ void mma_16816_z(float d[4], uint32_t a0, uint32_t a1
 // accumulators meet in shared memory (red: [WARPS][4][32] floats) and y[tok, n0 + row] is
 // written for rows < N and tokens < n_tok. acc[i]: row g + 8 (i >> 1), token 2c + (i & 1) of
 // lane 4g + c. Every thread of the block calls it.
-template <int WARPS>
-__device__ __forceinline__ void store_tile_sums(const float acc[4], float (*red)[4][32], __half* y, int64_t n0,
-                                                int64_t N, int n_tok) {
+// This warp's accumulators into red[warp], then a block barrier: the tile sums' first half.
+__device__ __forceinline__ void stash_tile_sums(const float acc[4], float (*red)[4][32]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[i];
   __syncthreads();
+}
+
+template <int WARPS>
+__device__ __forceinline__ void store_tile_sums(const float acc[4], float (*red)[4][32], __half* y, int64_t n0,
+                                                int64_t N, int n_tok) {
+  stash_tile_sums(acc, red);
   for (int k = threadIdx.x; k < 4 * 32; k += blockDim.x) {
     const int i = k / 32, l = k % 32;
     float sum = 0.0f;

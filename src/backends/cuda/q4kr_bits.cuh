@@ -5,9 +5,18 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace vi::cuda {
+
+// Byte offsets in a BlockQ4_KR (1024 values of a row): its scales and mins, its d and dmin.
+constexpr int kQ4krSmOff = static_cast<int>(offsetof(BlockQ4_KR, sm));
+constexpr int kQ4krDmOff = static_cast<int>(offsetof(BlockQ4_KR, dm));
+constexpr int kQ4krBlkBytes = static_cast<int>(sizeof(BlockQ4_KR));
+static_assert(kQ4krSmOff % 16 == 0, "one 16-byte load per super-block's scales and mins");
 
 // f16 0x64XX = 1024 + XX: the exponent both halves of a pair get.
 constexpr uint32_t kQ4krMagic = 0x64006400u;
