@@ -47,6 +47,22 @@ class MatmulGemv : public CudaOpTest {
     ops::matmul(g, dx, dw, dy);
     EXPECT_CLOSE(down(dy), ref, tol(1e-5, 4e-3), fmt::format("{} T={} N={} K={}", what, T, N, K));
   }
+  // h = silu(x · gateᵀ) ⊙ (x · upᵀ) through ops::matmul_swiglu on the GPU with the prepared gate|up
+  // weight, against the CPU's matmul + swiglu_halves on the original. Outputs and the gu scratch
+  // are poisoned with NaN first (a fused kernel leaves gu unwritten).
+  void check_swiglu(const Tensor& w, const Tensor& dw, int64_t T, const std::string& what) {
+    const int64_t F = w.dim(0) / 2, K = w.dim(1);
+    Tensor x = rand_f32({T, K}, act(), -2.0f, 2.0f);
+    Tensor gu = Tensor::empty(DType::F32, {T, 2 * F}), ref = Tensor::empty(DType::F32, {T, F});
+    ops::matmul(cpu, x, w, gu);
+    ops::swiglu_halves(cpu, gu, ref);
+    Tensor nan_h = Tensor::empty(DType::F32, {T, F}), nan_gu = Tensor::empty(DType::F32, {T, 2 * F});
+    for (int64_t i = 0; i < nan_h.numel(); ++i) nan_h.ptr<float>()[i] = NAN;
+    for (int64_t i = 0; i < nan_gu.numel(); ++i) nan_gu.ptr<float>()[i] = NAN;
+    Tensor dx = up(x), dgu = up(nan_gu), dh = up(nan_h);
+    ops::matmul_swiglu(g, dx, dw, dgu, dh);
+    EXPECT_CLOSE(down(dh), ref, tol(1e-5, 4e-3), fmt::format("matmul_swiglu {} F={} K={} T={}", what, F, K, T));
+  }
   // Rows (13 t + 5) % V of a table of dtype wt, prepared on the GPU (it must become `prepared`)
   // and embedded there, against the CPU on the original table.
   void check_prepared_embedding(DType wt, DType prepared, int64_t V, int64_t d, int64_t T) {
@@ -205,18 +221,7 @@ TEST_P(MatmulGemv, Q4KRFusedGateUpSwiglu) {
       Tensor w = rand_weight(DType::Q4_K, 2 * F, K, F == 300 ? 0.02f : 1.0f);
       Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
       ASSERT_EQ(dw.dtype(), DType::Q4_KR);
-      for (int64_t T : {1, 2, 3, 4, 5, 8, 9}) {
-        Tensor x = rand_f32({T, K}, act(), -2.0f, 2.0f);
-        Tensor gu = Tensor::empty(DType::F32, {T, 2 * F}), ref = Tensor::empty(DType::F32, {T, F});
-        ops::matmul(cpu, x, w, gu);
-        ops::swiglu_halves(cpu, gu, ref);
-        Tensor nan_h = Tensor::empty(DType::F32, {T, F}), nan_gu = Tensor::empty(DType::F32, {T, 2 * F});
-        for (int64_t i = 0; i < nan_h.numel(); ++i) nan_h.ptr<float>()[i] = NAN;
-        for (int64_t i = 0; i < nan_gu.numel(); ++i) nan_gu.ptr<float>()[i] = NAN;
-        Tensor dx = up(x), dgu = up(nan_gu), dh = up(nan_h);
-        ops::matmul_swiglu(g, dx, dw, dgu, dh);
-        EXPECT_CLOSE(down(dh), ref, tol(1e-5, 4e-3), fmt::format("matmul_swiglu F={} K={} T={}", F, K, T));
-      }
+      for (int64_t T : {1, 2, 3, 4, 5, 8, 9}) check_swiglu(w, dw, T, "q4_kr");
     }
   }
 }
@@ -232,19 +237,7 @@ TEST_P(MatmulGemv, FusedGateUpSwigluOnTheStepKernel) {
       Tensor w = rand_weight(wt, 2 * F, K, F == 300 ? 0.02f : 1.0f);
       Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
       ASSERT_EQ(dw.dtype(), wt == DType::Q8_0 ? DType::Q8_0R : wt);
-      for (int64_t T : {1, 2, 3, 5, 8, 9}) {
-        Tensor x = rand_f32({T, K}, act(), -2.0f, 2.0f);
-        Tensor gu = Tensor::empty(DType::F32, {T, 2 * F}), ref = Tensor::empty(DType::F32, {T, F});
-        ops::matmul(cpu, x, w, gu);
-        ops::swiglu_halves(cpu, gu, ref);
-        Tensor nan_h = Tensor::empty(DType::F32, {T, F}), nan_gu = Tensor::empty(DType::F32, {T, 2 * F});
-        for (int64_t i = 0; i < nan_h.numel(); ++i) nan_h.ptr<float>()[i] = NAN;
-        for (int64_t i = 0; i < nan_gu.numel(); ++i) nan_gu.ptr<float>()[i] = NAN;
-        Tensor dx = up(x), dgu = up(nan_gu), dh = up(nan_h);
-        ops::matmul_swiglu(g, dx, dw, dgu, dh);
-        EXPECT_CLOSE(down(dh), ref, tol(1e-5, 4e-3),
-                     fmt::format("matmul_swiglu {} F={} T={}", dtype_name(dw.dtype()), F, T));
-      }
+      for (int64_t T : {1, 2, 3, 5, 8, 9}) check_swiglu(w, dw, T, dtype_name(dw.dtype()));
     }
   }
 }
