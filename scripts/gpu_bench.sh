@@ -8,8 +8,8 @@
 #       1. hwcheck (table + JSON);
 #       2. make-model 27B Q4_K and Q8_0 (seeded random weights, the real shapes);
 #       3. for each model and kernel profile (native, volta): bench — prefill, decode at
-#          several contexts (synthetic fill), verification rounds of 1/2/4/8 tokens, and the
-#          per-op profile of a decode round;
+#          several contexts (synthetic fill), verification rounds of 1/2/4/8 tokens, the
+#          per-op profile of a decode round and its kernel trace (CUPTI);
 #       4. the plot (scripts/plot_bench.py) and a summary.
 #     Every step runs under its own timeout and a step that fails does not stop the others;
 #     the whole run is sized to stay under 6 minutes on an H200 (see Knobs). Outputs in OUT_DIR (default
@@ -17,7 +17,8 @@
 #     (eight files: what the device tool brings back).
 #
 # Knobs (environment): CONFIGS (weights:KV pairs, "q4_k:int8 q8_0:int8"; add q4_k:f16 for the
-# f16 cache), PROFILES (native volta; "native:nograph" adds a run with --no-cuda-graphs), DEPTHS (512,8192,32768,131072), PREFILL (2048), STYLES
+# f16 cache), PROFILES (native volta; "native:nograph" adds a run with --no-cuda-graphs), DEPTHS (512,8192,32768,131072), PREFILL (2048), TRACE (1: the
+# kernel trace, with libcupti from the toolkit or the Python package nvidia-cuda-cupti; 0: none), STYLES
 # (code,zh), VERIFY (1,2,4,8), NGEN (16), REPS (2), STEP_TIMEOUT (seconds per bench, 75), BUDGET
 # (no bench starts that could end after this many seconds, 300), KEEP_MODELS (set: the models
 # stay in MODEL_DIR, default /tmp/vi_models, for a later run of another binary). With the defaults: about 4
@@ -54,6 +55,18 @@ run() {
   local styles=${STYLES:-code,zh} budget=${BUDGET:-300}
   local depths=${DEPTHS:-512,8192,32768,131072} prefill=${PREFILL:-2048} verify=${VERIFY:-1,2,4,8}
   local ngen=${NGEN:-16} reps=${REPS:-2} step_timeout=${STEP_TIMEOUT:-75}
+  local trace_flag=()
+  if [ "${TRACE:-1}" = 1 ]; then
+    trace_flag=(--trace-kernels)
+    if [ -z "${VI_CUPTI:-}" ]; then  # else the loader's search (bench says what it tried)
+      VI_CUPTI=$(ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so /usr/local/cuda/lib64/libcupti.so 2>/dev/null | head -1)
+      [ -n "$VI_CUPTI" ] || VI_CUPTI=$(python3 -c 'import glob, site
+for p in site.getsitepackages():
+    for f in sorted(glob.glob(p + "/nvidia/**/libcupti.so*", recursive=True)):
+        print(f); raise SystemExit' 2>/dev/null)
+      export VI_CUPTI
+    fi
+  fi
   mkdir -p "$models"
   local t0=$SECONDS
   {
@@ -73,6 +86,7 @@ run() {
   bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["devices"][0]["copy_gbs"]["median"])' \
        "$out/hwcheck.json" 2>/dev/null || echo 0)
   echo "copy bandwidth for MBU: ${bw} GB/s (hwcheck)" >> "$out/summary.txt"
+  [ ${#trace_flag[@]} -gt 0 ] && echo "kernel trace: libcupti ${VI_CUPTI:-(none found: the loader searches)}" >> "$out/summary.txt"
   local bw_flag=()
   [ "${bw%.*}" -gt 0 ] 2>/dev/null && bw_flag=(--bandwidth-gbs "$bw")
 
@@ -102,7 +116,7 @@ run() {
         echo "=== bench $dt KV $kv $prof_spec" >> "$out/bench.log"
         timeout "$step_timeout" stdbuf -oL -eL "$vi" bench -m "$m" --device cuda --kernel-profile "$prof" "${graph_flag[@]}" \
           --cache-type-k "$kv" --cache-type-v "$kv" -p "$prefill" --prompt-style "$styles" -d "$depths" --verify "$verify" -n "$ngen" \
-          -r "$reps" --profile-ops --profile-rounds 4 "${bw_flag[@]}" --json "$out/bench.jsonl" \
+          -r "$reps" --profile-ops --profile-rounds 4 "${trace_flag[@]}" "${bw_flag[@]}" --json "$out/bench.jsonl" \
           --md "$out/bench.md" >> "$out/bench.log" 2>&1
         echo "bench $dt KV $kv $prof_spec: rc=$? ($((SECONDS - t0)) s)" >> "$out/summary.txt"
       done

@@ -7,6 +7,8 @@
 //                               device's copy bandwidth, measured in this process
 //   verify   --verify 1,2,4,8   ms for a round that feeds T tokens at once (MTP verification)
 //   --profile-ops               per-op tables of a decode round and a prefill (ops/profiler.h)
+//   --trace-kernels             per-kernel table of decode rounds from a CUPTI trace: the GPU's
+//                               own kernel times in the replayed step (tools/bench_trace.h)
 // Every configuration runs -r times; the markdown table gives mean and min–max, --json
 // writes every raw sample as a JSON line. An MBU above 100% is refused as a measurement
 // error, never printed as a result.
@@ -25,6 +27,7 @@
 #include "ops/profiler.h"
 #include "ops/sample.h"
 #include "tools/bench_prompts.h"
+#include "tools/bench_trace.h"
 #include "tools/bench_util.h"
 #include "tools/commands.h"
 #include "tools/common.h"
@@ -48,6 +51,8 @@ struct BenchArgs {
   int64_t n_batch = 0;  // 0: as the server (2048 on a GPU, 256 on the CPU)
   bool profile_ops = false;
   int profile_rounds = 8;
+  bool trace_kernels = false;
+  int trace_rounds = 8;
   double bandwidth_gbs = 0, peak_tflops = 0;
 };
 
@@ -86,6 +91,9 @@ class Bench {
   std::vector<int32_t> prompt_tokens(const std::string& style, int64_t n, int shift);
   void prefill_test(const std::string& style, int64_t P);
   void decode_test(const std::string& style, int64_t depth);
+  // The per-kernel table of decode rounds at this depth (--trace-kernels); untraced_ms: the
+  // timed rounds' mean, to show what tracing costs.
+  void trace_test(int64_t depth, SequenceState& seq, int32_t& tok, Tensor& logits, double untraced_ms);
   // A fresh sequence holding `depth` tokens of context (synthetic or prefilled).
   std::unique_ptr<SequenceState> filled_sequence(const std::string& style, int64_t depth, int rep, int32_t& next);
   json conditions() const;
@@ -320,6 +328,7 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
       emit({{"test", "profile"}, {"fill", a_.fill}, {"context", depth}, {"rounds", s.rounds},
             {"round_wall_us", s.wall_us}, {"round_device_us", s.device_us}, {"op_us", s.op_us}, {"ops", rows}});
     }
+    if (a_.trace_kernels && rep == 0) trace_test(depth, *seq, tok, logits, mean_ms);
   }
   Stats r = summarize(round_ms_rep), m = summarize(mbu_rep);
   std::string extra = fmt::format("{:.2f} ms/round ({:.2f}–{:.2f}); {:.4g} GB/round; MBU {}", r.mean, r.min, r.max,
@@ -335,12 +344,58 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
   }
 }
 
+void Bench::trace_test(int64_t depth, SequenceState& seq, int32_t& tok, Tensor& logits, double untraced_ms) {
+  const std::vector<ops::SampleParams> greedy(1);
+  std::vector<ops::SampledToken> picked(1);
+  std::vector<double> traced_ms;
+  auto round = [&](ops::OpProfiler* prof) {
+    VI_CHECK(seq.n_past() + 1 <= seq.capacity(), "bench: no context left for the traced rounds");
+    L_.ctx.profiler = prof;
+    if (prof) prof->begin_round(L_.ctx);
+    Timer t;
+    L_.model->forward(L_.ctx, {&tok, 1}, seq, logits, false, LogitsOn::kDevice);
+    picked.resize(1);
+    ops::sample(L_.ctx, logits, greedy, {}, picked);  // ends with the token on the host
+    if (prof) prof->end_round(L_.ctx);
+    else traced_ms.push_back(t.ms());
+    L_.ctx.profiler = nullptr;
+    tok = picked[0].token;
+  };
+  uint64_t dropped = 0;
+  const ops::KernelTimeline t = trace_decode_kernels(L_.ctx.device, a_.trace_rounds, round, &dropped);
+  L_.ctx.profiler = nullptr;
+  const double traced = traced_ms.empty() ? 0 : std::accumulate(traced_ms.begin(), traced_ms.end(), 0.0) / traced_ms.size();
+  std::string head = fmt::format("\n### Kernel trace of a decode round at context {} — {}, profile {}, {}, KV {}\n\n",
+                                 depth, device_, profile_, wformat_, kv_dtype_);
+  if (t.rounds == 0) {
+    profiles_ += head + "Not traced: " + t.note + ".\n";
+    emit({{"test", "kernel_trace"}, {"context", depth}, {"error", t.note}});
+    return;
+  }
+  head += fmt::format(
+      "GPU timestamps of every kernel (CUPTI activity records) in {} decode rounds as the timed ones run (recorded "
+      "steps replayed when graphs are on); a traced round took {:.2f} ms on the host clock against {:.2f} ms untraced. "
+      "Ops and bytes come from one extra round run op by op. MB are estimates from the tensors each op reads and "
+      "writes; GB/s = MB / charged time.{}\n\n",
+      t.rounds, traced, untraced_ms, dropped ? fmt::format(" CUPTI dropped {} records: the trace has holes.", dropped) : "");
+  profiles_ += head + ops::kernel_timeline_markdown(t);
+  json rows = json::array();
+  for (const auto& r : t.rows)
+    rows.push_back({{"op", r.op}, {"dtype", r.dtype}, {"shape", r.shape}, {"kernels", r.kernels},
+                    {"launches", r.launches}, {"us", r.us}, {"gap_us", r.gap_us}, {"own_us", r.own_us},
+                    {"bytes", r.bytes}});
+  emit({{"test", "kernel_trace"}, {"context", depth}, {"rounds", t.rounds}, {"span_us", t.span_us},
+        {"busy_us", t.busy_us}, {"kernels", t.kernels}, {"labelled", t.labelled}, {"note", t.note},
+        {"traced_round_ms", traced}, {"untraced_round_ms", untraced_ms}, {"dropped", dropped}, {"rows", rows}});
+}
+
 void Bench::run() {
   int64_t longest = 0;
   for (int64_t p : a_.prompt_lens) longest = std::max(longest, p);
   const int64_t verify_tokens = 4 * std::accumulate(a_.verify.begin(), a_.verify.end(), int64_t{0});
   for (int64_t d : a_.depths)
-    longest = std::max(longest, d + 3 + a_.n_gen + verify_tokens + (a_.profile_ops ? a_.profile_rounds : 0));
+    longest = std::max(longest, d + 3 + a_.n_gen + verify_tokens + (a_.profile_ops ? a_.profile_rounds : 0) +
+                                    (a_.trace_kernels ? a_.trace_rounds + 1 : 0));
   if (a_.model.ctx_size == 0) a_.model.ctx_size = longest + 16;
   L_ = load(a_.model);
   if (a_.n_batch == 0) a_.n_batch = L_.ctx.device == Device::CPU ? 256 : 2048;  // what `serve` uses
@@ -420,11 +475,16 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--profile-ops", a->profile_ops, "Per-op tables of decode rounds and of one prefill per prompt length (also VI_PROFILE_OPS=1)");
   cmd->add_option("--profile-rounds", a->profile_rounds, "Rounds averaged in the per-op table")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--trace-kernels", a->trace_kernels,
+                "Per-kernel table of decode rounds from a CUPTI kernel trace (GPU; libcupti loaded at run time, "
+                "VI_CUPTI=path; also VI_TRACE_KERNELS=1)");
+  cmd->add_option("--trace-rounds", a->trace_rounds, "Decode rounds in the kernel trace")->check(CLI::PositiveNumber);
   cmd->add_option("--bandwidth-gbs", a->bandwidth_gbs, "Copy bandwidth for MBU (default: measured now)");
   cmd->add_option("--peak-tflops", a->peak_tflops, "Tensor-core rate for MFU (default: measured now with cuBLAS)");
   cmd->callback([a] {
     BenchArgs args = *a;
     if (const char* e = std::getenv("VI_PROFILE_OPS"); e && std::string(e) == "1") args.profile_ops = true;
+    if (const char* e = std::getenv("VI_TRACE_KERNELS"); e && std::string(e) == "1") args.trace_kernels = true;
     if (args.prompt_lens.empty() && args.depths.empty()) args.prompt_lens = {512};
     if (args.depths.empty()) args.depths = args.prompt_lens;  // as before -d existed: decode after each prompt
     Bench(args).run();

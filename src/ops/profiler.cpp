@@ -64,11 +64,13 @@ int OpProfiler::enter(const Context& ctx, OpCall&& call) {
   const size_t slot = calls_.size();
   calls_.push_back(std::move(call));
   if (timed_) fns_.record(ctx, mark(2 * slot + 1));
+  if (hooks_.enter) hooks_.enter(hooks_.user, static_cast<int64_t>(slot));
   return static_cast<int>(slot);
 }
 
 void OpProfiler::leave(const Context& ctx, int slot) {
   --depth_;
+  if (slot >= 0 && hooks_.leave) hooks_.leave(hooks_.user);
   if (slot >= 0 && timed_) fns_.record(ctx, mark(2 * static_cast<size_t>(slot) + 2));
 }
 

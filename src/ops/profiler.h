@@ -75,6 +75,18 @@ class OpProfiler {
   int enter(const Context& ctx, OpCall&& call);
   void leave(const Context& ctx, int slot);
 
+  // Called around every recorded (outermost) op call while set, after its entry mark and
+  // before its exit mark: a kernel tracer tags the kernels launched in between with the
+  // call's index in round_calls() (ops/kernel_timeline.h).
+  struct CallHooks {
+    void (*enter)(void* user, int64_t call) = nullptr;
+    void (*leave)(void* user) = nullptr;
+    void* user = nullptr;
+  };
+  void set_call_hooks(const CallHooks& h) { hooks_ = h; }
+  // The calls of the round in progress, or of the last one ended.
+  const std::vector<OpCall>& round_calls() const { return calls_; }
+
  private:
   void* mark(size_t i);
 
@@ -85,6 +97,7 @@ class OpProfiler {
   std::vector<OpCall> calls_;   // this round's calls; call i spans marks 2i+1 .. 2i+2
   bool in_round_ = false;
   int depth_ = 0;               // nesting of entry points (an op calling ops is timed once)
+  CallHooks hooks_;
   double round_t0_us_ = 0;
   struct Total {
     std::string op, dtype, shape;

@@ -126,6 +126,48 @@ TEST(OpProfiler, CountOnlyModeHasBytesButNoTimes) {
   EXPECT_EQ(prof.summary().rounds, 0);
 }
 
+// The hooks a kernel tracer labels kernels with: one enter/leave pair per recorded call, with
+// the call's index in round_calls(); nested calls (paged_kv_write's copies) and calls outside a
+// round are not reported.
+TEST(OpProfiler, CallHooksSeeEveryRecordedCallOnce) {
+  std::mt19937 rng(test::test_seed());
+  Inputs in = make_inputs(rng);
+  ops::Context ctx;
+  ops::OpProfiler prof(Device::CPU, /*timed=*/false);
+  struct Log {
+    std::vector<int64_t> entered;
+    int open = 0, left = 0, max_open = 0;
+  } log;
+  ops::OpProfiler::CallHooks h;
+  h.user = &log;
+  h.enter = [](void* u, int64_t call) {
+    auto* l = static_cast<Log*>(u);
+    l->entered.push_back(call);
+    l->max_open = std::max(l->max_open, ++l->open);
+  };
+  h.leave = [](void* u) {
+    auto* l = static_cast<Log*>(u);
+    --l->open;
+    ++l->left;
+  };
+  prof.set_call_hooks(h);
+  ctx.profiler = &prof;
+  run_round(ctx, in);  // outside a round
+  EXPECT_TRUE(log.entered.empty());
+  prof.begin_round(ctx);
+  run_round(ctx, in);
+  prof.end_round(ctx);
+  const auto& calls = prof.round_calls();
+  ASSERT_EQ(calls.size(), 5u);  // matmul x2, add, attention, kv_scatter
+  ASSERT_EQ(log.entered.size(), calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) EXPECT_EQ(log.entered[i], static_cast<int64_t>(i));
+  EXPECT_EQ(log.left, 5);
+  EXPECT_EQ(log.open, 0);
+  EXPECT_EQ(log.max_open, 1);
+  EXPECT_STREQ(calls[2].op, "add");
+  EXPECT_STREQ(calls[4].op, "kv_scatter");
+}
+
 TEST(OpProfiler, RoundsMustPair) {
   ops::Context ctx;
   ops::OpProfiler prof(Device::CPU);
