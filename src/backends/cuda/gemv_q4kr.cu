@@ -49,46 +49,17 @@ __device__ __forceinline__ void load_scales(const uint8_t* sm0, const uint8_t* s
   sc.dd[1] = u32(dm1);
 }
 
-// Where mma_half reads a lane's activations: p is token min(g, T - 1)'s 32 values of the lane's
-// sub-block; load(i) gives values 8i .. 8i + 7 of them, plus(n) the same place n values (a
-// multiple of 64) further along K.
-// XGlobal: x[T, K] itself, through the read-only cache (L2 round trips where L1 misses).
-struct XGlobal {
-  const __half* p;
-  __device__ __forceinline__ uint4 load(int i) const { return __ldg(reinterpret_cast<const uint4*>(p + 8 * i)); }
-  __device__ __forceinline__ XGlobal plus(int n) const { return {p + n}; }
-};
-// XShared: the block's copy of x in shared memory (deep kernel, XSHARED), padded against bank
-// conflicts: token t's value v at byte t·x_pitch(K) + (v / 64)·kXLine + (v % 64)·2, i.e. 16 bytes
-// of padding after every 64 values and 32 more after each token row.
-// Why (LDS.128 is served 8 lanes = one 128-byte bank row at a time; lanes 4g .. 4g + 3 read
-// 16 bytes i of sub-blocks c = 0..3 of token g, lanes 4g + 4 .. of token g + 1): unpadded,
-// sub-blocks c and c + 2 start 128 bytes apart, the same banks (2 wavefronts per quarter-warp).
-// With a line of 144 bytes their 16-byte pieces sit at bank offsets {0, 64, 16, 80} + 16i
-// (mod 128), and a pitch of 32 mod 128 puts token g + 1's at {32, 96, 48, 112} + 16i: the 8
-// lanes of a quarter-warp hit 8 different 16-byte bank groups. Where both tokens are one
-// (g >= T - 1), the addresses are equal: a broadcast.
-constexpr int kXLine = 144;  // bytes per 64 activations in shared memory (128 + 16 of padding)
-__host__ __device__ constexpr int x_pitch(int64_t K) {  // bytes per token row in shared memory; 32 mod 128
-  return static_cast<int>((K / 64 * kXLine + 127) / 128 * 128 + 32);
-}
-struct XShared {
-  const uint8_t* p;
-  __device__ __forceinline__ uint4 load(int i) const { return *reinterpret_cast<const uint4*>(p + 16 * i); }
-  __device__ __forceinline__ XShared plus(int n) const { return {p + n / 64 * kXLine}; }
-};
-
 // t (+)= Σ sc·q·x and u (+)= Σ m·x over one half for rows g, g + 8 and tokens 2c, 2c + 1.
 //   A = sc·q exactly in f16 (≤ 945) from 1024 + q (or 1024 + 16q) by one f16 FMA; the mins
 //   through a second mma whose A is m everywhere. d and dmin follow once per super-block.
-// xs: token g's 32 activations at this lane's sub-block (XGlobal or XShared); scw/mnw: the half's
-// scale and min words of rows g, g + 8; sel picks byte c of such a word.
-template <bool FIRST, class X>
+// xs: token g's 32 activations at this lane's sub-block; scw/mnw: the half's scale and min words
+// of rows g, g + 8; sel picks byte c of such a word.
+template <bool FIRST>
 __device__ __forceinline__ void mma_half(const HalfSb& st, uint32_t scw0, uint32_t scw1, uint32_t mnw0, uint32_t mnw1,
-                                         const X& xs, uint32_t sel, uint32_t magic, float t[4], float u[4]) {
+                                         const __half* xs, uint32_t sel, uint32_t magic, float t[4], float u[4]) {
   uint4 xv[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) xv[i] = xs.load(i);
+  for (int i = 0; i < 4; ++i) xv[i] = __ldg(reinterpret_cast<const uint4*>(xs + 8 * i));
   const __half2 k1024 = __float2half2_rn(1024.0f), kNeg1024 = __float2half2_rn(-1024.0f);
   const __half2 kSixteenth = __float2half2_rn(0.0625f);
   __half2 sc[2], sc16[2], neg[2], neg16[2];
@@ -130,11 +101,10 @@ __device__ __forceinline__ void mma_half(const HalfSb& st, uint32_t scw0, uint32
 }
 
 // Half 0 of a super-block from st0, half 1 from st1 (xs: half 0's activations), with its scales.
-template <class X>
-__device__ __forceinline__ void mma_sb(const HalfSb& st0, const HalfSb& st1, const SbScales& sc, const X& xs,
+__device__ __forceinline__ void mma_sb(const HalfSb& st0, const HalfSb& st1, const SbScales& sc, const __half* xs,
                                        uint32_t sel, uint32_t magic, float t[4], float u[4]) {
   mma_half<true>(st0, sc.sm[0].x, sc.sm[1].x, sc.sm[0].y, sc.sm[1].y, xs, sel, magic, t, u);
-  mma_half<false>(st1, sc.sm[0].z, sc.sm[1].z, sc.sm[0].w, sc.sm[1].w, xs.plus(128), sel, magic, t, u);
+  mma_half<false>(st1, sc.sm[0].z, sc.sm[1].z, sc.sm[0].w, sc.sm[1].w, xs + 128, sel, magic, t, u);
 }
 
 // acc += d·t − dmin·u for rows g (acc[0..1]) and g + 8 (acc[2..3]); dd: each row's (d, dmin).
@@ -198,12 +168,12 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
   auto sb_step = [&](auto more) {
     load_half<1, true>(q0, q1, st1);
     float t[4], u[4];
-    mma_half<true>(st0, sc.sm[0].x, sc.sm[1].x, sc.sm[0].y, sc.sm[1].y, XGlobal{xs}, sel, magic, t, u);
+    mma_half<true>(st0, sc.sm[0].x, sc.sm[1].x, sc.sm[0].y, sc.sm[1].y, xs, sel, magic, t, u);
     if constexpr (decltype(more)::value) {
       load_half<0, true>(q0 + kStride, q1 + kStride, st0);
       load_scales<true>(s0 + kStride, s1 + kStride, d0 + kStride, d1 + kStride, sc_next);
     }
-    mma_half<false>(st1, sc.sm[0].z, sc.sm[1].z, sc.sm[0].w, sc.sm[1].w, XGlobal{xs + 128}, sel, magic, t, u);
+    mma_half<false>(st1, sc.sm[0].z, sc.sm[1].z, sc.sm[0].w, sc.sm[1].w, xs + 128, sel, magic, t, u);
     apply_scales(sc.dd, t, u, acc);
   };
   int s = warp;
@@ -223,107 +193,46 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
   store_tile_sums<WARPS>(acc, red, y, n0, N, n_tok);
 }
 
-// cp.async of 16 bytes from global src to shared dst (sm_80+; where the code is older, the kernel
-// calling it traps on its first mma anyway) and the wait for all of this thread's.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src)
-               : "memory");
-#endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-}
-
-// x[T, K] (f16, K % 1024 == 0) into the block's shared copy (XShared's layout, T·x_pitch(K)
-// bytes at xsm) by cp.async, every thread of the block taking 16-byte pieces; then a barrier.
-// Piece (t, m, l) is activations 8l .. 8l + 7 of token t's 1024-value group m: source x + t·K +
-// 1024·m + 8l, which is linear in r = t·(K / 1024) + m; thread l % 128 always takes the same
-// place l in a group, so only the group's start moves.
-template <int THREADS>
-__device__ __forceinline__ void copy_x_to_shared(const __half* __restrict__ x, int n_tok, int64_t K, uint8_t* xsm) {
-  static_assert(THREADS % 128 == 0, "a 1024-value group is 128 pieces of 16 bytes");
-  constexpr int kGroupBytes = 1024 / 64 * kXLine;  // 2304: a group in shared memory
-  const int l = threadIdx.x & 127, n_grp = static_cast<int>(K / 1024), pitch = x_pitch(K);
-  const int place = (l >> 3) * kXLine + (l & 7) * 16;
-  int t = 0, m = threadIdx.x >> 7;
-  for (int r = m; r < n_tok * n_grp; r += THREADS / 128) {
-    cp_async16(xsm + t * pitch + m * kGroupBytes + place, x + static_cast<int64_t>(r) * 1024 + 8 * l);
-    m += THREADS / 128;
-    while (m >= n_grp) {
-      m -= n_grp;
-      ++t;
-    }
-  }
-  cp_async_wait_all();
-  __syncthreads();
-}
-
 // ---- Deep register kernel (sm_80+) ----
 // The register kernel with DEPTH whole super-blocks per warp loaded ahead instead of one half:
 // for matrices of few rows (5120: 320 tiles, 2.4 blocks of 4 warps per SM), where the warps
 // are too few to cover the memory latency and registers are not what limits the blocks per SM.
-// A warp takes super-blocks warp, warp + WARPS, ... as in the register kernel (position warp % 4
-// of every (WARPS / 4)-th Q4_KR block); buffer j holds its super-blocks j, j + DEPTH, ...,
-// refilled right after it is multiplied. MINB 3 leaves the compiler ~168 registers; 2 ahead
-// also fits 4 blocks per SM (125, no spills) for wide matrices.
+// A warp takes super-blocks warp, warp + 4, ... as in the register kernel; buffer j holds its
+// super-blocks j, j + DEPTH, ..., refilled right after it is multiplied. MINB 3 leaves the
+// compiler ~168 registers; 2 ahead also fits 4 blocks per SM (125, no spills) for wide matrices.
 // SWIGLU: w is a stacked gate|up [2F, K] and y the SwiGLU output h [T, F]: tile b takes gate rows
 // 8b + g as its rows g and the up rows F + 8b + g as its rows g + 8 (write_swiglu_sums).
-// Variants (run 15, docs/notes/gemv.md), not routed:
-//   WARPS 8: twice the warps per tile, for the matrices whose 320-384 tiles leave SMs with 8-12
-//     warps; the 8 warps' sums meet in shared memory.
-//   XSHARED: the block first copies x[T, K] into dynamic shared memory (T·x_pitch(K) bytes, at
-//     most 48 KB: the launch checks and otherwise runs the XSHARED = false kernel) and mma_half
-//     reads it from there, so the activation loads in the loop are shared-memory loads (~30
-//     cycles) instead of L2 round trips that nothing loads ahead. Needs K % 1024 == 0 (Q4_KR).
-template <int DEPTH, int MINB, bool SWIGLU = false, int WARPS = 4, bool XSHARED = false>
-__global__ void __launch_bounds__(32 * WARPS, MINB)
+template <int DEPTH, int MINB, bool SWIGLU = false>
+__global__ void __launch_bounds__(128, MINB)
     gemv_q4kr_deep_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
                           __half* __restrict__ y, int n_tok, int64_t N, int n_sb, int64_t K, uint32_t magic) {
-  static_assert(WARPS == 4 || WARPS == 8, "a warp keeps one position of the 4-super-block Q4_KR block");
-  extern __shared__ __align__(16) uint8_t x_smem[];  // XSHARED: x as XShared lays it out
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  // The warp's first super-block: position pos of Q4_KR block blk (with 4 warps: blk 0, pos warp).
-  const int pos = WARPS == 4 ? warp : warp & 3;
-  const size_t first = WARPS == 4 ? 0 : static_cast<size_t>(warp >> 2) * kQ4krBlkBytes;
-  // Bytes from one of the warp's super-blocks to its next one; activations likewise.
-  constexpr int kSbStride = WARPS / 4 * kQ4krBlkBytes;
-  constexpr int kXStride = 256 * WARPS;
   const int64_t n0 = int64_t(blockIdx.x) * 16, F = N / 2;
   int64_t row_a = min(n0 + g, N - 1), row_b = min(n0 + g + 8, N - 1);
   if constexpr (SWIGLU) {
     row_a = min(int64_t(blockIdx.x) * 8 + g, F - 1);
     row_b = F + row_a;
   }
-  const uint8_t* r0 = w + static_cast<size_t>(row_a) * row_bytes + first;
-  const uint8_t* r1 = w + static_cast<size_t>(row_b) * row_bytes + first;
-  const uint8_t* q0 = r0 + 128 * pos + 16 * c;
-  const uint8_t* q1 = r1 + 128 * pos + 16 * c;
-  const uint8_t* s0 = r0 + kQ4krSmOff + 16 * pos;
-  const uint8_t* s1 = r1 + kQ4krSmOff + 16 * pos;
-  const uint8_t* d0 = r0 + kQ4krDmOff + 4 * pos;
-  const uint8_t* d1 = r1 + kQ4krDmOff + 4 * pos;
-  const int tok = min(g, n_tok - 1);
-  using X = std::conditional_t<XSHARED, XShared, XGlobal>;
-  X xs;
-  if constexpr (XSHARED)
-    xs = XShared{x_smem + tok * x_pitch(K) + (256 * warp + 32 * c) / 64 * kXLine + (32 * c) % 64 * 2};
-  else
-    xs = XGlobal{x + static_cast<int64_t>(tok) * K + 256 * warp + 32 * c};
+  const uint8_t* r0 = w + static_cast<size_t>(row_a) * row_bytes;
+  const uint8_t* r1 = w + static_cast<size_t>(row_b) * row_bytes;
+  const uint8_t* q0 = r0 + 128 * warp + 16 * c;
+  const uint8_t* q1 = r1 + 128 * warp + 16 * c;
+  const uint8_t* s0 = r0 + kQ4krSmOff + 16 * warp;
+  const uint8_t* s1 = r1 + kQ4krSmOff + 16 * warp;
+  const uint8_t* d0 = r0 + kQ4krDmOff + 4 * warp;
+  const uint8_t* d1 = r1 + kQ4krDmOff + 4 * warp;
+  const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
   const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
-  const int n_mine = warp < n_sb ? (n_sb - warp + WARPS - 1) / WARPS : 0;  // this warp's super-blocks
+  const int n_mine = warp < n_sb ? (n_sb - warp + 3) / 4 : 0;  // this warp's super-blocks
 
   struct Sb {
     HalfSb h[2];
     SbScales sc;
   };
   // The warp's super-block i, with the pointers at its super-block i0: at byte distance
-  // (i - i0) * kSbStride, an immediate when i - i0 is.
+  // (i - i0) * kQ4krBlkBytes, an immediate when i - i0 is.
   auto load_sb = [&](int d, Sb& b) {
-    const size_t off = static_cast<size_t>(d) * kSbStride;
+    const size_t off = static_cast<size_t>(d) * kQ4krBlkBytes;
     load_half<0, true>(q0 + off, q1 + off, b.h[0]);
     load_half<1, true>(q0 + off, q1 + off, b.h[1]);
     load_scales<true>(s0 + off, s1 + off, d0 + off, d1 + off, b.sc);
@@ -334,32 +243,31 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
     if (j < n_mine) load_sb(j, buf[j]);
   pdl_wait();  // after the first weight loads, as in the register kernel
   pdl_trigger();
-  if constexpr (XSHARED) copy_x_to_shared<32 * WARPS>(x, n_tok, K, x_smem);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int i0 = 0; i0 < n_mine; i0 += DEPTH) {
 #pragma unroll
     for (int j = 0; j < DEPTH; ++j) {
       if (i0 + j < n_mine) {
         float t[4], u[4];
-        mma_sb(buf[j].h[0], buf[j].h[1], buf[j].sc, xs.plus(kXStride * j), sel, magic, t, u);
+        mma_sb(buf[j].h[0], buf[j].h[1], buf[j].sc, xs + 1024 * j, sel, magic, t, u);
         apply_scales(buf[j].sc.dd, t, u, acc);
         if (i0 + j + DEPTH < n_mine) load_sb(j + DEPTH, buf[j]);
       }
     }
-    q0 += DEPTH * kSbStride;
-    q1 += DEPTH * kSbStride;
-    s0 += DEPTH * kSbStride;
-    s1 += DEPTH * kSbStride;
-    d0 += DEPTH * kSbStride;
-    d1 += DEPTH * kSbStride;
-    xs = xs.plus(DEPTH * kXStride);
+    q0 += DEPTH * kQ4krBlkBytes;
+    q1 += DEPTH * kQ4krBlkBytes;
+    s0 += DEPTH * kQ4krBlkBytes;
+    s1 += DEPTH * kQ4krBlkBytes;
+    d0 += DEPTH * kQ4krBlkBytes;
+    d1 += DEPTH * kQ4krBlkBytes;
+    xs += DEPTH * 1024;
   }
-  __shared__ float red[WARPS][4][32];
-  if constexpr (SWIGLU) {  // one tile: red is write_swiglu_sums' [WARPS][1][4][32]
+  __shared__ float red[4][4][32];
+  if constexpr (SWIGLU) {  // one tile: red is write_swiglu_sums' [4][1][4][32]
     stash_tile_sums(acc, red);
-    write_swiglu_sums<WARPS, 1>(reinterpret_cast<const float (*)[1][4][32]>(red), y, int64_t(blockIdx.x) * 8, F, n_tok);
+    write_swiglu_sums<4, 1>(reinterpret_cast<const float (*)[1][4][32]>(red), y, int64_t(blockIdx.x) * 8, F, n_tok);
   } else {
-    store_tile_sums<WARPS>(acc, red, y, n0, N, n_tok);
+    store_tile_sums<4>(acc, red, y, n0, N, n_tok);
   }
 }
 
@@ -451,7 +359,7 @@ __global__ void __launch_bounds__(128)
     __syncthreads();  // every warp has its part of slot s in registers: warp 0 may refill it
     if (warp == 0 && b + STAGES < n_blk) fill(b + STAGES);
     float t[4], u[4];
-    mma_sb(st0, st1, sc, XGlobal{xs}, sel, magic, t, u);
+    mma_sb(st0, st1, sc, xs, sel, magic, t, u);
     apply_scales(sc.dd, t, u, acc);
     xs += 1024;
   }
@@ -469,22 +377,12 @@ void launch_regs(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
                            static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic));
 }
 
-// XSHARED: where x's shared copy does not fit the 48 KB a block gets without opting in (static
-// shared memory included) or K is not whole Q4_KR blocks, the same kernel without it: the same
-// sums in the same order, so the same outputs.
-template <int DEPTH, int MINB, int WARPS = 4, bool XSHARED = false>
+template <int DEPTH, int MINB>
 void launch_deep(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t N = w.dim(0), K = w.dim(1);
-  size_t smem = 0;
-  if constexpr (XSHARED) {
-    constexpr size_t kMax = 48 * 1024 - sizeof(float) * WARPS * 4 * 32;  // less the kernel's red
-    smem = static_cast<size_t>(x.rows()) * x_pitch(K);
-    if (K % 1024 != 0 || smem > kMax) return launch_deep<DEPTH, MINB, WARPS, false>(ctx, x, w, y);
-  }
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_deep_kernel<DEPTH, MINB, false, WARPS, XSHARED>,
-                           dim3(static_cast<unsigned>((N + 15) / 16)), dim3(32 * WARPS), smem, stream_of(ctx),
-                           w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(), static_cast<int>(x.rows()),
-                           N, static_cast<int>(K / kQKK), K, kQ4krMagic));
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_deep_kernel<DEPTH, MINB>, dim3(static_cast<unsigned>((N + 15) / 16)), dim3(128), 0,
+                           stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
+                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic));
 }
 
 // h = silu(x · gateᵀ) ⊙ (x · upᵀ) for w = gate|up [2F, K]: F / 8 tiles of 8 gate and 8 up rows.
@@ -514,30 +412,6 @@ bool bulk_ok(const ops::Context& ctx) {
 #endif
 }
 
-// Every compiled shape and its launch, in the order the tests and --variants list them.
-using Launch = void (*)(const ops::Context&, const Tensor&, const Tensor&, Tensor&);
-struct Compiled {
-  GemvQ4krShape shape;
-  Launch launch;
-};
-using K_ = GemvQ4krShape::Kernel;
-const Compiled kCompiled[] = {
-    {{K_::kRegisters, 0, 4}, launch_regs<4, 4>},
-    {{K_::kRegisters, 0, 6}, launch_regs<4, 6>},
-    {{K_::kDeep, 2, 3}, launch_deep<2, 3>},
-    {{K_::kDeep, 2, 4}, launch_deep<2, 4>},
-    {{K_::kDeep, 3, 3}, launch_deep<3, 3>},
-    {{K_::kDeep, 4, 3}, launch_deep<4, 3>},
-    // Run 15 (docs/notes/gemv.md): x in shared memory; 8 warps per tile.
-    {{K_::kDeep, 2, 3, 4, true}, launch_deep<2, 3, 4, true>},
-    {{K_::kDeep, 2, 4, 4, true}, launch_deep<2, 4, 4, true>},
-    {{K_::kDeep, 2, 2, 8}, launch_deep<2, 2, 8>},
-    {{K_::kDeep, 1, 3, 8}, launch_deep<1, 3, 8>},
-    {{K_::kRing, 2, 0}, launch_bulk<2>},
-    {{K_::kRing, 3, 0}, launch_bulk<3>},
-    {{K_::kRing, 4, 0}, launch_bulk<4>},
-};
-
 }  // namespace
 
 GemvQ4krShape gemv_q4kr_default_shape(const ops::Context& ctx, int64_t N, int64_t K) {
@@ -566,18 +440,18 @@ void gemv_q4kr_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w,
 std::string gemv_q4kr_shape_name(const GemvQ4krShape& s) {
   switch (s.kernel) {
     case GemvQ4krShape::Kernel::kRegisters: return fmt::format("registers, {} blocks/SM", s.blocks);
-    case GemvQ4krShape::Kernel::kDeep:
-      return fmt::format("deep{}, {} ahead, {} blocks/SM{}", s.warps == 4 ? "" : fmt::format(" {} warps", s.warps),
-                         s.param, s.blocks, s.x_shared ? ", x in shared memory" : "");
+    case GemvQ4krShape::Kernel::kDeep: return fmt::format("deep, {} ahead, {} blocks/SM", s.param, s.blocks);
     case GemvQ4krShape::Kernel::kRing: return fmt::format("bulk-copy ring, {} slots", s.param);
     default: return "auto";
   }
 }
 
 std::vector<GemvQ4krShape> gemv_q4kr_shapes(const ops::Context& ctx) {
-  std::vector<GemvQ4krShape> v;
-  for (const Compiled& k : kCompiled)
-    if (k.shape.kernel != K_::kRing || bulk_ok(ctx)) v.push_back(k.shape);
+  using K_ = GemvQ4krShape::Kernel;
+  std::vector<GemvQ4krShape> v = {{K_::kRegisters, 0, 4}, {K_::kRegisters, 0, 6}, {K_::kDeep, 2, 3},
+                                  {K_::kDeep, 2, 4}, {K_::kDeep, 3, 3}, {K_::kDeep, 4, 3}};
+  if (bulk_ok(ctx))
+    for (int st : {2, 3, 4}) v.push_back({K_::kRing, st, 0});
   return v;
 }
 
@@ -590,11 +464,22 @@ bool gemv_q4kr_supports(const ops::Context& ctx, const Tensor& x, const Tensor& 
 }
 
 void gemv_q4kr(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, GemvQ4krShape shape) {
+  using K_ = GemvQ4krShape::Kernel;
   if (shape.kernel == K_::kAuto) shape = gemv_q4kr_default_shape(ctx, w.dim(0), w.dim(1));
   if (shape.kernel == K_::kRing && !bulk_ok(ctx)) VI_FAIL("gemv_q4kr: the bulk-copy ring needs sm_90 code and CUDA 12+");
-  for (const Compiled& k : kCompiled)
-    if (k.shape == shape) return k.launch(ctx, x, w, y);
-  VI_FAIL("gemv_q4kr: no kernel '{}'", gemv_q4kr_shape_name(shape));
+  const int key = static_cast<int>(shape.kernel) * 100 + shape.param * 10 + shape.blocks;
+  switch (key) {
+    case 104: launch_regs<4, 4>(ctx, x, w, y); break;
+    case 106: launch_regs<4, 6>(ctx, x, w, y); break;
+    case 223: launch_deep<2, 3>(ctx, x, w, y); break;
+    case 224: launch_deep<2, 4>(ctx, x, w, y); break;
+    case 233: launch_deep<3, 3>(ctx, x, w, y); break;
+    case 243: launch_deep<4, 3>(ctx, x, w, y); break;
+    case 320: launch_bulk<2>(ctx, x, w, y); break;
+    case 330: launch_bulk<3>(ctx, x, w, y); break;
+    case 340: launch_bulk<4>(ctx, x, w, y); break;
+    default: VI_FAIL("gemv_q4kr: no kernel '{}'", gemv_q4kr_shape_name(shape));
+  }
 }
 
 }  // namespace vi::cuda

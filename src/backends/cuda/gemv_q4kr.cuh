@@ -19,8 +19,7 @@
 // partial sums meet in shared memory. Routed: two super-blocks per warp loaded ahead into
 // registers (sm_80+; every matrix up to 65535 rows), or, for the head, the weights streamed by
 // bulk copies through a ring of shared-memory slots (sm_90). A one-half-ahead register kernel is
-// kept as a measured variant (gemv_q4kr_shapes), and so are the deep kernel with x copied into
-// shared memory first and with 8 warps per tile (run 15, not routed).
+// kept as a measured variant (gemv_q4kr_shapes).
 #pragma once
 
 #include <string>
@@ -30,25 +29,20 @@
 
 namespace vi::cuda {
 
-// Which kernel, its parameter and the blocks per SM its registers are budgeted for:
-// kRegisters (blocks of 4 warps: 4 or 6); kDeep, param super-blocks per warp loaded ahead (1..4;
-// blocks 3, or 4 for 2 ahead; with 8 warps 2 ahead at 2, 1 ahead at 3); kRing, param slots of
-// the bulk-copy ring (2..4; sm_90 and CUDA 12+). kAuto: chosen by shape.
-// kDeep only: warps per 16-row tile (4 or 8), and x_shared: the block copies x into shared
-// memory first (where it fits 48 KB: T <= 4 at K = 5120, else the same kernel without it).
+// Which kernel, its parameter and the blocks of 4 warps per SM its registers are budgeted for:
+// kRegisters (blocks 4 or 6); kDeep, param super-blocks per warp loaded ahead (2..4; blocks 3,
+// or 4 for 2 ahead); kRing, param slots of the bulk-copy ring (2..4; sm_90 and CUDA 12+).
+// kAuto: chosen by shape.
 struct GemvQ4krShape {
   enum class Kernel { kAuto, kRegisters, kDeep, kRing };
   Kernel kernel = Kernel::kAuto;
   int param = 0;
   int blocks = 0;
-  int warps = 4;
-  bool x_shared = false;
   bool operator==(const GemvQ4krShape& o) const {
-    return kernel == o.kernel && param == o.param && blocks == o.blocks && warps == o.warps && x_shared == o.x_shared;
+    return kernel == o.kernel && param == o.param && blocks == o.blocks;
   }
 };
-// "registers, 4 blocks/SM", "deep, 2 ahead, 3 blocks/SM", "deep, 2 ahead, 3 blocks/SM, x in
-// shared memory", "deep 8 warps, 2 ahead, 2 blocks/SM", "bulk-copy ring, 2 slots".
+// "registers, 4 blocks/SM", "deep, 2 ahead, 3 blocks/SM", "bulk-copy ring, 2 slots".
 std::string gemv_q4kr_shape_name(const GemvQ4krShape& s);
 GemvQ4krShape gemv_q4kr_default_shape(const ops::Context& ctx, int64_t N, int64_t K);
 // Every shape compiled and runnable on the current device, for the tests and the benchmark's

@@ -179,8 +179,6 @@ TEST_P(MatmulGemv, Q8_0RDeepKernelEveryDepth) {
 // the GEMM path (T = 9, 17) everywhere else, all against the CPU on the Q4_K original. N = 97
 // leaves a partial 16-row tile; K = 1024 is 4 super-blocks (fewer than the warps of some shapes),
 // 3072 is 24, 7168 is 28 super-blocks (uneven over 8 warps; 7 blocks: the ring wraps). Weights of magnitude 0.02 put the f16 scales far below 1.
-// The deep kernel with x in shared memory copies x at K = 1024 for every T and at K = 3072, 7168 for
-// the T that fit 48 KB (3072: T < 8; 7168: T = 1); the others run its fallback.
 TEST_P(MatmulGemv, Q4KRepackedEveryPathAndWorkShape) {
   const int64_t N = 97;
   for (int64_t K : {1024, 3072, 7168}) {
