@@ -60,6 +60,36 @@ std::string short_kernel_name(const std::string& d) {
   return s.substr(scope);
 }
 
+namespace {
+
+// For each kernel of r: the call of the labelled kernel it is paired with, by position when the
+// names agree throughout, else along a longest common subsequence of the names; -2 unpaired.
+std::vector<int64_t> match_calls(const std::vector<KernelSpan>& r, const std::vector<KernelSpan>& lab) {
+  std::vector<int64_t> out(r.size(), -2);
+  if (same_names(r, lab)) {
+    for (size_t i = 0; i < r.size(); ++i) out[i] = lab[i].call;
+    return out;
+  }
+  const size_t n = r.size(), m = lab.size();
+  std::vector<uint32_t> len((n + 1) * (m + 1), 0);  // len[i][j]: LCS of r[i..] and lab[j..]
+  auto at = [&](size_t i, size_t j) -> uint32_t& { return len[i * (m + 1) + j]; };
+  for (size_t i = n; i-- > 0;)
+    for (size_t j = m; j-- > 0;)
+      at(i, j) = r[i].name == lab[j].name ? at(i + 1, j + 1) + 1 : std::max(at(i + 1, j), at(i, j + 1));
+  for (size_t i = 0, j = 0; i < n && j < m;) {
+    if (r[i].name == lab[j].name) {
+      out[i++] = lab[j++].call;
+    } else if (at(i + 1, j) >= at(i, j + 1)) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 KernelTimeline build_kernel_timeline(std::vector<std::vector<KernelSpan>> rounds, std::vector<KernelSpan> labelled,
                                      const std::vector<OpCall>& calls) {
   KernelTimeline t;
@@ -71,17 +101,22 @@ KernelTimeline build_kernel_timeline(std::vector<std::vector<KernelSpan>> rounds
   for (auto& r : rounds) by_start(r);
   by_start(labelled);
 
-  // Labels carry over only when every round replays the labelled round's kernel sequence.
-  t.labelled = !labelled.empty();
-  if (labelled.empty()) t.note = "no labelled round";
-  for (const auto& r : rounds)
-    if (t.labelled && !same_names(r, labelled)) {
-      t.labelled = false;
-      t.note = r.size() == labelled.size()
-                   ? "the traced rounds launch other kernels than the op-by-op round: rows are kernel names"
-                   : "the traced rounds launch " + std::to_string(r.size()) + " kernels, the op-by-op round " +
-                         std::to_string(labelled.size()) + ": rows are kernel names";
-    }
+  // Labels carry over by position where a round replays the labelled round's kernels, else along
+  // a longest common subsequence of kernel names (a recorded step may size a launch differently:
+  // e.g. attention splits for a key bound rounded up to a power of two).
+  std::vector<std::vector<int64_t>> call_of;  // per round and kernel: call, -1 no op, -2 unmatched
+  size_t unmatched = 0, total = 0;
+  for (const auto& r : rounds) {
+    call_of.push_back(match_calls(r, labelled));
+    for (int64_t c : call_of.back()) unmatched += c == -2;
+    total += r.size();
+  }
+  t.labelled = !labelled.empty() && unmatched < total;
+  if (labelled.empty()) t.note = "no labelled round: rows are kernel names";
+  else if (!t.labelled) t.note = "no kernel matched the op-by-op round's: rows are kernel names";
+  else if (unmatched > 0)
+    t.note = fmt::format("{:.1f} of {:.1f} kernels per round matched none of the op-by-op round's (rows \"(unmatched)\")",
+                         static_cast<double>(unmatched) / rounds.size(), static_cast<double>(total) / rounds.size());
 
   struct Acc {
     KernelTimeline::Row row;
@@ -90,16 +125,16 @@ KernelTimeline build_kernel_timeline(std::vector<std::vector<KernelSpan>> rounds
   };
   std::map<std::string, Acc> acc;
   std::vector<std::string> order;  // keys in first-launch order (ties in the sort keep it)
-  auto row_of = [&](size_t i, const KernelSpan& k) -> Acc& {
+  auto row_of = [&](int64_t matched, const KernelSpan& k) -> Acc& {
     std::string op = "(kernel)", dtype, shape;
     int64_t call = -1;
     if (t.labelled) {
-      call = labelled[i].call;
+      call = matched;
       if (call >= 0 && static_cast<size_t>(call) < calls.size()) {
         const OpCall& c = calls[static_cast<size_t>(call)];
         op = c.op, dtype = dtype_name(c.dtype), shape = c.shape;
       } else {
-        op = "(no op)";
+        op = call == -2 ? "(unmatched)" : "(no op)";
         call = -1;
       }
     }
@@ -119,7 +154,8 @@ KernelTimeline build_kernel_timeline(std::vector<std::vector<KernelSpan>> rounds
   };
 
   const double n = static_cast<double>(rounds.size());
-  for (const auto& r : rounds) {
+  for (size_t ri = 0; ri < rounds.size(); ++ri) {
+    const auto& r = rounds[ri];
     uint64_t frontier = r.front().start_ns;  // latest end so far
     uint64_t busy = 0;
     for (size_t i = 0; i < r.size(); ++i) {
@@ -128,7 +164,7 @@ KernelTimeline build_kernel_timeline(std::vector<std::vector<KernelSpan>> rounds
       const uint64_t charged = end > frontier ? end - frontier : 0;
       const uint64_t gap = k.start_ns > frontier ? k.start_ns - frontier : 0;
       busy += charged - std::min(charged, gap);
-      Acc& a = row_of(i, k);
+      Acc& a = row_of(call_of[ri][i], k);
       a.row.launches += 1 / n;
       a.row.us += charged / 1e3 / n;
       a.row.gap_us += gap / 1e3 / n;
@@ -171,7 +207,7 @@ std::string kernel_timeline_markdown(const KernelTimeline& t) {
       "\n{} traced rounds; device span {:.1f} µs per round (first kernel start to last kernel end), of which {:.1f} µs "
       "with a kernel running and {:.1f} µs with none. Each kernel is charged from the latest end before it to its own "
       "end.{}\n",
-      t.rounds, t.span_us, t.busy_us, t.span_us - t.busy_us, t.labelled ? "" : " " + t.note + ".");
+      t.rounds, t.span_us, t.busy_us, t.span_us - t.busy_us, t.note.empty() ? "" : " " + t.note + ".");
   return out;
 }
 

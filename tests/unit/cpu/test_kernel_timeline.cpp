@@ -101,18 +101,26 @@ TEST(KernelTimeline, LabelsCarryOverAndAverageOverRounds) {
   EXPECT_DOUBLE_EQ(t.span_us, (8 + 10) / 2.0);
 }
 
-TEST(KernelTimeline, OtherKernelsThanTheLabelledRoundMeanNoLabels) {
-  const std::vector<ops::OpCall> calls = {call("matmul", "8x8 T=1", 1000)};
-  std::vector<KernelSpan> labelled = {{"G", 0, 5, 0}};
+TEST(KernelTimeline, LabelsFollowTheCommonKernelsWhenTheRoundsDiffer) {
+  const std::vector<ops::OpCall> calls = {call("matmul", "8x8 T=1", 1000), call("attention", "H=2", 300)};
+  std::vector<KernelSpan> labelled = {{"G", 0, 5, 0}, {"A", 6, 9, 1}};
+  // Nothing in common: no labels.
   auto t = ops::build_kernel_timeline({{{"H", 0, 5, -1}}}, labelled, calls);
   EXPECT_FALSE(t.labelled);
-  EXPECT_NE(t.note.find("other kernels"), std::string::npos) << t.note;
+  EXPECT_NE(t.note.find("no kernel matched"), std::string::npos) << t.note;
   ASSERT_EQ(t.rows.size(), 1u);
   EXPECT_EQ(t.rows[0].op, "(kernel)");
   EXPECT_EQ(t.rows[0].bytes, 0);
-  auto u = ops::build_kernel_timeline({{{"G", 0, 5, -1}, {"G", 6, 9, -1}}}, labelled, calls);
-  EXPECT_FALSE(u.labelled);
-  EXPECT_NE(u.note.find("launch 2 kernels, the op-by-op round 1"), std::string::npos) << u.note;
+  // An extra kernel (a combine the recorded step launches and the op-by-op round did not): the
+  // others keep their labels, the extra one is "(unmatched)".
+  auto u = ops::build_kernel_timeline({{{"G", 0, 5, -1}, {"A", 6, 9, -1}, {"C", 10, 12, -1}}}, labelled, calls);
+  ASSERT_TRUE(u.labelled);
+  EXPECT_NE(u.note.find("1.0 of 3.0 kernels"), std::string::npos) << u.note;
+  ASSERT_NE(row(u, "matmul", "8x8 T=1"), nullptr);
+  EXPECT_DOUBLE_EQ(row(u, "attention", "H=2")->bytes, 300);
+  const auto* c = by_kernel(u, "C");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->op, "(unmatched)");
   // A labelled kernel outside every op call is "(no op)", named by its kernel.
   auto v = ops::build_kernel_timeline({{{"G", 0, 5, -1}, {"Z", 6, 9, -1}}}, {{"G", 0, 5, 0}, {"Z", 6, 9, -1}}, calls);
   ASSERT_TRUE(v.labelled);
