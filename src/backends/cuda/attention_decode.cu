@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "backends/cuda/attention_decode.cuh"
 #include "backends/cuda/cuda_util.cuh"
@@ -316,6 +318,84 @@ __global__ void __launch_bounds__(kCombineThreads)
   }
 }
 
+// The combine with every split load of a thread in flight at once (DecodeTuning::fast_combine).
+// Why: the kernel above gives each thread a head dim and walks the splits one after another,
+// a chain of dependent-issue L2 reads (64 splits at 8K) on 24 blocks for T = 1: ~8 us on the
+// H200 for 1.5 MB that sits in L2. Here block `row` has SG x D4 threads: thread (sg, dq)
+// holds dims 4 dq .. 4 dq + 3 (float4) of splits sg, sg + SG, .., loads 8 of them (acc and
+// max/sum) before using any, and keeps its own running max, sum and sum of weighted acc; the
+// SG groups are merged once in shared memory. D % 4 == 0 (the host checks), so every acc row
+// (D floats) starts on 16 bytes. Empty partials (max -inf) weigh 0. Dynamic shared memory:
+// float4 acc [SG][D4], then float max [SG], sum [SG].
+template <class TQ>
+__global__ void __launch_bounds__(512)
+    decode_combine_fast_kernel(const float* __restrict__ part_acc, const float* __restrict__ part_ml, int n_splits,
+                               int64_t n_rows, int D, int SG, TQ* __restrict__ out) {
+  extern __shared__ float4 sm_a[];
+  pdl_wait();
+  pdl_trigger();
+  constexpr int U = 8;  // splits in flight per thread
+  const int D4 = D / 4, tid = threadIdx.x, dq = tid % D4, sg = tid / D4;
+  float* sm_m = reinterpret_cast<float*>(sm_a + SG * D4);
+  float* sm_l = sm_m + SG;
+  const int64_t row = blockIdx.x;
+  const float4* acc4 = reinterpret_cast<const float4*>(part_acc);
+  const float2* ml2 = reinterpret_cast<const float2*>(part_ml);
+  float m = -INFINITY, l = 0.0f;
+  float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int s0 = sg; s0 < n_splits; s0 += U * SG) {
+    float4 x[U];
+    float2 ml[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int s = s0 + u * SG;
+      if (s < n_splits) {
+        const int64_t r = int64_t(s) * n_rows + row;
+        ml[u] = __ldg(ml2 + r);
+        x[u] = __ldg(acc4 + r * D4 + dq);
+      } else {
+        ml[u] = make_float2(-INFINITY, 0.0f);
+        x[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const float ms = ml[u].x;
+      if (ms == -INFINITY) continue;  // an empty partial (also: past n_splits)
+      const float mn = fmaxf(m, ms);
+      const float cf = __expf(m - mn), w = __expf(ms - mn);  // m -inf: cf 0
+      a.x = a.x * cf + w * x[u].x;
+      a.y = a.y * cf + w * x[u].y;
+      a.z = a.z * cf + w * x[u].z;
+      a.w = a.w * cf + w * x[u].w;
+      l = l * cf + w * ml[u].y;
+      m = mn;
+    }
+  }
+  // m and l depend on sg only (the same splits in the same order for every dq).
+  if (dq == 0) sm_m[sg] = m, sm_l[sg] = l;
+  sm_a[sg * D4 + dq] = a;
+  __syncthreads();
+  if (tid < D4) {
+    float M = -INFINITY;
+    for (int j = 0; j < SG; ++j) M = fmaxf(M, sm_m[j]);
+    float L = 0.0f;
+    float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int j = 0; j < SG; ++j) {
+      const float f = sm_m[j] == -INFINITY ? 0.0f : __expf(sm_m[j] - M);
+      const float4 aj = sm_a[j * D4 + tid];
+      L += f * sm_l[j];
+      A.x += f * aj.x, A.y += f * aj.y, A.z += f * aj.z, A.w += f * aj.w;
+    }
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    TQ* o = out + row * D + 4 * tid;
+    o[0] = from_f32<TQ>(A.x * inv);
+    o[1] = from_f32<TQ>(A.y * inv);
+    o[2] = from_f32<TQ>(A.z * inv);
+    o[3] = from_f32<TQ>(A.w * inv);
+  }
+}
+
 template <class F>
 void dispatch_kv(DType t, const char* which, F&& f) {
   switch (t) {
@@ -335,9 +415,31 @@ int row_groups_for(int R) {
 }  // namespace
 
 namespace {
+// DecodeTuning: all on unless VI_DECODE_TUNING=0 (read once, at the first use).
+DecodeTuning initial_tuning() {
+  const char* e = std::getenv("VI_DECODE_TUNING");
+  const bool on = !(e && std::strcmp(e, "0") == 0);
+  return DecodeTuning{on, on, on};
+}
+std::atomic<uint8_t>& tuning_bits() {
+  static std::atomic<uint8_t> bits{[] {
+    const DecodeTuning t = initial_tuning();
+    return static_cast<uint8_t>(t.balanced_splits | (t.fast_combine << 1) | (t.pdl << 2));
+  }()};
+  return bits;
+}
 std::atomic<int> g_tc_min_rows{kDecodeTcMinRowsDefault};
 std::atomic<int64_t> g_tc_min_keys{kDecodeTcMinKeysDefault};
 }  // namespace
+
+DecodeTuning decode_tuning() {
+  const uint8_t b = tuning_bits().load(std::memory_order_relaxed);
+  return DecodeTuning{(b & 1) != 0, (b & 2) != 0, (b & 4) != 0};
+}
+void set_decode_tuning(const DecodeTuning& t) {
+  tuning_bits().store(static_cast<uint8_t>(t.balanced_splits | (t.fast_combine << 1) | (t.pdl << 2)),
+                      std::memory_order_relaxed);
+}
 
 int decode_tc_min_rows() { return g_tc_min_rows.load(std::memory_order_relaxed); }
 int64_t decode_tc_min_keys() { return g_tc_min_keys.load(std::memory_order_relaxed); }
@@ -379,8 +481,12 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
   keys_per_split = (keys_per_split + align - 1) / align * align;
   n_splits = static_cast<int>((n_keys + keys_per_split - 1) / keys_per_split);
 
+  const DecodeTuning tuning = decode_tuning();
   const int64_t n_rows = a.T * a.Hq;
-  const size_t part_floats = n_splits > 1 ? static_cast<size_t>(n_splits) * n_rows * (a.D + 2) : 1;
+  // One split writes the output itself: no partials. (Before the tuning a 4-byte buffer was
+  // allocated anyway, which in a recorded step puts a memory node in front of the kernel.)
+  const size_t part_floats = n_splits > 1 ? static_cast<size_t>(n_splits) * n_rows * (a.D + 2)
+                                          : tuning.pdl ? 0 : 1;
   Scratch part(ctx, part_floats * sizeof(float));
   float* part_acc = n_splits > 1 ? part.as<float>() : nullptr;
   float* part_ml = n_splits > 1 ? part.as<float>() + static_cast<size_t>(n_splits) * n_rows * a.D : nullptr;
@@ -388,13 +494,25 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
     if (n_splits <= 1) return;
     dispatch_act("paged_attention", a.q_dtype, [&](auto qtag) {
       using TQ = decltype(qtag);
+      if (tuning.fast_combine && a.D % 4 == 0) {
+        // Threads: the D / 4 float4 columns times SG split groups, about 512 in all (8 loads
+        // in flight per thread cover 8 * SG splits: 64 at D 256).
+        const int D4 = static_cast<int>(a.D / 4);
+        const int SG = std::max(1, std::min(512 / D4, n_splits));
+        const size_t smem = static_cast<size_t>(SG) * (D4 * sizeof(float4) + 2 * sizeof(float));
+        VI_CUDA_CHECK(pdl_launch(decode_combine_fast_kernel<TQ>, static_cast<unsigned>(n_rows),
+                                 static_cast<unsigned>(SG * D4), smem, stream_of(ctx), part_acc, part_ml, n_splits,
+                                 n_rows, static_cast<int>(a.D), SG, static_cast<TQ*>(a.out)));
+        return;
+      }
       VI_CUDA_CHECK(pdl_launch(decode_combine_kernel<TQ>, static_cast<unsigned>(n_rows), kCombineThreads,
                                n_splits * sizeof(float), stream_of(ctx), part_acc, part_ml, n_splits, n_rows,
                                static_cast<int>(a.D), static_cast<TQ*>(a.out)));
     });
   };
   if (tc) {
-    decode_split_tc(ctx, a, DecodeSplitPlan{n_splits, keys_per_split, part_acc, part_ml});
+    decode_split_tc(ctx, a,
+                    DecodeSplitPlan{n_splits, keys_per_split, part_acc, part_ml, tuning.balanced_splits});
     combine();
     return;
   }

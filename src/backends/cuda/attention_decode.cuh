@@ -112,6 +112,32 @@ int64_t decode_tc_warps_tiles(const DecodeArgs& a);
 int64_t decode_tc_warps_group_tokens(const DecodeArgs& a);
 int64_t decode_tc_warps_groups(const DecodeArgs& a);
 
+// Short-context tuning of the split plan, the warp-split kernels and the combine (H200, 27B
+// shape, i8 K/V: at 8K a layer's attention cost ~29 us, kernel 20.7 + combine 8.1, where the
+// K/V stream needs ~4-6; docs/notes/decode_attention.md, "Short contexts"). Each piece can be
+// turned off on its own so the old path can be timed in the same process (bench, tests):
+// - balanced_splits: the warp-split kernels spread the TRUE key count (read from the device
+//   position) over their n_splits blocks, split s taking keys [s n / n_splits, (s + 1) n /
+//   n_splits); off: split s takes [s keys_per_split, +keys_per_split) of the host's key
+//   bound, so with a recorded step's bound (the length rounded up to a power of two) up to
+//   half the splits are empty while the others do twice the work.
+// - fast_combine: the combine kernel that issues all of a thread's split loads at once
+//   (threads spread over the splits as well as the head dims, one merge in shared memory);
+//   off: the one-block-per-row kernel whose threads walk every split in turn.
+// - pdl: the warp-split kernels wait for their predecessor with griddepcontrol (pdl_wait) and
+//   are launched through pdl_launch, and allow the combine to launch early (pdl_trigger);
+//   with one split no partial buffer is allocated, so no memory node separates them from the
+//   kernel before (decode_graph.md: a non-kernel node gets no programmatic overlap).
+// Defaults: all on; VI_DECODE_TUNING=0 in the environment (read once per process) turns all
+// three off (the path measured before, for end-to-end A/B).
+struct DecodeTuning {
+  bool balanced_splits = true;
+  bool fast_combine = true;
+  bool pdl = true;
+};
+DecodeTuning decode_tuning();
+void set_decode_tuning(const DecodeTuning& t);  // process-wide (tests, benchmarks)
+
 // How decode_attention split the keys: split s covers keys [s * keys_per_split, +keys_per_split);
 // part_acc [n_splits, T * Hq, D] and part_ml [n_splits, T * Hq, 2] (f32, device) take the
 // partials, or are null when n_splits is 1 and the split kernel writes the output.
@@ -120,6 +146,9 @@ struct DecodeSplitPlan {
   int64_t keys_per_split = 0;
   float* part_acc = nullptr;
   float* part_ml = nullptr;
+  // The warp-split kernels spread the true key count over the n_splits blocks instead (see
+  // DecodeTuning::balanced_splits); the other split kernels ignore it.
+  bool balanced = false;
 };
 void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeSplitPlan& plan);
 

@@ -40,6 +40,7 @@
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/kv_quant.cuh"
 #include "backends/cuda/mma_f16.cuh"
+#include "backends/cuda/pdl.cuh"
 
 namespace vi::cuda {
 namespace {
@@ -93,6 +94,8 @@ struct TcParams {
   int bs, q_pos0, T, Hq, Hkv, D, G, R, MT, keys_per_split;
   int bs_shift;  // log2(bs) when bs is a power of two, else -1 (the ring kernel's row lookup)
   int group_tokens, n_groups;  // the warp-split kernel's row groups: tokens per group, groups
+  int n_splits;   // splits (blocks per row group and KV head)
+  bool balanced;  // warp-split kernels: splits spread the true key count (warp_split_range)
   float qscale;  // scale * log2(e)
   bool rotate_q, vec_k, vec_v;
   float* part_acc;  // [n_splits, T * Hq, D] unnormalised (null: one split, write out)
@@ -799,6 +802,31 @@ __device__ __forceinline__ void i8x4_to_h2(uint32_t w, uint32_t& lo, uint32_t& h
   hi = as_u32(__hsub2(as_h2(__byte_perm(x, 0x64646464u, 0x4342u)), bias));
 }
 
+// Keys [s_begin, s_end) of split `split` for a row group whose last token sees keys < n_keys
+// (empty where s_end <= s_begin). Static (DecodeTuning::balanced_splits off): split s takes
+// keys_per_split keys of the host's key bound, so with a bound well past the true length
+// (a recorded step: the length rounded up to a power of two) the splits past the length
+// are empty and the rest carry the whole context. Balanced: the true count of the call,
+// n_total = p0 + T (read from the device position), is spread over all n_splits splits,
+// boundaries rounded down to the 16-key slot (one pool block of 16 per slot where the pool
+// has blocks of 16); every group of a split uses the same boundaries, so each row's splits
+// still cover its keys exactly once.
+__device__ __forceinline__ void warp_split_range(const TcParams& P, int split, int p0, int n_keys, int& s_begin,
+                                                 int& s_end) {
+  if (P.balanced) {
+    const int64_t n_total = int64_t(p0) + P.T;
+    auto bound = [&](int sp) -> int {
+      if (sp >= P.n_splits) return static_cast<int>(n_total);
+      return static_cast<int>(sp * n_total / P.n_splits) & ~(kSlotKeys - 1);
+    };
+    s_begin = bound(split);
+    s_end = min(n_keys, bound(split + 1));
+  } else {
+    s_begin = split * P.keys_per_split;
+    s_end = min(n_keys, s_begin + P.keys_per_split);
+  }
+}
+
 // One warp's step over one slot of 16 keys (keys key0 ..; K/V rows and scales at `slot`):
 // S = Q·Kᵀ for the warp's 16 rows (rows g and g + 8 of the lane read at qa_row / qb_row),
 // the K scale and the mask (keys past s_end or past the row's position), the online softmax
@@ -950,10 +978,15 @@ __global__ void __launch_bounds__(kWThreads, 2)
   const int t0 = gi * P.group_tokens, Tg = min(P.group_tokens, P.T - t0);
   const int R = Tg * P.G;
 
+  // PDL (launched through pdl_launch where DecodeTuning::pdl): nothing global is touched
+  // before the kernel before this one has finished; the combine may launch right away (its
+  // own pdl_wait waits for this whole grid).
+  pdl_wait();
+  pdl_trigger();
   const int p0 = P.q_pos ? P.q_pos[0] : P.q_pos0;
   const int n_keys = p0 + t0 + Tg;  // the group's last token sees keys < n_keys
-  const int s_begin = split * P.keys_per_split;
-  const int s_end = min(n_keys, s_begin + P.keys_per_split);
+  int s_begin, s_end;
+  warp_split_range(P, split, p0, n_keys, s_begin, s_end);
   const int n_slots = s_end > s_begin ? (s_end - s_begin + kSlotKeys - 1) / kSlotKeys : 0;
   const int n_mine = n_slots > warp ? (n_slots - warp + kWW - 1) / kWW : 0;  // warp-uniform
   const int64_t kv_stride = int64_t(P.Hkv) * P.D;
@@ -1009,7 +1042,9 @@ __global__ void __launch_bounds__(kWThreads, 2)
       const __half* qrow = q + (int64_t(t) * P.Hq + hk * P.G + gq) * P.D;
 #pragma unroll
       for (int e = 0; e < EPL; ++e) x[e] = r < R && d0 + e < P.D ? __half2float(qrow[d0 + e]) * P.qscale : 0.0f;
-      if (P.rotate_q) {
+      // Padding rows stay zero (warp-uniform): at T = 1 of the 27B shape 10 of the 16 rows,
+      // whose butterflies (40 shuffles a row at D 256) each warp used to run.
+      if (P.rotate_q && r < R) {
 #pragma unroll
         for (int h = 1; h < EPL; h *= 2)
 #pragma unroll
@@ -1323,10 +1358,12 @@ __global__ void __launch_bounds__(kWThreads, 2)
   const int R = Tg * P.G;
   const bool busy = 16 * rt < R;  // warp-uniform: this warp's tile holds a row of the group
 
+  pdl_wait();  // as in the one-tile kernel above
+  pdl_trigger();
   const int p0 = P.q_pos ? P.q_pos[0] : P.q_pos0;
   const int n_keys = p0 + t0 + Tg;  // the group's last token sees keys < n_keys
-  const int s_begin = split * P.keys_per_split;
-  const int s_end = min(n_keys, s_begin + P.keys_per_split);
+  int s_begin, s_end;
+  warp_split_range(P, split, p0, n_keys, s_begin, s_end);
   const int n_slots = s_end > s_begin ? (s_end - s_begin + kSlotKeys - 1) / kSlotKeys : 0;
   const int n_mine = n_slots > st ? (n_slots - st + NST - 1) / NST : 0;  // uniform over the stream
   const int64_t kv_stride = int64_t(P.Hkv) * P.D;
@@ -1666,11 +1703,21 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
   for (int sh = 0; sh < 31; ++sh)
     if ((int64_t(1) << sh) == a.block_size) P.bs_shift = sh;
 
+  P.n_splits = plan.n_splits;
+  P.balanced = plan.balanced;
+
   const int DP = padded_dim(a.D);
   const dim3 grid(static_cast<unsigned>(plan.n_splits), static_cast<unsigned>(a.Hkv));
-  auto launch_at = [&](auto kernel, dim3 where, int threads, int smem, const auto* k, const auto* v) {
+  // pdl: only the warp-split kernels call pdl_wait (the rule in pdl.cuh); the others keep <<<>>>.
+  auto launch_at = [&](auto kernel, dim3 where, int threads, int smem, const auto* k, const auto* v,
+                       bool pdl = false) {
     // Over 48 KB of dynamic shared memory must be opted into (per device: set each call).
     VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (pdl) {
+      VI_CUDA_CHECK(pdl_launch(kernel, where, dim3(threads), static_cast<size_t>(smem), stream_of(ctx),
+                               static_cast<const __half*>(a.q), k, v, static_cast<__half*>(a.out), P));
+      return;
+    }
     kernel<<<where, threads, smem, stream_of(ctx)>>>(static_cast<const __half*>(a.q), k, v,
                                                      static_cast<__half*>(a.out), P);
     VI_CUDA_LAUNCH_CHECK();
@@ -1686,14 +1733,15 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
     // The groups of a split in adjacent blocks (x = split * n_groups + group): see the kernel.
     const dim3 wgrid(static_cast<unsigned>(plan.n_splits * P.n_groups), static_cast<unsigned>(a.Hkv));
     const int smem = warps_smem(DP, RT);
+    const bool pdl = decode_tuning().pdl;
     if (DP == 128) {
-      if (RT == 1) launch_at(decode_tc_warps_kernel<128>, wgrid, kWThreads, smem, k, v);
-      else if (RT == 2) launch_at(decode_tc_warps_share_kernel<128, 2>, wgrid, kWThreads, smem, k, v);
-      else launch_at(decode_tc_warps_share_kernel<128, 4>, wgrid, kWThreads, smem, k, v);
+      if (RT == 1) launch_at(decode_tc_warps_kernel<128>, wgrid, kWThreads, smem, k, v, pdl);
+      else if (RT == 2) launch_at(decode_tc_warps_share_kernel<128, 2>, wgrid, kWThreads, smem, k, v, pdl);
+      else launch_at(decode_tc_warps_share_kernel<128, 4>, wgrid, kWThreads, smem, k, v, pdl);
     } else {
-      if (RT == 1) launch_at(decode_tc_warps_kernel<256>, wgrid, kWThreads, smem, k, v);
-      else if (RT == 2) launch_at(decode_tc_warps_share_kernel<256, 2>, wgrid, kWThreads, smem, k, v);
-      else launch_at(decode_tc_warps_share_kernel<256, 4>, wgrid, kWThreads, smem, k, v);
+      if (RT == 1) launch_at(decode_tc_warps_kernel<256>, wgrid, kWThreads, smem, k, v, pdl);
+      else if (RT == 2) launch_at(decode_tc_warps_share_kernel<256, 2>, wgrid, kWThreads, smem, k, v, pdl);
+      else launch_at(decode_tc_warps_share_kernel<256, 4>, wgrid, kWThreads, smem, k, v, pdl);
     }
     return;
   }
