@@ -401,6 +401,58 @@ TEST_P(AttentionDecode, TensorCoreWarpSplitSharedSlots) {
   }
 }
 
+// Sets the short-context tuning (cuda::DecodeTuning) for a scope and restores what it was.
+struct Tuning {
+  explicit Tuning(cuda::DecodeTuning t) : was(cuda::decode_tuning()) { cuda::set_decode_tuning(t); }
+  ~Tuning() { cuda::set_decode_tuning(was); }
+  cuda::DecodeTuning was;
+};
+
+// A recorded step's key bound: the length rounded up to a power of two (BatchPlan::stage),
+// so a context just past a power of two launches splits for twice its keys. Every
+// combination of the tuning (balanced splits over the true length or splits of the bound;
+// the fast or the old combine; PDL launches and no partial buffer for one split) over the
+// 27B shape (blocks of 16 and 7), T = 1, 2, 4, 8 on the warp-split kernel with the tiles the
+// default picks (1, 2 or 4), the kernel's own split counts and forced ones (33 splits over 300
+// keys: balanced splits of 9 keys, some of them empty after the rounding to 16-key slots;
+// more splits than keys), and the CUDA-core kernel with the fast combine on D 64, 80 and 37
+// (D % 4 != 0: the old combine). Against the CPU op, NaN in the pool rows past the length.
+TEST_P(AttentionDecode, RoundedUpKeyBound) {
+  auto pow2_extra = [](int64_t S) {
+    int64_t b = 256;
+    while (b < S) b *= 2;
+    return b - S;
+  };
+  using cuda::DecodeTuning;
+  const DecodeTuning modes[] = {DecodeTuning{true, true, true}, DecodeTuning{false, false, false},
+                                DecodeTuning{true, false, false}, DecodeTuning{false, true, true}};
+  for (const DecodeTuning& m : modes) {
+    const Tuning tuning(m);
+    const std::string what = fmt::format("balanced {} fast combine {} pdl {}", m.balanced_splits, m.fast_combine, m.pdl);
+    SCOPED_TRACE(what);
+    int ran = 0, calls = 0;
+    for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{24, 4, 256, 7}}) {
+      for (auto [T, S] : {TP{1, 8200}, TP{4, 8200}, TP{2, 4100}, TP{8, 2051}, TP{1, 300}, TP{4, 257}, TP{1, 1}}) {
+        const int64_t p0 = S - T;
+        if (p0 < 0) continue;
+        // Tensor cores, the warp-split kernel with the tiles kAuto picks (one group for G 6).
+        ran += check_split(s, T, p0, DType::I8, DType::I8, 1, 0, pow2_extra(S), true, true), ++calls;
+      }
+      if (s.bs == 16) {
+        for (int64_t T : {1, 4}) {
+          ran += check_split(s, T, 300 - T, DType::I8, DType::I8, 1, 33, 212, true, true), ++calls;
+          ran += check_split(s, T, 40 - T, DType::I8, DType::I8, 1, 64, 216, true, true), ++calls;
+          ran += check_split(s, T, 8200 - T, DType::I8, DType::I8, 1, 1, 8184, true, true), ++calls;
+        }
+      }
+    }
+    for (const Shape& s : {Shape{8, 4, 64, 16}, Shape{6, 3, 80, 7}, Shape{4, 2, 37, 16}})
+      for (int64_t T : {1, 4}) check_split(s, T, 1030 - T, DType::I8, DType::I8, INT_MAX, 0, pow2_extra(1030));
+    if (GetParam().profile == ops::KernelProfile::kVolta) EXPECT_EQ(ran, 0);
+    else std::printf("%s: warp-split kernel ran in %d of %d calls (0: no sm_80 code)\n", what.c_str(), ran, calls);
+  }
+}
+
 TEST_P(AttentionDecode, TensorCoreFits) {
   cuda::DecodeArgs a;
   a.T = 4, a.Hq = 24, a.Hkv = 4, a.D = 256, a.block_size = 16;
