@@ -1,8 +1,5 @@
 // Tensor-core decode GEMV on Q4_KR weights: see gemv_q4kr.cuh for the plan and the numerics.
-#include <cstdlib>
-#include <mutex>
 #include <type_traits>
-#include <unordered_map>
 
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
@@ -196,44 +193,6 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
   store_tile_sums<WARPS>(acc, red, y, n0, N, n_tok);
 }
 
-// ---- Split-K scratch (sm_80+) ----
-// Per weight matrix (gemv_q4kr_split_scratch): fp32 tile sums [tiles][128] and one arrival
-// counter per tile, both zero between launches (each tile's second block reads the sums back
-// with atomicExch(0) and clears its counter), so recorded steps replay without a memset.
-struct SplitScratch {
-  float* sums = nullptr;      // [tiles][4][32], stash_tile_sums' layout of one tile
-  unsigned* count = nullptr;  // [tiles]
-};
-
-// The block's tile sums (red, past stash_tile_sums' barrier) into `split`; true for the block
-// that arrives second, which then finds the tile's total in red[0] (and zeros in red[1..]).
-// Two halves only: 0 + a + b = 0 + b + a in fp32, so the result does not depend on the order.
-template <int WARPS>
-__device__ __forceinline__ bool add_split_sums(float (*red)[4][32], const SplitScratch& split, int64_t tile) {
-  __shared__ bool last;
-  float* sums = split.sums + tile * 128;
-  for (int k = threadIdx.x; k < 128; k += blockDim.x) {
-    float v = 0.0f;
-#pragma unroll
-    for (int wv = 0; wv < WARPS; ++wv) v += red[wv][k / 32][k % 32];
-    atomicAdd(sums + k, v);
-  }
-  __threadfence();  // the sums reach L2 before the counter says so
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(split.count + tile, 1u) == 1u;
-  __syncthreads();
-  if (!last) return false;
-  __threadfence();
-  for (int k = threadIdx.x; k < 128; k += blockDim.x) {
-    red[0][k / 32][k % 32] = atomicExch(sums + k, 0.0f);
-#pragma unroll
-    for (int wv = 1; wv < WARPS; ++wv) red[wv][k / 32][k % 32] = 0.0f;
-  }
-  if (threadIdx.x == 0) split.count[tile] = 0u;
-  __syncthreads();
-  return true;
-}
-
 // ---- Deep register kernel (sm_80+) ----
 // The register kernel with DEPTH whole super-blocks per warp loaded ahead instead of one half:
 // for matrices of few rows (5120: 320 tiles, 2.4 blocks of 4 warps per SM), where the warps
@@ -243,42 +202,28 @@ __device__ __forceinline__ bool add_split_sums(float (*red)[4][32], const SplitS
 // compiler ~168 registers; 2 ahead also fits 4 blocks per SM (125, no spills) for wide matrices.
 // SWIGLU: w is a stacked gate|up [2F, K] and y the SwiGLU output h [T, F]: tile b takes gate rows
 // 8b + g as its rows g and the up rows F + 8b + g as its rows g + 8 (write_swiglu_sums).
-// SPLIT 2 (split-K): blocks 2t and 2t + 1 take the first and the second half of tile t's
-// super-blocks, for more, shorter blocks: the 5120-row matrices have 320 tiles for 396 block
-// slots (some SMs run 3 tiles, some 2), and the wide ones end on a partly filled wave. Each half
-// adds its fp32 tile sums into `split` (see SplitScratch); the second to arrive stores them.
-template <int DEPTH, int MINB, bool SWIGLU = false, int SPLIT = 1>
+template <int DEPTH, int MINB, bool SWIGLU = false>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kr_deep_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
-                          __half* __restrict__ y, int n_tok, int64_t N, int n_sb, int64_t K, uint32_t magic,
-                          SplitScratch split) {
+                          __half* __restrict__ y, int n_tok, int64_t N, int n_sb, int64_t K, uint32_t magic) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int64_t tile = int64_t(blockIdx.x) / SPLIT;
-  const int part = static_cast<int>(blockIdx.x % SPLIT);
-  const int64_t n0 = tile * 16, F = N / 2;
+  const int64_t n0 = int64_t(blockIdx.x) * 16, F = N / 2;
   int64_t row_a = min(n0 + g, N - 1), row_b = min(n0 + g + 8, N - 1);
   if constexpr (SWIGLU) {
-    row_a = min(tile * 8 + g, F - 1);
+    row_a = min(int64_t(blockIdx.x) * 8 + g, F - 1);
     row_b = F + row_a;
   }
-  // This block's super-blocks [sb_begin, sb_end); the warp's first is sb_begin + warp, then every
-  // 4th: one position of consecutive Q4_KR blocks, so the steps stay one block apart.
-  const int sb_begin = part * n_sb / SPLIT, sb_end = (part + 1) * n_sb / SPLIT;
-  const int first = sb_begin + warp;
-  // (Unsplit: warp < 4 = blockDim / 32, which the compiler cannot know, so say it.)
-  const size_t at = SPLIT == 1 ? 0 : static_cast<size_t>(first / 4) * kQ4krBlkBytes;
-  const int pos = SPLIT == 1 ? warp : first % 4;
-  const uint8_t* r0 = w + static_cast<size_t>(row_a) * row_bytes + at;
-  const uint8_t* r1 = w + static_cast<size_t>(row_b) * row_bytes + at;
-  const uint8_t* q0 = r0 + 128 * pos + 16 * c;
-  const uint8_t* q1 = r1 + 128 * pos + 16 * c;
-  const uint8_t* s0 = r0 + kQ4krSmOff + 16 * pos;
-  const uint8_t* s1 = r1 + kQ4krSmOff + 16 * pos;
-  const uint8_t* d0 = r0 + kQ4krDmOff + 4 * pos;
-  const uint8_t* d1 = r1 + kQ4krDmOff + 4 * pos;
-  const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * first + 32 * c;
+  const uint8_t* r0 = w + static_cast<size_t>(row_a) * row_bytes;
+  const uint8_t* r1 = w + static_cast<size_t>(row_b) * row_bytes;
+  const uint8_t* q0 = r0 + 128 * warp + 16 * c;
+  const uint8_t* q1 = r1 + 128 * warp + 16 * c;
+  const uint8_t* s0 = r0 + kQ4krSmOff + 16 * warp;
+  const uint8_t* s1 = r1 + kQ4krSmOff + 16 * warp;
+  const uint8_t* d0 = r0 + kQ4krDmOff + 4 * warp;
+  const uint8_t* d1 = r1 + kQ4krDmOff + 4 * warp;
+  const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
   const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
-  const int n_mine = first < sb_end ? (sb_end - first + 3) / 4 : 0;  // this warp's super-blocks
+  const int n_mine = warp < n_sb ? (n_sb - warp + 3) / 4 : 0;  // this warp's super-blocks
 
   struct Sb {
     HalfSb h[2];
@@ -318,18 +263,11 @@ __global__ void __launch_bounds__(128, MINB)
     xs += DEPTH * 1024;
   }
   __shared__ float red[4][4][32];
-  if constexpr (SPLIT > 1) {
-    stash_tile_sums(acc, red);
-    if (!add_split_sums<4>(red, split, tile)) return;  // the other half stores the tile
-    // red[0] now holds the tile's sums; warps 1-3 hold zeros (add_split_sums).
-  }
   if constexpr (SWIGLU) {  // one tile: red is write_swiglu_sums' [4][1][4][32]
-    if constexpr (SPLIT == 1) stash_tile_sums(acc, red);
-    write_swiglu_sums<4, 1>(reinterpret_cast<const float (*)[1][4][32]>(red), y, tile * 8, F, n_tok);
-  } else if constexpr (SPLIT == 1) {
-    store_tile_sums<4>(acc, red, y, n0, N, n_tok);
+    stash_tile_sums(acc, red);
+    write_swiglu_sums<4, 1>(reinterpret_cast<const float (*)[1][4][32]>(red), y, int64_t(blockIdx.x) * 8, F, n_tok);
   } else {
-    store_stashed_sums<4>(red, y, n0, N, n_tok);
+    store_tile_sums<4>(acc, red, y, n0, N, n_tok);
   }
 }
 
@@ -439,27 +377,21 @@ void launch_regs(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
                            static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic));
 }
 
-// The split-K scratch of weight w (made by gemv_q4kr_prepare_split at model load; or here, when
-// no recording is under way): empty when there is none, and the caller then does not split.
-SplitScratch scratch_of(const ops::Context& ctx, const Tensor& w);
-
-template <int DEPTH, int MINB, int SPLIT = 1>
-void launch_deep(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, SplitScratch split = {}) {
+template <int DEPTH, int MINB>
+void launch_deep(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t N = w.dim(0), K = w.dim(1);
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_deep_kernel<DEPTH, MINB, false, SPLIT>,
-                           dim3(static_cast<unsigned>((N + 15) / 16 * SPLIT)), dim3(128), 0, stream_of(ctx),
-                           w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(), static_cast<int>(x.rows()),
-                           N, static_cast<int>(K / kQKK), K, kQ4krMagic, split));
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_deep_kernel<DEPTH, MINB>, dim3(static_cast<unsigned>((N + 15) / 16)), dim3(128), 0,
+                           stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
+                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic));
 }
 
 // h = silu(x · gateᵀ) ⊙ (x · upᵀ) for w = gate|up [2F, K]: F / 8 tiles of 8 gate and 8 up rows.
-template <int DEPTH, int MINB, int SPLIT = 1>
-void launch_deep_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h, SplitScratch split = {}) {
+template <int DEPTH, int MINB>
+void launch_deep_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h) {
   const int64_t N = w.dim(0), K = w.dim(1);
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_deep_kernel<DEPTH, MINB, true, SPLIT>,
-                           dim3(static_cast<unsigned>((N / 2 + 7) / 8 * SPLIT)), dim3(128), 0, stream_of(ctx),
-                           w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), h.ptr<__half>(), static_cast<int>(x.rows()),
-                           N, static_cast<int>(K / kQKK), K, kQ4krMagic, split));
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_deep_kernel<DEPTH, MINB, true>, dim3(static_cast<unsigned>((N / 2 + 7) / 8)),
+                           dim3(128), 0, stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(),
+                           h.ptr<__half>(), static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic));
 }
 
 template <int STAGES>
@@ -480,68 +412,6 @@ bool bulk_ok(const ops::Context& ctx) {
 #endif
 }
 
-// Split-K scratch per weight matrix, keyed by its device address: [tiles][128] fp32 sums and
-// [tiles] counters, zeroed once. Never freed while the process runs (a few hundred KB per
-// matrix); an address reused by a larger matrix gets a new one.
-struct ScratchEntry {
-  void* mem = nullptr;
-  int64_t tiles = 0;
-};
-std::mutex g_scratch_mu;
-std::unordered_map<const void*, ScratchEntry>& scratch_map() {
-  static std::unordered_map<const void*, ScratchEntry> m;
-  return m;
-}
-
-SplitScratch entry_scratch(const ScratchEntry& e) {
-  SplitScratch s;
-  s.sums = static_cast<float*>(e.mem);
-  s.count = reinterpret_cast<unsigned*>(s.sums + e.tiles * 128);
-  return s;
-}
-
-// Whether work may be allocated now: not while the context's stream records a step.
-bool recording(const ops::Context& ctx) {
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  VI_CUDA_CHECK(cudaStreamIsCapturing(stream_of(ctx), &st));
-  return st != cudaStreamCaptureStatusNone;
-}
-
-SplitScratch make_scratch(const ops::Context& ctx, const Tensor& w, bool allocate) {
-  const int64_t tiles = (w.dim(0) + 15) / 16;
-  std::lock_guard<std::mutex> lock(g_scratch_mu);
-  ScratchEntry& e = scratch_map()[w.data()];
-  if (e.tiles >= tiles) return entry_scratch(e);
-  if (!allocate || recording(ctx)) return {};
-  if (e.mem) VI_CUDA_CHECK(cudaFree(e.mem));  // a smaller matrix once lived at this address
-  e = ScratchEntry{};
-  const size_t bytes = static_cast<size_t>(tiles) * (128 * sizeof(float) + sizeof(unsigned));
-  VI_CUDA_CHECK(cudaMalloc(&e.mem, bytes));
-  // Ordered before every later kernel on this stream; other streams meet the weight only after
-  // the model load's synchronisation.
-  VI_CUDA_CHECK(cudaMemsetAsync(e.mem, 0, bytes, stream_of(ctx)));
-  e.tiles = tiles;
-  return entry_scratch(e);
-}
-
-SplitScratch scratch_of(const ops::Context& ctx, const Tensor& w) { return make_scratch(ctx, w, true); }
-
-// VI_Q4KR_SPLIT (read once): 0 never split K; 1 (default) split where docs/notes/gemv.md run 16
-// measured it faster; 2 split every matrix the deep kernel takes (for A/B runs).
-int split_policy() {
-  static const int p = [] {
-    const char* e = std::getenv("VI_Q4KR_SPLIT");
-    return e && *e ? std::atoi(e) : 1;
-  }();
-  return p;
-}
-bool split_rows(int64_t N, bool swiglu) {
-  const int p = split_policy();
-  if (p <= 0) return false;
-  if (p >= 2) return true;
-  return swiglu || N <= 8192;
-}
-
 }  // namespace
 
 GemvQ4krShape gemv_q4kr_default_shape(const ops::Context& ctx, int64_t N, int64_t K) {
@@ -553,14 +423,9 @@ GemvQ4krShape gemv_q4kr_default_shape(const ops::Context& ctx, int64_t N, int64_
   // bulk-copy ring of 2 slots (201 us, 87% of the copy rate).
   using K_ = GemvQ4krShape::Kernel;
   (void)K;
-  if (N <= 8192) return {K_::kDeep, 2, 3, split_rows(N, false) ? 2 : 1};
+  if (N <= 8192) return {K_::kDeep, 2, 3};
   if (N >= 65536 && bulk_ok(ctx)) return {K_::kRing, 2, 0};
-  return {K_::kDeep, 2, 4, split_rows(N, false) ? 2 : 1};
-}
-
-void gemv_q4kr_prepare_split(const ops::Context& ctx, const Tensor& w) {
-  if (sm80_code(ctx) && w.dtype() == DType::Q4_KR && w.dim(0) < 65536 && split_policy() > 0)
-    make_scratch(ctx, w, true);
+  return {K_::kDeep, 2, 4};
 }
 
 void gemv_q4kr_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h) {
@@ -568,21 +433,14 @@ void gemv_q4kr_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w,
            "gemv_q4kr_swiglu: h [{}, {}] does not match x rows {} and a gate|up weight of {} rows", h.rows(),
            h.cols(), x.rows(), w.dim(0));
   // The kernel of the unfused GEMV on a matrix of these rows (gemv_q4kr_default_shape), fused.
-  const SplitScratch split = split_rows(w.dim(0), true) ? scratch_of(ctx, w) : SplitScratch{};
-  if (w.dim(0) <= 8192) {
-    if (split.sums) launch_deep_swiglu<2, 3, 2>(ctx, x, w, h, split);
-    else launch_deep_swiglu<2, 3>(ctx, x, w, h);
-  } else {
-    if (split.sums) launch_deep_swiglu<2, 4, 2>(ctx, x, w, h, split);
-    else launch_deep_swiglu<2, 4>(ctx, x, w, h);
-  }
+  if (w.dim(0) <= 8192) launch_deep_swiglu<2, 3>(ctx, x, w, h);
+  else launch_deep_swiglu<2, 4>(ctx, x, w, h);
 }
 
 std::string gemv_q4kr_shape_name(const GemvQ4krShape& s) {
   switch (s.kernel) {
     case GemvQ4krShape::Kernel::kRegisters: return fmt::format("registers, {} blocks/SM", s.blocks);
-    case GemvQ4krShape::Kernel::kDeep:
-      return fmt::format("deep, {} ahead, {} blocks/SM{}", s.param, s.blocks, s.split > 1 ? ", split-K 2" : "");
+    case GemvQ4krShape::Kernel::kDeep: return fmt::format("deep, {} ahead, {} blocks/SM", s.param, s.blocks);
     case GemvQ4krShape::Kernel::kRing: return fmt::format("bulk-copy ring, {} slots", s.param);
     default: return "auto";
   }
@@ -591,8 +449,7 @@ std::string gemv_q4kr_shape_name(const GemvQ4krShape& s) {
 std::vector<GemvQ4krShape> gemv_q4kr_shapes(const ops::Context& ctx) {
   using K_ = GemvQ4krShape::Kernel;
   std::vector<GemvQ4krShape> v = {{K_::kRegisters, 0, 4}, {K_::kRegisters, 0, 6}, {K_::kDeep, 2, 3},
-                                  {K_::kDeep, 2, 4}, {K_::kDeep, 3, 3}, {K_::kDeep, 4, 3},
-                                  {K_::kDeep, 2, 3, 2}, {K_::kDeep, 2, 4, 2}};
+                                  {K_::kDeep, 2, 4}, {K_::kDeep, 3, 3}, {K_::kDeep, 4, 3}};
   if (bulk_ok(ctx))
     for (int st : {2, 3, 4}) v.push_back({K_::kRing, st, 0});
   return v;
@@ -610,15 +467,8 @@ void gemv_q4kr(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor
   using K_ = GemvQ4krShape::Kernel;
   if (shape.kernel == K_::kAuto) shape = gemv_q4kr_default_shape(ctx, w.dim(0), w.dim(1));
   if (shape.kernel == K_::kRing && !bulk_ok(ctx)) VI_FAIL("gemv_q4kr: the bulk-copy ring needs sm_90 code and CUDA 12+");
-  SplitScratch split;
-  if (shape.kernel == K_::kDeep && shape.split > 1) {
-    split = scratch_of(ctx, w);
-    if (!split.sums) shape.split = 1;  // recording without a scratch made beforehand
-  }
-  const int key = static_cast<int>(shape.kernel) * 100 + shape.param * 10 + shape.blocks + 1000 * (shape.split - 1);
+  const int key = static_cast<int>(shape.kernel) * 100 + shape.param * 10 + shape.blocks;
   switch (key) {
-    case 1223: launch_deep<2, 3, 2>(ctx, x, w, y, split); break;
-    case 1224: launch_deep<2, 4, 2>(ctx, x, w, y, split); break;
     case 104: launch_regs<4, 4>(ctx, x, w, y); break;
     case 106: launch_regs<4, 6>(ctx, x, w, y); break;
     case 223: launch_deep<2, 3>(ctx, x, w, y); break;

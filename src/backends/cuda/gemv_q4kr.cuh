@@ -33,28 +33,21 @@ namespace vi::cuda {
 // kRegisters (blocks 4 or 6); kDeep, param super-blocks per warp loaded ahead (2..4; blocks 3,
 // or 4 for 2 ahead); kRing, param slots of the bulk-copy ring (2..4; sm_90 and CUDA 12+).
 // kAuto: chosen by shape.
-// split (kDeep only): 2 halves K between two blocks per tile (split-K; gemv_q4kr.cu).
 struct GemvQ4krShape {
   enum class Kernel { kAuto, kRegisters, kDeep, kRing };
   Kernel kernel = Kernel::kAuto;
   int param = 0;
   int blocks = 0;
-  int split = 1;
   bool operator==(const GemvQ4krShape& o) const {
-    return kernel == o.kernel && param == o.param && blocks == o.blocks && split == o.split;
+    return kernel == o.kernel && param == o.param && blocks == o.blocks;
   }
 };
-// "registers, 4 blocks/SM", "deep, 2 ahead, 3 blocks/SM[, split-K 2]", "bulk-copy ring, 2 slots".
+// "registers, 4 blocks/SM", "deep, 2 ahead, 3 blocks/SM", "bulk-copy ring, 2 slots".
 std::string gemv_q4kr_shape_name(const GemvQ4krShape& s);
 GemvQ4krShape gemv_q4kr_default_shape(const ops::Context& ctx, int64_t N, int64_t K);
 // Every shape compiled and runnable on the current device, for the tests and the benchmark's
 // --variants.
 std::vector<GemvQ4krShape> gemv_q4kr_shapes(const ops::Context& ctx);
-
-// Makes w's split-K scratch (per matrix: fp32 tile sums and counters, kept zero between calls) if
-// the routing may split it. Called where weights are prepared, so that no recorded step has to
-// allocate; a call that finds none while recording does not split.
-void gemv_q4kr_prepare_split(const ops::Context& ctx, const Tensor& w);
 
 // Whether gemv_q4kr can take this call (profile, device, dtypes, T, alignment).
 bool gemv_q4kr_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);

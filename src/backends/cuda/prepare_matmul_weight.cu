@@ -7,7 +7,6 @@
 //    its integer instructions at 40-55% of the H200's bandwidth; +2.8% bytes.
 //  F16 is read in its file layout.
 #include "backends/cuda/cuda_util.cuh"
-#include "backends/cuda/gemv_q4kr.cuh"
 #include "backends/cuda/quant.cuh"
 #include "ops/memory.h"
 #include "ops/prepare_matmul_weight.h"
@@ -85,7 +84,6 @@ Tensor prepare_q4_k(ops::Context& ctx, const Tensor& w) {
         w.ptr<BlockQ4_K>(), out.ptr<BlockQ4_KR>(), n);
     VI_CUDA_LAUNCH_CHECK();
   }
-  gemv_q4kr_prepare_split(ctx, out);  // before any step is recorded
   return out;
 }
 
