@@ -23,8 +23,17 @@
 // the context's K/V rows (+ int8 scales) + q + out, read once; % copy is against the
 // device-to-device copy bandwidth (bytes read + written) measured in the same run.
 //
+// --bound pow2 sizes the launch as a recorded decode step does (BatchPlan::stage): the key
+// bound is the length rounded up to a power of two (at least 256) and the block table is
+// zero-padded to it, so a context just past a power of two (e.g. 8200 -> 16384) launches
+// splits for twice its keys; --bound exact (default) passes the length. --tuning ab adds,
+// for the tensor-core lines, the same path with cuda::DecodeTuning all off ("[old]": splits
+// of the bound, the old combine, no PDL); --tuning pieces adds each piece alone too
+// ("[balanced]", "[combine]", "[pdl]"). --paths limits the kernels (comma-separated names as
+// printed, e.g. tensor-core,tc-warps). The context column reads "length/bound".
+//
 //   bench_attention_decode [--ctx 8192,131072] [--tokens 1,4,8] [--profiles native,volta] [--json FILE]
-//                          [--variants]
+//                          [--variants] [--bound exact|pow2] [--tuning default|ab|pieces] [--paths a,b]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -63,7 +72,8 @@ using vi::benchutil::parse_list;
 int main(int argc, char** argv) {
   std::vector<int64_t> ctxs = {8192, 131072}, tokens = {1, 4, 8};
   std::vector<std::string> profiles = {"native", "volta"};
-  std::string json_path;
+  std::string json_path, bound_mode = "exact", tuning_mode = "default";
+  std::vector<std::string> only_paths;
   bool variants = false;
   for (int i = 1; i < argc; ++i) {  // --variants takes no value
     if (std::string(argv[i]) == "--variants") {
@@ -77,7 +87,16 @@ int main(int argc, char** argv) {
     if (a == "--ctx") ctxs = parse_list(argv[i + 1]);
     else if (a == "--tokens") tokens = parse_list(argv[i + 1]);
     else if (a == "--json") json_path = argv[i + 1];
-    else if (a == "--profiles") {
+    else if (a == "--bound") bound_mode = argv[i + 1];
+    else if (a == "--tuning") tuning_mode = argv[i + 1];
+    else if (a == "--paths") {
+      std::string l = argv[i + 1];
+      for (size_t p = 0; p <= l.size();) {
+        const size_t e = std::min(l.find(',', p), l.size());
+        only_paths.push_back(l.substr(p, e - p));
+        p = e + 1;
+      }
+    } else if (a == "--profiles") {
       profiles.clear();
       std::string l = argv[i + 1];
       for (size_t p = 0; p <= l.size();) {
@@ -87,6 +106,31 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if (bound_mode != "exact" && bound_mode != "pow2") {
+    std::fprintf(stderr, "--bound takes exact or pow2\n");
+    return 2;
+  }
+  if (tuning_mode != "default" && tuning_mode != "ab" && tuning_mode != "pieces") {
+    std::fprintf(stderr, "--tuning takes default, ab or pieces\n");
+    return 2;
+  }
+  // The key bound a call of `ctx` keys is launched for (BatchPlan::stage when bucketed).
+  auto bound_of = [&](int64_t ctx) {
+    if (bound_mode == "exact") return ctx;
+    int64_t b = 256;
+    while (b < ctx) b *= 2;
+    return b;
+  };
+  // Tuning variants timed per tensor-core path (suffix of the kernel name, tuning).
+  using vi::cuda::DecodeTuning;
+  std::vector<std::pair<std::string, DecodeTuning>> tunings = {{"", vi::cuda::decode_tuning()}};
+  if (tuning_mode != "default") tunings.push_back({" [old]", DecodeTuning{false, false, false}});
+  if (tuning_mode == "pieces") {
+    tunings.push_back({" [balanced]", DecodeTuning{true, false, false}});
+    tunings.push_back({" [combine]", DecodeTuning{false, true, false}});
+    tunings.push_back({" [pdl]", DecodeTuning{false, false, true}});
+  }
+  const DecodeTuning tuning0 = vi::cuda::decode_tuning();
   FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
   const int64_t Hq = 24, Hkv = 4, D = 256, bs = 16;
   cudaDeviceProp prop{};
@@ -110,6 +154,8 @@ int main(int argc, char** argv) {
     for (DType kv : {DType::F16, DType::I8}) {
       for (int64_t ctx : ctxs) {
         const int64_t n_blocks = (ctx + 8 + bs - 1) / bs, rows = n_blocks * bs;
+        const int64_t bound = bound_of(ctx);
+        const int64_t tbl_len = std::max(n_blocks, (bound + bs - 1) / bs);  // zero-padded past n_blocks
         const double pool_bytes = double(rows) * Hkv * D * 2 * (kv == DType::I8 ? 1 : 2);
         const int copies = std::max(1, static_cast<int>((256.0 * (1 << 20) + pool_bytes - 1) / pool_bytes));
         std::vector<ops::KvRows> ks, vs;
@@ -129,7 +175,8 @@ int main(int argc, char** argv) {
         std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
         std::iota(perm.begin(), perm.end(), 0);
         std::shuffle(perm.begin(), perm.end(), rng);
-        Tensor htable = Tensor::empty(DType::I32, {n_blocks});
+        Tensor htable = Tensor::empty(DType::I32, {tbl_len});
+        std::fill_n(htable.ptr<int32_t>(), tbl_len, 0);
         std::copy(perm.begin(), perm.end(), htable.ptr<int32_t>());
         Tensor table = ops::upload(g, htable);
         std::map<std::string, float> t1_us;  // T = 1 time per kernel
@@ -142,7 +189,7 @@ int main(int argc, char** argv) {
           std::vector<int32_t> hpos(static_cast<size_t>(T));
           std::iota(hpos.begin(), hpos.end(), static_cast<int32_t>(pos0));
           Tensor dpos = ops::i32_on_device(g, hpos);
-          auto call = [&](int c) { ops::paged_attention(g, q, ks[c], vs[c], table, bs, dpos, ctx, 0.0625f, out); };
+          auto call = [&](int c) { ops::paged_attention(g, q, ks[c], vs[c], table, bs, dpos, bound, 0.0625f, out); };
           // The two kernels' outputs on copy 0, f16 -> f32 on the host.
           auto out_host = [&]() {
             call(0);
@@ -185,9 +232,21 @@ int main(int argc, char** argv) {
                                ctx >= vi::cuda::kDecodeTcMinKeysDefault;
           std::vector<const char*> paths = {"cuda-core", "tc-registers", "tc-ring", "tc-warps", "tensor-core"};
           if (variants) paths.insert(paths.end(), {"tc-warps-x1", "tc-warps-x2", "tc-warps-x4"});
-          for (const char* path : paths) {
+          if (!only_paths.empty())
+            paths.erase(std::remove_if(paths.begin(), paths.end(),
+                                       [&](const char* p) {
+                                         return std::find(only_paths.begin(), only_paths.end(), p) == only_paths.end();
+                                       }),
+                        paths.end());
+          for (const char* path : paths)
+          for (const auto& [tuning_name, tuning] : tunings) {
             const bool tc = std::string(path) != "cuda-core";
             const bool warps = std::string(path).rfind("tc-warps", 0) == 0;
+            // The tuning variants are timed on the tensor-core paths only (the CUDA-core
+            // kernel shares the combine and the split count, not the rest).
+            if (!tuning_name.empty() && !tc) continue;
+            vi::cuda::set_decode_tuning(tuning);
+            const std::string name = std::string(path) + tuning_name;
             force(path);
             if (warps && !vi::cuda::decode_tc_warps_fits(g, shape)) continue;
             // This path's output against the CUDA-core kernel's on the same inputs.
@@ -234,8 +293,8 @@ int main(int argc, char** argv) {
                                  (kv == DType::I8 ? double(ctx) * Hkv * 2 * 4 : 0.0) + 2.0 * q.nbytes();
             const float t = median(us);
             const double gbs = bytes / (t * 1e-6) / 1e9;
-            if (T == 1) t1_us[path] = t;
-            std::string label = std::string(path) + (tc == auto_tc && (path == std::string("cuda-core") || path == std::string("tensor-core")) ? " (auto)" : "");
+            if (T == 1) t1_us[name] = t;
+            std::string label = name + (tc == auto_tc && (path == std::string("cuda-core") || path == std::string("tensor-core")) ? " (auto)" : "");
             if (warps)
               label += " (" + std::to_string(vi::cuda::decode_tc_warps_tiles(shape)) + " row tiles per block, " +
                        std::to_string(vi::cuda::decode_tc_warps_groups(shape)) + " row groups)";
@@ -246,15 +305,16 @@ int main(int argc, char** argv) {
             };
             float best1 = 0;
             for (const auto& [name, u] : t1_us) best1 = best1 == 0 ? u : std::min(best1, u);
-            std::printf("| %s | %s | %lld | %lld | %s | %.1f | %.0f | %.0f%% | %.1f | %s | %s | %.1e |\n", prof,
-                        vi::dtype_name(kv), (long long)ctx, (long long)T, label.c_str(), t, gbs, 100.0 * gbs / copy_gbs,
-                        median(us_stream), ratio(t1_us.count(path) ? t1_us[path] : 0).c_str(), ratio(best1).c_str(),
-                        rel_l2);
+            std::printf("| %s | %s | %lld/%lld | %lld | %s | %.1f | %.0f | %.0f%% | %.1f | %s | %s | %.1e |\n", prof,
+                        vi::dtype_name(kv), (long long)ctx, (long long)bound, (long long)T, label.c_str(), t, gbs,
+                        100.0 * gbs / copy_gbs, median(us_stream), ratio(t1_us.count(name) ? t1_us[name] : 0).c_str(),
+                        ratio(best1).c_str(), rel_l2);
             if (json)
               std::fprintf(json,
-                           "{\"profile\":\"%s\",\"kv\":\"%s\",\"ctx\":%lld,\"T\":%lld,\"kernel\":\"%s\",\"us\":%.2f,\"gbs\":%.1f,"
-                           "\"copy_gbs\":%.1f,\"us_stream\":%.2f,\"samples_us\":[%s]}\n",
-                           prof, vi::dtype_name(kv), (long long)ctx, (long long)T, path, t, gbs, copy_gbs, median(us_stream),
+                           "{\"profile\":\"%s\",\"kv\":\"%s\",\"ctx\":%lld,\"bound\":%lld,\"T\":%lld,\"kernel\":\"%s\","
+                           "\"us\":%.2f,\"gbs\":%.1f,\"copy_gbs\":%.1f,\"us_stream\":%.2f,\"samples_us\":[%s]}\n",
+                           prof, vi::dtype_name(kv), (long long)ctx, (long long)bound, (long long)T, name.c_str(), t,
+                           gbs, copy_gbs, median(us_stream),
                            [&] {
                              std::string s;
                              for (float u : us) s += (s.empty() ? "" : ",") + std::to_string(u);
@@ -267,6 +327,7 @@ int main(int argc, char** argv) {
           vi::cuda::set_decode_tc_ring(vi::cuda::DecodeTcRing::kAuto);
           vi::cuda::set_decode_tc_warps(vi::cuda::DecodeTcWarps::kAuto);
           vi::cuda::set_decode_tc_warps_tiles(vi::cuda::DecodeTcWarpsTiles::kAuto);
+          vi::cuda::set_decode_tuning(tuning0);
         }
         std::fflush(stdout);
       }
