@@ -47,6 +47,106 @@ __global__ void add_rms_norm_kernel(T* x, const T* o, const float* __restrict__ 
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = from_f32<T>((to_f32(xr[i]) * inv) * (w[i] + w_offset));
 }
 
+// 16 bytes of T as floats, and back (rounded to T as from_f32 rounds each element).
+template <class T>
+struct Vec16 {
+  static constexpr int N = 16 / static_cast<int>(sizeof(T));  // 8 halves or 4 floats
+};
+template <class T>
+__device__ __forceinline__ void unpack16(const uint4& r, float (&f)[Vec16<T>::N]) {
+  const T* e = reinterpret_cast<const T*>(&r);
+#pragma unroll
+  for (int i = 0; i < Vec16<T>::N; ++i) f[i] = to_f32(e[i]);
+}
+template <class T>
+__device__ __forceinline__ uint4 pack16(const float (&f)[Vec16<T>::N]) {
+  uint4 r;
+  T* e = reinterpret_cast<T*>(&r);
+#pragma unroll
+  for (int i = 0; i < Vec16<T>::N; ++i) e[i] = from_f32<T>(f[i]);
+  return r;
+}
+
+// add_rms_norm_kernel's function with the row held in registers: a decode round calls it 128
+// times on one row of 5120 between two GEMVs, so its latency, not its bytes, is what counts.
+// The old kernel's critical path after pdl_wait was: scalar loads of x and o, the block sum,
+// then a second round of loads (x back and the norm weights, which a round of weight
+// streaming has evicted from L2) before y. Here the weights (+ w_offset) are loaded into
+// registers BEFORE pdl_wait (constants: they overlap the GEMV's tail), x's lines are
+// prefetched into L2 there too, and after the wait each thread makes one 16-byte load of x
+// and of o per vector, so one round trip and the block sum remain.
+// Layout: n % V == 0 (V = Vec16<T>::N), every row and w 16-byte aligned; thread t of a block
+// of blockDim.x (a warp multiple, <= 1024) owns vectors t, t + blockDim.x, ... (C of them at
+// most). Same function as add_rms_norm_kernel: s = T(x + o) stored to x, y = T((s * inv) *
+// (w + w_offset)) with inv = 1 / sqrt(sum(s^2) / n + eps); only the order in which the
+// squares are added differs (each thread's V * C contiguous ones, then block_sum), so y may
+// differ from the old kernel's in the last bit of inv.
+template <class T, int C>
+__global__ void add_rms_norm_vec_kernel(T* x, const T* o, const float* __restrict__ w, float eps, float w_offset,
+                                        T* y, int64_t n) {
+  constexpr int V = Vec16<T>::N;
+  __shared__ float red[32];
+  const int64_t nv = n / V;
+  T* xr = x + blockIdx.x * n;
+  const T* orow = o + blockIdx.x * n;
+  T* yr = y + blockIdx.x * n;
+  float wv[C][V];  // w + w_offset of the thread's vectors
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t v = threadIdx.x + int64_t(c) * blockDim.x;
+    if (v >= nv) continue;
+#pragma unroll
+    for (int i = 0; i < V; i += 4) {
+      const float4 q = *reinterpret_cast<const float4*>(w + v * V + i);
+      wv[c][i] = q.x + w_offset;
+      wv[c][i + 1] = q.y + w_offset;
+      wv[c][i + 2] = q.z + w_offset;
+      wv[c][i + 3] = q.w + w_offset;
+    }
+  }
+  // x is the residual stream, last written a GEMV or two ago; its lines (128 bytes each) may
+  // have been evicted by that GEMV's weights.
+  const int64_t lines = (n * int64_t(sizeof(T)) + 127) / 128;
+  for (int64_t l = threadIdx.x; l < lines; l += blockDim.x) prefetch_l2(reinterpret_cast<const char*>(xr) + l * 128);
+  pdl_wait();
+  pdl_trigger();
+  uint4 xraw[C], oraw[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t v = threadIdx.x + int64_t(c) * blockDim.x;
+    if (v >= nv) continue;
+    xraw[c] = reinterpret_cast<const uint4*>(xr)[v];
+    oraw[c] = reinterpret_cast<const uint4*>(orow)[v];
+  }
+  float s[C][V];
+  float ss = 0.0f;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t v = threadIdx.x + int64_t(c) * blockDim.x;
+    if (v >= nv) continue;
+    float a[V], b[V];
+    unpack16<T>(xraw[c], a);
+    unpack16<T>(oraw[c], b);
+#pragma unroll
+    for (int i = 0; i < V; ++i) s[c][i] = a[i] + b[i];
+    const uint4 r = pack16<T>(s[c]);  // the sum rounded to T, as ops::add stores it
+    reinterpret_cast<uint4*>(xr)[v] = r;
+    unpack16<T>(r, s[c]);
+#pragma unroll
+    for (int i = 0; i < V; ++i) ss += s[c][i] * s[c][i];
+  }
+  const float inv = rms_inv(block_sum(ss, red), n, eps);
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t v = threadIdx.x + int64_t(c) * blockDim.x;
+    if (v >= nv) continue;
+    float out[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) out[i] = (s[c][i] * inv) * wv[c][i];
+    reinterpret_cast<uint4*>(yr)[v] = pack16<T>(out);
+  }
+}
+
 template <class T>
 __global__ void l2_norm_kernel(const T* x, float eps, float scale, T* y, int64_t n) {
   __shared__ float red[32];
@@ -90,9 +190,26 @@ void add_rms_norm_cuda(ops::Context& ctx, Tensor& x, const Tensor& o, const Tens
   dispatch_act("add_rms_norm", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (x.numel() == 0) return;
-    VI_CUDA_CHECK(pdl_launch(add_rms_norm_kernel<T>, row_grid("add_rms_norm", x), norm_threads(x.cols()), 0,
-                             stream_of(ctx), x.ptr<T>(), o.ptr<T>(), w.ptr<float>(), eps, w_offset, y.ptr<T>(),
-                             x.cols()));
+    const int64_t n = x.cols();
+    const unsigned grid = row_grid("add_rms_norm", x);
+    // The register kernel where rows split into 16-byte vectors and fit 1024 threads x 4
+    // vectors (f16 rows up to 32768): threads = the vectors / C, rounded up to a warp, with
+    // the fewest vectors per thread C that fits (f16 5120: 640 threads of one vector each).
+    constexpr int V = Vec16<T>::N;
+    const bool vec = n % V == 0 && n / V <= 4 * 1024 && is_aligned(x.data(), 16) && is_aligned(o.data(), 16) &&
+                     is_aligned(y.data(), 16) && is_aligned(w.data(), 16);
+    if (vec) {
+      const int64_t nv = n / V;
+      const int C = nv <= 1024 ? 1 : nv <= 2048 ? 2 : 4;
+      const int threads = static_cast<int>((nv + C - 1) / C + 31) / 32 * 32;
+      auto kernel = C == 1 ? add_rms_norm_vec_kernel<T, 1> : C == 2 ? add_rms_norm_vec_kernel<T, 2>
+                                                                    : add_rms_norm_vec_kernel<T, 4>;
+      VI_CUDA_CHECK(pdl_launch(kernel, grid, threads, 0, stream_of(ctx), x.ptr<T>(), o.ptr<T>(), w.ptr<float>(), eps,
+                               w_offset, y.ptr<T>(), n));
+      return;
+    }
+    VI_CUDA_CHECK(pdl_launch(add_rms_norm_kernel<T>, grid, norm_threads(n), 0, stream_of(ctx), x.ptr<T>(), o.ptr<T>(),
+                             w.ptr<float>(), eps, w_offset, y.ptr<T>(), n));
   });
 }
 

@@ -47,6 +47,18 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// Asks L2 to fetch the 128-byte line holding p; no value comes back to the thread. Allowed
+// before pdl_wait() on ANY global address, including buffers the previous kernel writes: it
+// reads nothing into the kernel, and L2 is where global writes land (L1 is not filled), so a
+// line fetched early is updated by a later write there and a load after pdl_wait() sees it.
+// Used for per-layer state that was last touched a round ago and has left L2 since (GDN conv
+// and delta-rule state): its DRAM latency then overlaps the previous kernel's tail.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#ifdef __CUDA_ARCH__
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+
 // Whether pdl_launch adds the attribute on the current device (see the top comment). The
 // environment is read once per process.
 bool pdl_enabled();

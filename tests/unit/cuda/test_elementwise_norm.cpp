@@ -122,9 +122,11 @@ TEST_P(Norm, RmsL2Gated) {
 
 // x += o; y = rms_norm(x). The residual must be exactly what ops::add leaves (the sum
 // rounded once to the activation dtype: the host does the same rounding), and y the norm of
-// that rounded sum. 5120 is the 27B model's width (1024 threads, 5 elements each).
+// that rounded sum. 515 and 129 take the scalar kernel (not a multiple of a 16-byte vector);
+// 64, 5120 (the 27B model's width: f16 640 threads of one 8-half vector, f32 two 4-float
+// vectors each) and 12288 (f16 two vectors per thread, f32 three or four) the register kernel.
 TEST_P(Norm, AddRmsNorm) {
-  for (int64_t n : {515, 64, 129, 5120}) {
+  for (int64_t n : {515, 64, 129, 5120, 12288}) {
     const int64_t R = 29;
     const std::string sz = " n=" + std::to_string(n);
     Tensor x = rand_f32({R, n}, act(), -3, 3), o = rand_f32({R, n}, act(), -3, 3), w = rand_f32({n}, DType::F32);
