@@ -5,6 +5,10 @@
 // token with the channel's K-1 previous inputs in conv1d_causal's order (current tap
 // first, then oldest to newest), shifts the state, and rounds the SiLU output to T before
 // the head's norm reads it, as the stored conv output would be.
+// Latency (a decode round runs it 48 times on one token): the taps are loaded into registers
+// and the state's lines prefetched into L2 before pdl_wait, so after it one round trip (x and
+// the state) precedes the conv; a head block keeps its outputs in registers for the norm's
+// rescale instead of reading y back.
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/gdn.cuh"
 #include "backends/cuda/gdn_conv_step.cuh"
@@ -23,15 +27,59 @@ struct GroupArgs {
   int64_t C;
 };
 
-// y[c] = silu(conv of channel c), rounded to T; the state of channel c advanced by x[c].
+// Channels per thread in a head block: norm_threads(hd) threads take at most 4 channels each
+// below hd 4096; wider heads keep their outputs in y and read them back (the old way).
+constexpr int kConvHeadRegs = 4;
+
+// A channel's taps in registers: cur = w[c, K-1] (the current input's), prev[i] = w[c, i]
+// for i < K-1 (the state's, oldest first; the slots past K-1 unused). Indexed by constants
+// only, so they stay in registers.
+struct Taps {
+  float cur;
+  float prev[kConvMaxTaps - 1];
+};
+
+// Conv weights are constants, so this runs before pdl_wait and their load (from DRAM: a round
+// of weight streaming has evicted them) overlaps the tail of the kernel before.
+__device__ __forceinline__ void load_taps(const GroupArgs& g, int64_t c, int K, Taps& w) {
+  w.cur = g.w[c * K + K - 1];
+#pragma unroll
+  for (int i = 0; i < kConvMaxTaps - 1; ++i) w.prev[i] = i + 1 < K ? g.w[c * K + i] : 0.0f;
+}
+
+// Channel c's K-1 state lines in L2 before pdl_wait (prefetch_l2: no value is read; the state
+// was last touched a round ago). One line per 32 channels: lane 0 of each warp asks for them.
+__device__ __forceinline__ void prefetch_state(const GroupArgs& g, int64_t c, int K) {
+  if ((threadIdx.x & 31) != 0 || c >= g.C) return;
+  for (int i = 0; i + 1 < K; ++i) prefetch_l2(g.state + i * g.C + c);
+}
+
+// y[c] = silu(conv of channel c), rounded to T; the state of channel c advanced by x[c]. w:
+// the channel's taps (load_taps). Returns the stored output as f32.
 template <class T>
-__device__ float conv_channel(const GroupArgs& g, int64_t c, int K) {
+__device__ float conv_channel(const GroupArgs& g, int64_t c, int K, const Taps& w) {
   const T* x = static_cast<const T*>(g.x);
   const int H = K - 1;
+  // Every input first (one round trip), then conv1d_causal's order: current tap, then oldest
+  // to newest.
+  float st[kConvMaxTaps - 1];
+#pragma unroll
+  for (int i = 0; i < kConvMaxTaps - 1; ++i)
+    if (i < H) st[i] = g.state[i * g.C + c];
   const float xv = to_f32(x[c]);
-  float acc = g.w[c * K + H] * xv;
-  for (int i = 0; i < H; ++i) acc += g.w[c * K + i] * g.state[i * g.C + c];
-  for (int i = 0; i + 1 < H; ++i) g.state[i * g.C + c] = g.state[(i + 1) * g.C + c];
+  float acc = w.cur * xv;
+  if (H == 3) {  // Qwen3.5's width 4, without the bounds tests
+    acc += w.prev[0] * st[0];
+    acc += w.prev[1] * st[1];
+    acc += w.prev[2] * st[2];
+  } else {
+#pragma unroll
+    for (int i = 0; i < kConvMaxTaps - 1; ++i)
+      if (i < H) acc += w.prev[i] * st[i];
+  }
+#pragma unroll
+  for (int i = 0; i + 1 < kConvMaxTaps - 1; ++i)
+    if (i + 1 < H) g.state[i * g.C + c] = st[i + 1];
   if (H > 0) g.state[(H - 1) * g.C + c] = xv;
   const T out = from_f32<T>(silu_f(acc));
   static_cast<T*>(g.y)[c] = out;
@@ -39,31 +87,64 @@ __device__ float conv_channel(const GroupArgs& g, int64_t c, int K) {
 }
 
 // Blocks [0, n_q_heads): q heads; then k heads; then v in blockDim-channel slices.
+// Critical path of a head block: (taps loaded and state prefetched before the wait) x and
+// the state from L2, the conv, the block sum, the outputs rescaled from registers.
 template <class T>
 __global__ void gdn_conv_step_kernel(GroupArgs q, GroupArgs k, GroupArgs v, int K, int64_t hd, float eps,
                                      float q_scale) {
   __shared__ float red[32];
-  pdl_wait();
-  pdl_trigger();
   const int64_t n_q = q.C / hd, n_k = k.C / hd;
   const int64_t b = blockIdx.x;
   if (b >= n_q + n_k) {
     const int64_t c = (b - n_q - n_k) * blockDim.x + threadIdx.x;
-    if (c < v.C) conv_channel<T>(v, c, K);
+    Taps w{};
+    if (c < v.C) load_taps(v, c, K, w);
+    prefetch_state(v, c, K);
+    pdl_wait();
+    pdl_trigger();
+    if (c < v.C) conv_channel<T>(v, c, K, w);
     return;
   }
   const bool is_q = b < n_q;
   const GroupArgs g = is_q ? q : k;
   const int64_t c0 = (is_q ? b : b - n_q) * hd;
+  Taps w[kConvHeadRegs];
+#pragma unroll
+  for (int r = 0; r < kConvHeadRegs; ++r) {
+    const int64_t i = threadIdx.x + int64_t(r) * blockDim.x;
+    if (i < hd) {
+      load_taps(g, c0 + i, K, w[r]);
+      prefetch_state(g, c0 + i, K);
+    }
+  }
+  pdl_wait();
+  pdl_trigger();
+  float val[kConvHeadRegs];
   float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
-    const float val = conv_channel<T>(g, c0 + i, K);
-    ss += val * val;
+#pragma unroll
+  for (int r = 0; r < kConvHeadRegs; ++r) {
+    const int64_t i = threadIdx.x + int64_t(r) * blockDim.x;
+    if (i < hd) {
+      val[r] = conv_channel<T>(g, c0 + i, K, w[r]);
+      ss += val[r] * val[r];
+    }
+  }
+  Taps wk;
+  for (int64_t i = threadIdx.x + int64_t(kConvHeadRegs) * blockDim.x; i < hd; i += blockDim.x) {  // hd > 4096
+    load_taps(g, c0 + i, K, wk);
+    const float vv = conv_channel<T>(g, c0 + i, K, wk);
+    ss += vv * vv;
   }
   // eps on the sum (HF l2norm), as l2_norm_kernel; each thread rescales the outputs it wrote.
   const float f = (is_q ? q_scale : 1.0f) / sqrtf(block_sum(ss, red) + eps);
   T* y = static_cast<T*>(g.y) + c0;
-  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) y[i] = from_f32<T>(to_f32(y[i]) * f);
+#pragma unroll
+  for (int r = 0; r < kConvHeadRegs; ++r) {
+    const int64_t i = threadIdx.x + int64_t(r) * blockDim.x;
+    if (i < hd) y[i] = from_f32<T>(val[r] * f);
+  }
+  for (int64_t i = threadIdx.x + int64_t(kConvHeadRegs) * blockDim.x; i < hd; i += blockDim.x)
+    y[i] = from_f32<T>(to_f32(y[i]) * f);
 }
 
 GroupArgs args_of(const ops::ConvGroup& g) {
