@@ -37,6 +37,16 @@ struct StatePtrs {
   float* p[kDecodeMaxSeqs];  // [Hv, dk, dv] f32 of each sequence of the launch
 };
 
+// Columns [e0, e0 + ne) of the rows [0, dk) of a head's state S [dk, dv] f32 into L2, spread
+// over the block, before pdl_wait: the state was last touched by this layer a round ago and a
+// round of weight streaming has evicted it, so without this its DRAM latency sits on the
+// critical path after the wait. prefetch_l2 reads no value (pdl.cuh), so it may run before
+// the wait.
+__device__ __forceinline__ void prefetch_state(const float* S, int dk, int dv, int e0, int ne) {
+  for (int l = 0; l < ne; l += 32)  // the 128-byte lines of a row's slice (32 floats each)
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) prefetch_l2(S + int64_t(i) * dv + e0 + l);
+}
+
 // R: state rows per thread (ceil(dk / kDeltaRowGroups), rounded up to a template size).
 // Rows n0 + blockIdx.y of q, k: [N, Hk, dk]; v, z, y: [N, Hv, dv]; a, b: [N, Hv].
 template <class T, int R>
@@ -50,9 +60,17 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
   __shared__ float red_o[kDeltaRowGroups][kDecodeMaxCols];
   __shared__ float o_sh[kDecodeMaxDv];  // the head's output, rounded to T
   __shared__ float red[32];
+  const int j = blockIdx.x;  // value head
+  // Before the wait: the head's state and gate constants (last read a round ago) into L2, as
+  // the cluster kernel does.
+  float* S = states.p[blockIdx.y] + int64_t(j) * dk * dv;
+  prefetch_state(S, dk, dv, 0, dv);
+  if (threadIdx.x == 0) {
+    prefetch_l2(dt_bias + j);
+    prefetch_l2(neg_exp_A + j);
+  }
   pdl_wait();
   pdl_trigger();
-  const int j = blockIdx.x;  // value head
   const int64_t n = n0 + blockIdx.y;  // token (= sequence) row
   const int col = threadIdx.x % cols, rg = threadIdx.x / cols;
   const int hk = tiled ? j % Hk : j / (Hv / Hk);
@@ -65,7 +83,6 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
     kq[1][i] = to_f32(q[qk_off + i]);
   }
   __syncthreads();
-  float* S = states.p[blockIdx.y] + int64_t(j) * dk * dv;
   const T* vh = v + hj * dv;
   for (int c0 = 0; c0 < dv; c0 += cols) {
     const int e = c0 + col;  // value column
@@ -159,14 +176,28 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
   __shared__ float red_o[kDeltaRowGroups][kDecodeMaxCols];
   __shared__ float red[32];
   __shared__ float ss_part;  // this block's part of the head's sum of squares; the cluster reads it
-  pdl_wait();
-  pdl_trigger();
   const int j = blockIdx.x / kDecodeClusterBlocks;  // value head
   const int part = blockIdx.x % kDecodeClusterBlocks;  // the block's rank in its cluster
-  const int64_t n = n0 + blockIdx.y;  // token (= sequence) row
   const int col = threadIdx.x % cols, rg = threadIdx.x / cols;
   const int e = part * cols + col;  // value column
   const bool live = e < dv;
+  // Before the wait (overlapping the kernel before, gdn_conv_step in a decode round): this
+  // block's slice of the state and the lines of its constants (the head's gate constants,
+  // the norm weights of its columns) into L2; all of them were last read a round ago. After
+  // the wait every load of the block (a, b, k, q, v, z, the state, the constants) is issued
+  // together and meets L2. Prefetches rather than loads into registers: at R = 32 the kernel
+  // is at its 128-register bound, and values held across the wait spilled.
+  float* S = states.p[blockIdx.y] + int64_t(j) * dk * dv;
+  prefetch_state(S, dk, dv, part * cols, min(cols, dv - part * cols));
+  if (threadIdx.x == 0) {
+    prefetch_l2(dt_bias + j);
+    prefetch_l2(neg_exp_A + j);
+  }
+  if (threadIdx.x < cols && threadIdx.x % 32 == 0 && part * cols + static_cast<int>(threadIdx.x) < dv)
+    prefetch_l2(norm_w + part * cols + threadIdx.x);
+  pdl_wait();
+  pdl_trigger();
+  const int64_t n = n0 + blockIdx.y;  // token (= sequence) row
   const int hk = tiled ? j % Hk : j / (Hv / Hk);
   const int64_t hj = n * Hv + j;
   const float decay = expf(gdn_decay_gate(to_f32(a[hj]), dt_bias[j], neg_exp_A[j]));
@@ -180,7 +211,6 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
   // writes y[e] (y may alias z).
   const float vv = live ? to_f32(v[hj * dv + e]) : 0.0f;
   const float zz = (rg == 0 && live) ? to_f32(z[hj * dv + e]) : 0.0f;
-  float* S = states.p[blockIdx.y] + int64_t(j) * dk * dv;
   float s[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
