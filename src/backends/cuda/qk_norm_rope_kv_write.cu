@@ -38,6 +38,32 @@ struct Args {
   float eps, w_offset, theta;
 };
 
+// Elements per thread held in registers: norm_threads(D) threads give each at most 4 up to
+// D 4096 and 8 at the bound kMaxHeadDim.
+constexpr int kHeadRegs = 8;
+static_assert(kMaxHeadDim <= 1024 * kHeadRegs, "a head must fit the registers of 1024 threads");
+
+// hadamard_rows_smem(x, 1, D, D) for D a power of two: the same butterflies in the same stage
+// order (a + c, a - c, then the 1/sqrt(D) scale), so the same bits, with the pair index
+// taken by shifts instead of hadamard_rows_smem's divisions by run-time sizes (at D 256 and
+// 64 threads: 8 stages of two pairs per thread, each behind a barrier, on the K head's
+// critical path). Ends with a barrier.
+__device__ void hadamard_pow2_smem(float* x, int D) {
+  int lh = 0;  // log2 h
+  for (int h = 1; h < D; h *= 2, ++lh) {
+    for (int i = threadIdx.x; i < D / 2; i += blockDim.x) {
+      const int j = ((i >> lh) << (lh + 1)) | (i & (h - 1));
+      const float a = x[j], c = x[j + h];
+      x[j] = a + c;
+      x[j + h] = a - c;
+    }
+    __syncthreads();
+  }
+  const float norm = 1.0f / sqrtf(static_cast<float>(D));  // as the CPU computes it
+  for (int d = threadIdx.x; d < D; d += blockDim.x) x[d] *= norm;
+  __syncthreads();
+}
+
 // x[D] (shared, every thread past a barrier since it was last written; values of T) to the
 // head vector hk of pool row r. Ends with a barrier when it quantizes.
 template <class T>
@@ -48,7 +74,10 @@ __device__ void store_head(float* x, float* red, const CachePtrs& c, int64_t r, 
     for (int d = threadIdx.x; d < D; d += blockDim.x) dst[d] = from_f32<T>(x[d]);
     return;
   }
-  if (rotate) hadamard_rows_smem(x, 1, D, D);
+  if (rotate) {
+    if ((D & (D - 1)) == 0) hadamard_pow2_smem(x, D);
+    else hadamard_rows_smem(x, 1, D, D);
+  }
   float amax = 0.0f;
   for (int d = threadIdx.x; d < D; d += blockDim.x) amax = fmaxf(amax, fabsf(x[d]));
   amax = block_max(amax, red);
@@ -59,36 +88,70 @@ __device__ void store_head(float* x, float* red, const CachePtrs& c, int64_t r, 
   if (threadIdx.x == 0) c.scale[r * Hkv + hk] = amax / 127.0f;
 }
 
+// Critical path of a k head block (the longest) was, after pdl_wait: the head's loads, the
+// block sum, then the norm weights' loads (from DRAM: a round of weight streaming evicts
+// them), the rope angle's powf and the position's load, the Hadamard stages, the block max,
+// then the pool row's load before the int8 store: four dependent memory round trips. Now the
+// norm weights (+ w_offset) and the rope frequency are computed before the wait (constants),
+// and the position, the pool row and the head are loaded together right after it: one round
+// trip. Same arithmetic in the same order as before (row_sum_sq's sum, rope_cos_sin's
+// angle), so the same bits.
 template <class T>
 __global__ void qk_norm_rope_kv_write_kernel(Args<T> a) {
   extern __shared__ float x[];  // [D] the head vector in f32
   __shared__ float red[32];
-  pdl_wait();
-  pdl_trigger();
   const int nh = a.Hq + 2 * a.Hkv, D = a.D;
   const int64_t t = blockIdx.x / nh;
   const int h = static_cast<int>(blockIdx.x % nh);
-  if (h >= a.Hq + a.Hkv) {  // a v head: to the V pool as it is
+  const bool is_v = h >= a.Hq + a.Hkv, is_q = h < a.Hq;
+  const int half = a.rot_dim / 2;
+  // Before the wait: constants only.
+  float wr[kHeadRegs];  // w[d] + w_offset for d = threadIdx.x + k blockDim.x
+  if (!is_v) {
+    const float* w = is_q ? a.q_norm : a.k_norm;
+#pragma unroll
+    for (int k = 0; k < kHeadRegs; ++k) {
+      const int d = threadIdx.x + k * blockDim.x;
+      wr[k] = d < D ? w[d] + a.w_offset : 0.0f;
+    }
+  }
+  const float inv_freq0 = static_cast<int>(threadIdx.x) < half ? rope_inv_freq(threadIdx.x, a.rot_dim, a.theta) : 0.0f;
+  pdl_wait();
+  pdl_trigger();
+  const int64_t row = a.rows[t];  // the pool row (q heads do not use it)
+  if (is_v) {  // a v head: to the V pool as it is
     const int hk = h - a.Hq - a.Hkv;
     const T* src = a.v + (t * a.Hkv + hk) * D;
     for (int d = threadIdx.x; d < D; d += blockDim.x) x[d] = to_f32(src[d]);
     __syncthreads();
-    store_head<T>(x, red, a.vc, a.rows[t], a.Hkv, hk, D, /*rotate=*/false);
+    store_head<T>(x, red, a.vc, row, a.Hkv, hk, D, /*rotate=*/false);
     return;
   }
-  const bool is_q = h < a.Hq;
+  const int32_t pos = a.pos[t];
   T* head = is_q ? a.q + (t * a.Hq + h) * D : a.k + (t * a.Hkv + (h - a.Hq)) * D;
-  const float* w = is_q ? a.q_norm : a.k_norm;
-  // rms_norm: y rounded to T, as its kernel stores it for rope to read.
-  const float inv = rms_inv(row_sum_sq(head, D, red), D, a.eps);
-  for (int d = threadIdx.x; d < D; d += blockDim.x)
-    x[d] = to_f32(from_f32<T>((to_f32(head[d]) * inv) * (w[d] + a.w_offset)));
+  // rms_norm: row_sum_sq's sum (same elements per thread, same order) over values kept in
+  // registers; y rounded to T, as its kernel stores it for rope to read.
+  float hv[kHeadRegs];
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kHeadRegs; ++k) {
+    const int d = threadIdx.x + k * blockDim.x;
+    hv[k] = d < D ? to_f32(head[d]) : 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < kHeadRegs; ++k)
+    if (threadIdx.x + k * blockDim.x < D) ss += hv[k] * hv[k];
+  const float inv = rms_inv(block_sum(ss, red), D, a.eps);
+#pragma unroll
+  for (int k = 0; k < kHeadRegs; ++k) {
+    const int d = threadIdx.x + k * blockDim.x;
+    if (d < D) x[d] = to_f32(from_f32<T>((hv[k] * inv) * wr[k]));
+  }
   __syncthreads();
   // rope over the first rot_dim dims, each pair rounded to T as the rope kernel stores it.
-  const int half = a.rot_dim / 2;
   for (int j = threadIdx.x; j < half; j += blockDim.x) {
     float c, s;
-    rope_cos_sin(a.pos[t], j, a.rot_dim, a.theta, c, s);
+    rope_cos_sin_at(pos, j == static_cast<int>(threadIdx.x) ? inv_freq0 : rope_inv_freq(j, a.rot_dim, a.theta), c, s);
     const float2 y = rope_rotate(x[j], x[j + half], c, s);
     x[j] = to_f32(from_f32<T>(y.x));
     x[j + half] = to_f32(from_f32<T>(y.y));
@@ -97,7 +160,7 @@ __global__ void qk_norm_rope_kv_write_kernel(Args<T> a) {
   for (int d = threadIdx.x; d < D; d += blockDim.x) head[d] = from_f32<T>(x[d]);
   if (is_q) return;
   __syncthreads();  // others may still read x above when the rotation rewrites it
-  store_head<T>(x, red, a.kc, a.rows[t], a.Hkv, h - a.Hq, D, /*rotate=*/true);
+  store_head<T>(x, red, a.kc, row, a.Hkv, h - a.Hq, D, /*rotate=*/true);
 }
 
 CachePtrs cache_ptrs(const ops::KvRows& c) {
