@@ -1,6 +1,4 @@
 // Tensor-core decode GEMV on Q4_KR weights: see gemv_q4kr.cuh for the plan and the numerics.
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "backends/cuda/device.cuh"
@@ -273,92 +271,6 @@ __global__ void __launch_bounds__(128, MINB)
   }
 }
 
-// ---- Streaming deep kernel (sm_80+) ----
-// The deep kernel with fewer blocks than tiles: block b of G takes tiles b, b + G, ..., and each
-// warp's pipeline of DEPTH super-blocks runs on across its tiles, so the next tile's first loads
-// are in flight while the current tile ends. Why: split-K (run 16) showed that a block costs
-// ~2.6 µs on top of its super-blocks (first loads, reduction, store, launch), paid again by
-// every one of the 4+ waves of blocks of the wide matrices; here a block pays it once.
-// Q4_KR rows are whole 4-super-block blocks, so every warp has n_sb / 4 super-blocks per tile and
-// meets every tile end. Tile ends alternate between two reduction buffers: one barrier each.
-template <int DEPTH, int MINB, bool SWIGLU = false>
-__global__ void __launch_bounds__(128, MINB)
-    gemv_q4kr_stream_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
-                            __half* __restrict__ y, int n_tok, int64_t N, int n_sb, int64_t K, uint32_t magic,
-                            int64_t n_tiles) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int64_t G = gridDim.x, F = N / 2;
-  const int per_tile = n_sb / 4;  // this warp's super-blocks in each tile
-  const int64_t my_tiles = blockIdx.x < n_tiles ? (n_tiles - blockIdx.x + G - 1) / G : 0;
-  const int64_t n_items = my_tiles * per_tile;
-  const uint32_t sel = 0x4040u | static_cast<uint32_t>(c) | (static_cast<uint32_t>(c) << 8);
-  const __half* x_tok = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
-  // Rows g and g + 8 of tile t (SWIGLU: gate row 8t + g and its up row), at this warp's position.
-  auto rows_of = [&](int64_t t, const uint8_t*& r0, const uint8_t*& r1) {
-    int64_t a = min(t * 16 + g, N - 1), b = min(t * 16 + g + 8, N - 1);
-    if constexpr (SWIGLU) {
-      a = min(t * 8 + g, F - 1);
-      b = F + a;
-    }
-    r0 = w + static_cast<size_t>(a) * row_bytes;
-    r1 = w + static_cast<size_t>(b) * row_bytes;
-  };
-  struct Sb {
-    HalfSb h[2];
-    SbScales sc;
-  };
-  // The load cursor: tile lt, super-block lk of the warp's per_tile in it.
-  int64_t lt = blockIdx.x;
-  int lk = 0;
-  const uint8_t *l0 = nullptr, *l1 = nullptr;
-  rows_of(lt, l0, l1);
-  auto load_next = [&](Sb& b) {
-    const size_t off = static_cast<size_t>(lk) * kQ4krBlkBytes;
-    load_half<0, true>(l0 + off + 128 * warp + 16 * c, l1 + off + 128 * warp + 16 * c, b.h[0]);
-    load_half<1, true>(l0 + off + 128 * warp + 16 * c, l1 + off + 128 * warp + 16 * c, b.h[1]);
-    load_scales<true>(l0 + off + kQ4krSmOff + 16 * warp, l1 + off + kQ4krSmOff + 16 * warp,
-                      l0 + off + kQ4krDmOff + 4 * warp, l1 + off + kQ4krDmOff + 4 * warp, b.sc);
-    if (++lk == per_tile) {
-      lk = 0;
-      lt += G;
-      rows_of(min(lt, n_tiles - 1), l0, l1);
-    }
-  };
-  Sb buf[DEPTH];
-#pragma unroll
-  for (int j = 0; j < DEPTH; ++j)
-    if (j < n_items) load_next(buf[j]);
-  pdl_wait();  // after the first weight loads, as in the register kernel
-  pdl_trigger();
-  __shared__ float red[2][4][4][32];
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int64_t tile = blockIdx.x;
-  int k = 0, parity = 0;
-  for (int64_t i0 = 0; i0 < n_items; i0 += DEPTH) {
-#pragma unroll
-    for (int j = 0; j < DEPTH; ++j) {
-      if (i0 + j < n_items) {
-        float t[4], u[4];
-        mma_sb(buf[j].h[0], buf[j].h[1], buf[j].sc, x_tok + 1024 * k, sel, magic, t, u);
-        apply_scales(buf[j].sc.dd, t, u, acc);
-        if (i0 + j + DEPTH < n_items) load_next(buf[j]);
-        if (++k == per_tile) {  // the tile's last super-block: its sums meet and go out
-          stash_tile_sums(acc, red[parity]);
-          if constexpr (SWIGLU)
-            write_swiglu_sums<4, 1>(reinterpret_cast<const float (*)[1][4][32]>(red[parity]), y, tile * 8, F, n_tok);
-          else
-            store_stashed_sums<4>(red[parity], y, tile * 16, N, n_tok);
-          parity ^= 1;
-#pragma unroll
-          for (int q = 0; q < 4; ++q) acc[q] = 0.0f;
-          k = 0;
-          tile += G;
-        }
-      }
-    }
-  }
-}
-
 // ---- Bulk-copy ring kernel (sm_90, CUDA 12+) ----
 // What bounds the register kernel (ncu, docs/notes/gemv.md run 10): latency. The bytes in flight
 // are the registers of one half super-block per warp (~16 KB per SM at 16 warps), and stalls on
@@ -482,28 +394,6 @@ void launch_deep_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& 
                            h.ptr<__half>(), static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic));
 }
 
-// G = min(tiles, blocks resident at MINB per SM): each block streams through its tiles.
-template <int DEPTH, int MINB, bool SWIGLU>
-void launch_stream(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
-  const int64_t N = w.dim(0), K = w.dim(1);
-  const int64_t tiles = SWIGLU ? (N / 2 + 7) / 8 : (N + 15) / 16;
-  const int64_t grid = std::min<int64_t>(tiles, int64_t(current_device().sm_count) * MINB);
-  if (grid == 0) return;
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kr_stream_kernel<DEPTH, MINB, SWIGLU>, dim3(static_cast<unsigned>(grid)), dim3(128),
-                           0, stream_of(ctx), w.ptr<uint8_t>(), w.row_bytes(), x.ptr<__half>(), y.ptr<__half>(),
-                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic, tiles));
-}
-
-// VI_Q4KR_STREAM=0 (read once) keeps the one-tile-per-block deep kernel where the streaming one
-// is routed, for A/B runs in one binary.
-bool stream_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("VI_Q4KR_STREAM");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
-}
-
 template <int STAGES>
 void launch_bulk(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t N = w.dim(0), K = w.dim(1);
@@ -535,7 +425,6 @@ GemvQ4krShape gemv_q4kr_default_shape(const ops::Context& ctx, int64_t N, int64_
   (void)K;
   if (N <= 8192) return {K_::kDeep, 2, 3};
   if (N >= 65536 && bulk_ok(ctx)) return {K_::kRing, 2, 0};
-  if (stream_on()) return {K_::kStream, 2, 4};
   return {K_::kDeep, 2, 4};
 }
 
@@ -545,7 +434,6 @@ void gemv_q4kr_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w,
            h.cols(), x.rows(), w.dim(0));
   // The kernel of the unfused GEMV on a matrix of these rows (gemv_q4kr_default_shape), fused.
   if (w.dim(0) <= 8192) launch_deep_swiglu<2, 3>(ctx, x, w, h);
-  else if (stream_on()) launch_stream<2, 4, true>(ctx, x, w, h);
   else launch_deep_swiglu<2, 4>(ctx, x, w, h);
 }
 
@@ -554,7 +442,6 @@ std::string gemv_q4kr_shape_name(const GemvQ4krShape& s) {
     case GemvQ4krShape::Kernel::kRegisters: return fmt::format("registers, {} blocks/SM", s.blocks);
     case GemvQ4krShape::Kernel::kDeep: return fmt::format("deep, {} ahead, {} blocks/SM", s.param, s.blocks);
     case GemvQ4krShape::Kernel::kRing: return fmt::format("bulk-copy ring, {} slots", s.param);
-    case GemvQ4krShape::Kernel::kStream: return fmt::format("streaming deep, {} ahead, {} blocks/SM", s.param, s.blocks);
     default: return "auto";
   }
 }
@@ -562,8 +449,7 @@ std::string gemv_q4kr_shape_name(const GemvQ4krShape& s) {
 std::vector<GemvQ4krShape> gemv_q4kr_shapes(const ops::Context& ctx) {
   using K_ = GemvQ4krShape::Kernel;
   std::vector<GemvQ4krShape> v = {{K_::kRegisters, 0, 4}, {K_::kRegisters, 0, 6}, {K_::kDeep, 2, 3},
-                                  {K_::kDeep, 2, 4}, {K_::kDeep, 3, 3}, {K_::kDeep, 4, 3},
-                                  {K_::kStream, 2, 3}, {K_::kStream, 2, 4}};
+                                  {K_::kDeep, 2, 4}, {K_::kDeep, 3, 3}, {K_::kDeep, 4, 3}};
   if (bulk_ok(ctx))
     for (int st : {2, 3, 4}) v.push_back({K_::kRing, st, 0});
   return v;
@@ -589,8 +475,6 @@ void gemv_q4kr(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor
     case 224: launch_deep<2, 4>(ctx, x, w, y); break;
     case 233: launch_deep<3, 3>(ctx, x, w, y); break;
     case 243: launch_deep<4, 3>(ctx, x, w, y); break;
-    case 423: launch_stream<2, 3, false>(ctx, x, w, y); break;
-    case 424: launch_stream<2, 4, false>(ctx, x, w, y); break;
     case 320: launch_bulk<2>(ctx, x, w, y); break;
     case 330: launch_bulk<3>(ctx, x, w, y); break;
     case 340: launch_bulk<4>(ctx, x, w, y); break;

@@ -31,11 +31,10 @@ namespace vi::cuda {
 
 // Which kernel, its parameter and the blocks of 4 warps per SM its registers are budgeted for:
 // kRegisters (blocks 4 or 6); kDeep, param super-blocks per warp loaded ahead (2..4; blocks 3,
-// or 4 for 2 ahead); kRing, param slots of the bulk-copy ring (2..4; sm_90 and CUDA 12+);
-// kStream, the deep kernel streaming through several tiles per block (param ahead, blocks 3 or 4).
+// or 4 for 2 ahead); kRing, param slots of the bulk-copy ring (2..4; sm_90 and CUDA 12+).
 // kAuto: chosen by shape.
 struct GemvQ4krShape {
-  enum class Kernel { kAuto, kRegisters, kDeep, kRing, kStream };
+  enum class Kernel { kAuto, kRegisters, kDeep, kRing };
   Kernel kernel = Kernel::kAuto;
   int param = 0;
   int blocks = 0;

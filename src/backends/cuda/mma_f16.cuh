@@ -58,10 +58,10 @@ __device__ __forceinline__ void stash_tile_sums(const float acc[4], float (*red)
   __syncthreads();
 }
 
-// store_tile_sums after its stash: red (past the barrier) holds every warp's sums.
 template <int WARPS>
-__device__ __forceinline__ void store_stashed_sums(const float (*red)[4][32], __half* y, int64_t n0, int64_t N,
-                                                   int n_tok) {
+__device__ __forceinline__ void store_tile_sums(const float acc[4], float (*red)[4][32], __half* y, int64_t n0,
+                                                int64_t N, int n_tok) {
+  stash_tile_sums(acc, red);
   for (int k = threadIdx.x; k < 4 * 32; k += blockDim.x) {
     const int i = k / 32, l = k % 32;
     float sum = 0.0f;
@@ -71,13 +71,6 @@ __device__ __forceinline__ void store_stashed_sums(const float (*red)[4][32], __
     const int tok = 2 * (l & 3) + (i & 1);
     if (n < N && tok < n_tok) y[static_cast<int64_t>(tok) * N + n] = __float2half_rn(sum);
   }
-}
-
-template <int WARPS>
-__device__ __forceinline__ void store_tile_sums(const float acc[4], float (*red)[4][32], __half* y, int64_t n0,
-                                                int64_t N, int n_tok) {
-  stash_tile_sums(acc, red);
-  store_stashed_sums<WARPS>(red, y, n0, N, n_tok);
 }
 
 // The end of a fused gate|up GEMV + SwiGLU (ops::matmul_swiglu) over TILES tiles whose rows g
