@@ -167,10 +167,12 @@ TEST_P(GoldenOnGpu, RecordedStepsMatchOpByOpSteps) {
   // 500 tokens); qwen35_c reached 3.4e-2 on the H200, so 6e-2 here. Recorded vs op by op:
   // the two differ only in the attention split count (bucketed vs exact key bound), i.e. the
   // order partial sums meet: 1e-5 in f32 (measured up to 4e-6), and in f16, where each
-  // attention output is rounded once more per layer, up to 4.4e-3 measured, so 1e-2. A
+  // attention output is rounded once more per layer, up to 4.4e-3 measured, and 1.02e-2 since
+  // the warp-split kernels spread the true key count over the bound's splits (8ad72b0: the
+  // split boundaries now move with the bound; qwen35_b, 4-token step at 260, H200), so 2e-2. A
   // replay at a stale position or with another sequence's state is off by far more than that
   // (the f32 case is the sharp check).
-  const double lim = tol(1e-4, 6e-2), same = tol(1e-5, 1e-2);
+  const double lim = tol(1e-4, 6e-2), same = tol(1e-5, 2e-2);
   for (const std::string& path : models) {
     auto [cpu_model, gpu_model] = load_on_both(path);
     const int64_t V = cpu_model->info().n_vocab;
