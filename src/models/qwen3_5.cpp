@@ -457,13 +457,20 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   Tensor y = ops::empty(ctx, ctx.act, {N, value_dim});
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
-  // Every sequence brings one token (a decode round): the GDN layers take the fused decode
-  // step, which holds the sequences' recurrent states in gdn_states ([Hv, dk, dv] f32 each)
-  // and needs no gate or core scratch.
-  bool all_decode = true;
-  for (size_t i = 0; i < items.size(); ++i) all_decode = all_decode && plan.rows_of(i) == 1;
+  // Every sequence brings the same T tokens, 1 <= T <= kMaxFusedGdnRows (a decode round: 1;
+  // a verify round: the draft tokens): the GDN layers take the fused step ops, whose core
+  // holds the sequences' recurrent states in gdn_states ([Hv, dk, dv] f32 each) and needs no
+  // gate or core scratch. A verify round otherwise ran ~8 kernels per layer (gates, 3 convs,
+  // 2 norms, the chunked delta rule, the gated norm) instead of 2. Steps with a prefill chunk
+  // or with sequences of different T keep the unfused core (gdn_decode_step takes one T);
+  // their sequences of at most kMaxFusedGdnRows rows still take the fused conv step.
+  bool fused_core = !items.empty();
+  for (size_t i = 0; i < items.size(); ++i) {
+    const int64_t T = plan.rows_of(i);
+    fused_core = fused_core && T >= 1 && T <= ops::kMaxFusedGdnRows && T == plan.rows_of(0);
+  }
   Tensor g, beta, core;  // the unfused path's gates ([N, Hv] f32 each) and core ([N, value_dim])
-  if (!all_decode) {
+  if (!fused_core) {
     g = ops::empty(ctx, DType::F32, {N, Hv});
     beta = ops::empty(ctx, DType::F32, {N, Hv});
     core = ops::empty(ctx, ctx.act, {N, value_dim});
@@ -513,13 +520,13 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
         ops::matmul(ctx, n, G.wb, lb);
         ops::matmul(ctx, n, G.wa, la);
       }
-      if (!all_decode) ops::gdn_gates(ctx, la, lb, G.neg_exp_A, G.dt_bias, g, beta);
+      if (!fused_core) ops::gdn_gates(ctx, la, lb, G.neg_exp_A, G.dt_bias, g, beta);
       gdn_states.clear();
       for (size_t i = 0; i < items.size(); ++i) {
         auto& seq = static_cast<Qwen35State&>(*items[i].seq);
         const int64_t r0 = plan.row0[i], T = plan.rows_of(i), r1 = r0 + T;
         Tensor cqi = cq.slice_rows(r0, r1), cki = ck.slice_rows(r0, r1), cvi = cv.slice_rows(r0, r1);
-        if (T == 1) {  // a decode token: the same five steps as below in one op
+        if (T >= 1 && T <= ops::kMaxFusedGdnRows) {  // decode or verify tokens: the five steps below in one op
           ops::gdn_conv_step(ctx, ops::ConvGroup{lq.slice_rows(r0, r1), G.conv_q, seq.conv_q[l], cqi},
                              ops::ConvGroup{lk.slice_rows(r0, r1), G.conv_k, seq.conv_k[l], cki},
                              ops::ConvGroup{lv.slice_rows(r0, r1), G.conv_v, seq.conv_v[l], cvi}, dk, 1e-6f, q_scale);
@@ -531,7 +538,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
           ops::l2_norm(ctx, qn, 1e-6f, q_scale, qn);
           ops::l2_norm(ctx, kn, 1e-6f, 1.0f, kn);
         }
-        if (all_decode) {  // the delta rule runs for all sequences at once below
+        if (fused_core) {  // the delta rule runs for all sequences at once below
           gdn_states.push_back(seq.ssm[l]);
           continue;
         }
@@ -541,7 +548,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
         ops::gated_delta_rule(ctx, cqi.reshape({T, Hk, dk}), cki.reshape({T, Hk, dk}), cvi.reshape({T, Hv, dv}),
                               g.slice_rows(r0, r1), beta.slice_rows(r0, r1), seq.ssm[l], gva_, form, core_i);
       }
-      if (all_decode) {  // gates, recurrent delta rule and output norm of every sequence: one op
+      if (fused_core) {  // gates, recurrent delta rule and output norm of every sequence's T rows: one op
         Tensor y3 = y.reshape({N, Hv, dv});
         ops::gdn_decode_step(ctx, cq.reshape({N, Hk, dk}), ck.reshape({N, Hk, dk}), cv.reshape({N, Hv, dv}), la, lb,
                              G.neg_exp_A, G.dt_bias, lz.reshape({N, Hv, dv}), G.norm, eps, gdn_states, gva_, y3);

@@ -1,6 +1,6 @@
 // CPU gdn_decode_step: literally the ops it stands for (gdn_gates on all tokens, the
-// recurrent gated_delta_rule per sequence, gated_rms_norm per head), through their CPU
-// kernels, so the reference is the unfused path bit for bit.
+// recurrent gated_delta_rule over each sequence's T rows, gated_rms_norm per token and head),
+// through their CPU kernels, so the reference is that composition bit for bit.
 #include "backends/cpu/cpu_util.h"
 #include "ops/gdn.h"
 #include "ops/gdn_decode_step.h"
@@ -14,22 +14,24 @@ void gdn_decode_step_cpu(ops::Context& ctx, const Tensor& q, const Tensor& k, co
                          const Tensor& norm_w, float eps, const std::vector<Tensor>& states, ops::GvaLayout layout,
                          Tensor& y) {
   const DType t = q.dtype();
-  const int64_t N = q.dim(0), Hv = v.dim(1), dv = v.dim(2);
+  // R rows: N sequences (states) of T tokens each, sequence n's rows [n T, (n + 1) T).
+  const int64_t R = q.dim(0), N = static_cast<int64_t>(states.size()), T = R / N, Hv = v.dim(1), dv = v.dim(2);
   // The kernels straight from the tables: the ops' own entry points would time them again
   // under this op's profiler scope.
   const auto gates = ops::gdn_gates_table().get(Device::CPU, t);
   const auto delta = ops::gated_delta_rule_table().get(Device::CPU, t);
   const auto norm = ops::gated_rms_norm_table().get(Device::CPU, t);
-  Tensor g = Tensor::empty(DType::F32, {N, Hv}), beta = Tensor::empty(DType::F32, {N, Hv});  // [N, Hv] f32
-  Tensor core = Tensor::empty(t, {N, Hv, dv});  // [N, Hv, dv], the activation dtype as gated_delta_rule stores it
+  Tensor g = Tensor::empty(DType::F32, {R, Hv}), beta = Tensor::empty(DType::F32, {R, Hv});  // [R, Hv] f32
+  Tensor core = Tensor::empty(t, {R, Hv, dv});  // [R, Hv, dv], the activation dtype as gated_delta_rule stores it
   gates(ctx, a, b, neg_exp_A, dt_bias, g, beta);
   for (int64_t n = 0; n < N; ++n) {
-    Tensor state = states[static_cast<size_t>(n)], core_n = core.slice_rows(n, n + 1);
-    delta(ctx, q.slice_rows(n, n + 1), k.slice_rows(n, n + 1), v.slice_rows(n, n + 1), g.slice_rows(n, n + 1),
-          beta.slice_rows(n, n + 1), state, layout, ops::DeltaRuleForm::kRecurrent, core_n);
+    const int64_t r0 = n * T, r1 = r0 + T;
+    Tensor state = states[static_cast<size_t>(n)], core_n = core.slice_rows(r0, r1);
+    delta(ctx, q.slice_rows(r0, r1), k.slice_rows(r0, r1), v.slice_rows(r0, r1), g.slice_rows(r0, r1),
+          beta.slice_rows(r0, r1), state, layout, ops::DeltaRuleForm::kRecurrent, core_n);
   }
-  Tensor yr = y.reshape({N * Hv, dv});
-  norm(ctx, core.reshape({N * Hv, dv}), z.reshape({N * Hv, dv}), norm_w, eps, yr);
+  Tensor yr = y.reshape({R * Hv, dv});
+  norm(ctx, core.reshape({R * Hv, dv}), z.reshape({R * Hv, dv}), norm_w, eps, yr);
 }
 
 const bool registered = [] {
