@@ -2,21 +2,28 @@
 // whole head's output, so a block covers all dv value columns (the separate recurrent kernel
 // splits a head into blocks of 32 columns): cols = dv rounded up to a warp, at most 128,
 // times kDeltaRowGroups row groups; a head wider than 128 columns takes several passes.
-// Per pass, as delta_rule_kernel does for one token: each thread holds rows rg, rg+4, ... of
-// its column of the fp32 state in registers, decays them, Sᵀk and Sᵀq are reduced over the
-// row groups through shared memory, and the state goes back. The decay and beta come from
-// a and b through gates_kernel's formula; the head's output is rounded to T (what
-// gated_delta_rule would have stored) into shared memory, then normalised, weighted and
-// gated as gated_rms_norm_kernel does, by the thread that reads z[e] (so y may alias z).
+// Per pass, as delta_rule_kernel does, token after token of the sequence: each thread holds
+// rows rg, rg+4, ... of its column of the fp32 state in registers, decays them, Sᵀk and Sᵀq
+// are reduced over the row groups through shared memory; the state goes back after the
+// last token. The decay and beta come from a and b through gates_kernel's formula; each
+// token's head output is rounded to T (what gated_delta_rule would have stored) into shared
+// memory, then normalised, weighted and gated as gated_rms_norm_kernel does, by the thread
+// that reads z[e] (so y may alias z).
+//
+// Tokens per sequence (T: 1 in a decode round, the drafts in a verify round) run in chunks
+// of kDecodeStepTokens: the chunk's k, q and gates (and in the cluster kernel v and z) are
+// loaded together after pdl_wait, so a verify round pays one round trip per chunk rather
+// than per token, and the state (3 MB a layer for the 27B model) is read and written once
+// per step, not once per token as separate recurrent launches would.
 //
 // On sm_90 the cluster kernel splits a head over a thread-block cluster of
 // kDecodeClusterBlocks blocks instead, each taking a slice of the value columns (the delta
 // rule is independent per column), so a round with few heads x sequences (48 for the 27B
 // model at one sequence) is spread over more SMs: the state traffic, not arithmetic, bounds
 // the step. Per column it runs the same instructions as the single-block kernel (the state
-// and the rounded output are bit for bit the same); only the norm's sum of squares is added
-// in another order: per block, then the blocks' sums in rank order, read from each other's
-// shared memory.
+// and the rounded outputs are bit for bit the same); only the norm's sums of squares are
+// added in another order: per block, then the blocks' sums in rank order, read from each
+// other's shared memory, one pair of cluster barriers per chunk for all its tokens.
 #include "backends/cuda/gdn_decode_step.cuh"
 
 #include <algorithm>
@@ -48,18 +55,24 @@ __device__ __forceinline__ void prefetch_state(const float* S, int dk, int dv, i
 }
 
 // R: state rows per thread (ceil(dk / kDeltaRowGroups), rounded up to a template size).
-// Rows n0 + blockIdx.y of q, k: [N, Hk, dk]; v, z, y: [N, Hv, dv]; a, b: [N, Hv].
+// Sequence n0 + blockIdx.y, its rows n T_ .. n T_ + T_ - 1 of q, k: [rows, Hk, dk];
+// v, z, y: [rows, Hv, dv]; a, b: [rows, Hv]. The tokens run in chunks of kDecodeStepTokens:
+// per chunk, every token's k, q and gates are loaded together, then per pass of columns the
+// state slice is read once, advanced by the chunk's tokens in registers and written once;
+// then the chunk's outputs are normalised.
 template <class T, int R>
 __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
     gdn_decode_step_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                            const T* __restrict__ a, const T* __restrict__ b, const float* __restrict__ neg_exp_A,
                            const float* __restrict__ dt_bias, const T* z, const float* __restrict__ norm_w, float eps,
-                           StatePtrs states, int64_t n0, T* y, int Hk, int Hv, int dk, int dv, int cols, bool tiled) {
-  __shared__ float kq[2][kDeltaMaxDk];  // the token's k and q head, fp32
+                           StatePtrs states, int64_t n0, int T_, T* y, int Hk, int Hv, int dk, int dv, int cols,
+                           bool tiled) {
+  __shared__ float kq[kDecodeStepTokens][2][kDeltaMaxDk];  // the chunk's k and q heads, fp32
   __shared__ float red_kv[kDeltaRowGroups][kDecodeMaxCols];
   __shared__ float red_o[kDeltaRowGroups][kDecodeMaxCols];
-  __shared__ float o_sh[kDecodeMaxDv];  // the head's output, rounded to T
-  __shared__ float red[32];
+  __shared__ float o_sh[kDecodeStepTokens][kDecodeMaxDv];  // the chunk's outputs, rounded to T
+  __shared__ float gate[2][kDecodeStepTokens];             // per token: the decay exp(g), beta
+  __shared__ float ss_sh[kDecodeStepTokens];               // per token: the head's sum of squares
   const int j = blockIdx.x;  // value head
   // Before the wait: the head's state and gate constants (last read a round ago) into L2, as
   // the cluster kernel does.
@@ -71,55 +84,73 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
   }
   pdl_wait();
   pdl_trigger();
-  const int64_t n = n0 + blockIdx.y;  // token (= sequence) row
+  const int64_t row0 = (n0 + blockIdx.y) * T_;  // the sequence's first row
   const int col = threadIdx.x % cols, rg = threadIdx.x / cols;
   const int hk = tiled ? j % Hk : j / (Hv / Hk);
-  const int64_t hj = n * Hv + j;
-  const float decay = expf(gdn_decay_gate(to_f32(a[hj]), dt_bias[j], neg_exp_A[j]));
-  const float bt = sigmoid_f(to_f32(b[hj]));
-  const int64_t qk_off = (n * Hk + hk) * dk;
-  for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-    kq[0][i] = to_f32(k[qk_off + i]);
-    kq[1][i] = to_f32(q[qk_off + i]);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  for (int t0 = 0; t0 < T_; t0 += kDecodeStepTokens) {
+    const int nt = min(kDecodeStepTokens, T_ - t0);
+    const int64_t r0 = row0 + t0;  // the chunk's first row
+    for (int i = threadIdx.x; i < nt * dk; i += blockDim.x) {
+      const int t = i / dk, c = i % dk;
+      const int64_t off = ((r0 + t) * Hk + hk) * dk + c;
+      kq[t][0][c] = to_f32(k[off]);
+      kq[t][1][c] = to_f32(q[off]);
+    }
+    if (threadIdx.x < nt) {
+      const int64_t hj = (r0 + threadIdx.x) * Hv + j;
+      gate[0][threadIdx.x] = expf(gdn_decay_gate(to_f32(a[hj]), dt_bias[j], neg_exp_A[j]));
+      gate[1][threadIdx.x] = sigmoid_f(to_f32(b[hj]));
+    }
+    __syncthreads();
+    for (int c0 = 0; c0 < dv; c0 += cols) {
+      const int e = c0 + col;  // value column
+      const bool live = e < dv;
+      float s[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int i = rg + kDeltaRowGroups * r;
+        s[r] = (live && i < dk) ? S[int64_t(i) * dv + e] : 0.0f;
+      }
+      for (int t = 0; t < nt; ++t) {
+        const T* vh = v + ((r0 + t) * Hv + j) * dv;
+        delta_rule_token(s, kq[t], red_kv, red_o, rg, col, dk, gate[0][t], [&](float kv) {
+          const float vv = live ? to_f32(vh[e]) : 0.0f;
+          return gate[1][t] * (vv - kv);
+        });
+        // Every read of red_kv comes before the barrier above and every read of red_o before
+        // the next token's (or pass's) first barrier, and the next token writes each only after
+        // that barrier: two barriers per token suffice.
+        if (rg == 0 && live) {
+          float o = 0.0f;
+#pragma unroll
+          for (int w = 0; w < kDeltaRowGroups; ++w) o += red_o[w][col];
+          o_sh[t][e] = to_f32(from_f32<T>(o));
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int i = rg + kDeltaRowGroups * r;
+        if (live && i < dk) S[int64_t(i) * dv + e] = s[r];
+      }
+    }
+    __syncthreads();  // o_sh holds the chunk's outputs
+    // Each token's sum of squares by one warp (at least 4 warps for at most 8 tokens).
+    for (int t = warp; t < nt; t += nwarps) {
+      float ss = 0.0f;
+      for (int e = lane; e < dv; e += 32) ss += o_sh[t][e] * o_sh[t][e];
+      ss = warp_sum(ss);
+      if (lane == 0) ss_sh[t] = ss;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nt * dv; i += blockDim.x) {
+      const int t = i / dv, e = i % dv;
+      const float f = 1.0f / sqrtf(ss_sh[t] / static_cast<float>(dv) + eps);
+      const int64_t at = ((r0 + t) * Hv + j) * dv + e;  // z is read by the thread that writes y (y may alias z)
+      y[at] = from_f32<T>(norm_w[e] * (o_sh[t][e] * f) * silu_f(to_f32(z[at])));
+    }
+    __syncthreads();  // the next chunk overwrites kq, gate, o_sh and ss_sh
   }
-  __syncthreads();
-  const T* vh = v + hj * dv;
-  for (int c0 = 0; c0 < dv; c0 += cols) {
-    const int e = c0 + col;  // value column
-    const bool live = e < dv;
-    float s[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int i = rg + kDeltaRowGroups * r;
-      s[r] = (live && i < dk) ? S[int64_t(i) * dv + e] : 0.0f;
-    }
-    delta_rule_token(s, kq, red_kv, red_o, rg, col, dk, decay, [&](float kv) {
-      const float vv = live ? to_f32(vh[e]) : 0.0f;
-      return bt * (vv - kv);
-    });
-    // Every read of red_kv comes before the barrier above and every read of red_o before the
-    // next pass's first barrier, and the next pass writes each only after that barrier: two
-    // barriers per pass suffice.
-    if (rg == 0 && live) {
-      float o = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kDeltaRowGroups; ++w) o += red_o[w][col];
-      o_sh[e] = to_f32(from_f32<T>(o));
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int i = rg + kDeltaRowGroups * r;
-      if (live && i < dk) S[int64_t(i) * dv + e] = s[r];
-    }
-  }
-  __syncthreads();  // o_sh holds the whole head
-  float ss = 0.0f;
-  for (int e = threadIdx.x; e < dv; e += blockDim.x) ss += o_sh[e] * o_sh[e];
-  const float f = 1.0f / sqrtf(block_sum(ss, red) / static_cast<float>(dv) + eps);
-  const T* zh = z + hj * dv;
-  T* yh = y + hj * dv;
-  for (int e = threadIdx.x; e < dv; e += blockDim.x)
-    yh[e] = from_f32<T>(norm_w[e] * (o_sh[e] * f) * silu_f(to_f32(zh[e])));
 }
 
 #if CUDART_VERSION >= 12000
@@ -160,22 +191,29 @@ __device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
 // Grid (Hv x kDecodeClusterBlocks, sequences), clusters of kDecodeClusterBlocks along x:
 // cluster = (value head j, sequence), block rank p takes value columns [p cols, (p+1) cols),
 // cols a multiple of 32 with kDecodeClusterBlocks x cols >= dv (columns past dv idle).
-// Block: cols x kDeltaRowGroups threads. Tensors as gdn_decode_step_kernel's.
+// Block: cols x kDeltaRowGroups threads. Tensors as gdn_decode_step_kernel's. The state slice
+// stays in registers across all the sequence's tokens (read once, written once); per chunk
+// of kDecodeStepTokens tokens every input (k, q, gates, v, z) is loaded together, the tokens
+// run, and one pair of cluster barriers serves the norms of all of them.
 template <class T, int R>
 __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
     gdn_decode_step_cluster_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                    const T* __restrict__ a, const T* __restrict__ b,
                                    const float* __restrict__ neg_exp_A, const float* __restrict__ dt_bias, const T* z,
-                                   const float* __restrict__ norm_w, float eps, StatePtrs states, int64_t n0, T* y,
-                                   int Hk, int Hv, int dk, int dv, int cols, bool tiled) {
+                                   const float* __restrict__ norm_w, float eps, StatePtrs states, int64_t n0, int T_,
+                                   T* y, int Hk, int Hv, int dk, int dv, int cols, bool tiled) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // never launched: gdn_decode_uses_cluster asks for sm_90 code
 #else
-  __shared__ float kq[2][kDeltaMaxDk];  // the token's k and q head, fp32
+  __shared__ float kq[kDecodeStepTokens][2][kDeltaMaxDk];  // the chunk's k and q heads, fp32
   __shared__ float red_kv[kDeltaRowGroups][kDecodeMaxCols];
   __shared__ float red_o[kDeltaRowGroups][kDecodeMaxCols];
-  __shared__ float red[32];
-  __shared__ float ss_part;  // this block's part of the head's sum of squares; the cluster reads it
+  __shared__ float v_sh[kDecodeStepTokens][kDecodeMaxCols];  // the chunk's v of this block's columns
+  __shared__ float z_sh[kDecodeStepTokens][kDecodeMaxCols];  // z, likewise
+  __shared__ float o_sh[kDecodeStepTokens][kDecodeMaxCols];  // the outputs, rounded to T
+  __shared__ float gate[2][kDecodeStepTokens];                // per token: the decay exp(g), beta
+  // This block's part of each token's sum of squares; the cluster reads it.
+  __shared__ float ss_part[kDecodeStepTokens];
   const int j = blockIdx.x / kDecodeClusterBlocks;  // value head
   const int part = blockIdx.x % kDecodeClusterBlocks;  // the block's rank in its cluster
   const int col = threadIdx.x % cols, rg = threadIdx.x / cols;
@@ -197,56 +235,86 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
     prefetch_l2(norm_w + part * cols + threadIdx.x);
   pdl_wait();
   pdl_trigger();
-  const int64_t n = n0 + blockIdx.y;  // token (= sequence) row
+  const int64_t row0 = (n0 + blockIdx.y) * T_;  // the sequence's first row
   const int hk = tiled ? j % Hk : j / (Hv / Hk);
-  const int64_t hj = n * Hv + j;
-  const float decay = expf(gdn_decay_gate(to_f32(a[hj]), dt_bias[j], neg_exp_A[j]));
-  const float bt = sigmoid_f(to_f32(b[hj]));
-  const int64_t qk_off = (n * Hk + hk) * dk;
-  for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-    kq[0][i] = to_f32(k[qk_off + i]);
-    kq[1][i] = to_f32(q[qk_off + i]);
-  }
-  // v[e] and z[e] now, so their latency overlaps the state's; z only by the thread that
-  // writes y[e] (y may alias z).
-  const float vv = live ? to_f32(v[hj * dv + e]) : 0.0f;
-  const float zz = (rg == 0 && live) ? to_f32(z[hj * dv + e]) : 0.0f;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   float s[R];
+  for (int t0 = 0; t0 < T_; t0 += kDecodeStepTokens) {
+    const int nt = min(kDecodeStepTokens, T_ - t0);
+    const int64_t r0 = row0 + t0;  // the chunk's first row
+    for (int i = threadIdx.x; i < nt * dk; i += blockDim.x) {
+      const int t = i / dk, c = i % dk;
+      const int64_t off = ((r0 + t) * Hk + hk) * dk + c;
+      kq[t][0][c] = to_f32(k[off]);
+      kq[t][1][c] = to_f32(q[off]);
+    }
+    if (threadIdx.x < nt) {
+      const int64_t hj = (r0 + threadIdx.x) * Hv + j;
+      gate[0][threadIdx.x] = expf(gdn_decay_gate(to_f32(a[hj]), dt_bias[j], neg_exp_A[j]));
+      gate[1][threadIdx.x] = sigmoid_f(to_f32(b[hj]));
+    }
+    // v and z of token t and column e by row group t % kDeltaRowGroups, so their latency
+    // overlaps the state's; z's thread is the one that writes y[t, e] (y may alias z).
+    for (int t = rg; t < nt; t += kDeltaRowGroups) {
+      const int64_t at = ((r0 + t) * Hv + j) * dv + e;
+      v_sh[t][col] = live ? to_f32(v[at]) : 0.0f;
+      z_sh[t][col] = live ? to_f32(z[at]) : 0.0f;
+    }
+    if (t0 == 0) {
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int i = rg + kDeltaRowGroups * r;
-    s[r] = (live && i < dk) ? S[int64_t(i) * dv + e] : 0.0f;
-  }
-  __syncthreads();  // kq
-  delta_rule_token(s, kq, red_kv, red_o, rg, col, dk, decay, [&](float kv) { return bt * (vv - kv); });
-  float o = 0.0f;  // column e's output rounded to T (row group 0's threads)
-  if (rg == 0 && live) {
+      for (int r = 0; r < R; ++r) {
+        const int i = rg + kDeltaRowGroups * r;
+        s[r] = (live && i < dk) ? S[int64_t(i) * dv + e] : 0.0f;
+      }
+    }
+    __syncthreads();  // kq, gate, v_sh, z_sh
+    for (int t = 0; t < nt; ++t) {
+      delta_rule_token(s, kq[t], red_kv, red_o, rg, col, dk, gate[0][t],
+                       [&](float kv) { return gate[1][t] * (v_sh[t][col] - kv); });
+      if (rg == 0) {  // column e's output rounded to T (0 past dv)
+        float o = 0.0f;
+        if (live) {
 #pragma unroll
-    for (int w = 0; w < kDeltaRowGroups; ++w) o += red_o[w][col];
-    o = to_f32(from_f32<T>(o));
-  }
+          for (int w = 0; w < kDeltaRowGroups; ++w) o += red_o[w][col];
+          o = to_f32(from_f32<T>(o));
+        }
+        o_sh[t][col] = o;
+      }
+    }
+    if (t0 + nt >= T_) {  // the last chunk: the state goes back
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int i = rg + kDeltaRowGroups * r;
-    if (live && i < dk) S[int64_t(i) * dv + e] = s[r];
+      for (int r = 0; r < R; ++r) {
+        const int i = rg + kDeltaRowGroups * r;
+        if (live && i < dk) S[int64_t(i) * dv + e] = s[r];
+      }
+    }
+    __syncthreads();  // o_sh holds the chunk's outputs
+    // Each token's sum of squares over this block's columns by one warp (at least 4 warps).
+    for (int t = warp; t < nt; t += nwarps) {
+      float ss = 0.0f;
+      for (int c = lane; c < cols; c += 32) ss += o_sh[t][c] * o_sh[t][c];
+      ss = warp_sum(ss);
+      if (lane == 0) ss_part[t] = ss;
+    }
+    // Every thread of the cluster passes both barriers.
+    // The first: each block's ss_part is written and visible before anyone reads it (and every
+    // block of the cluster has started, as shared::cluster accesses require).
+    cluster_arrive();
+    cluster_wait();
+    for (int t = rg; t < nt; t += kDeltaRowGroups) {
+      if (!live) continue;
+      float total = 0.0f;  // in rank order, so all blocks of the head get the same f
+      for (int p = 0; p < kDecodeClusterBlocks; ++p) total += cluster_load(&ss_part[t], static_cast<unsigned>(p));
+      const float f = 1.0f / sqrtf(total / static_cast<float>(dv) + eps);
+      y[((r0 + t) * Hv + j) * dv + e] = from_f32<T>(norm_w[e] * (o_sh[t][col] * f) * silu_f(z_sh[t][col]));
+    }
+    // The second: no block exits (its shared memory gone) or starts the next chunk (rewriting
+    // ss_part) while another may still read its ss_part. Arriving only after the reads above
+    // have returned their values. It is a barrier of this block too, so the next chunk may
+    // overwrite kq, gate, v_sh, z_sh and o_sh.
+    cluster_arrive();
+    cluster_wait();
   }
-  const float ss = block_sum(o * o, red);
-  if (threadIdx.x == 0) ss_part = ss;
-  // Every thread of the cluster passes both barriers.
-  // The first: each block's ss_part is written and visible before anyone reads it (and every
-  // block of the cluster has started, as shared::cluster accesses require).
-  cluster_arrive();
-  cluster_wait();
-  if (rg == 0 && live) {
-    float total = 0.0f;  // in rank order, so all blocks of the head get the same f
-    for (int p = 0; p < kDecodeClusterBlocks; ++p) total += cluster_load(&ss_part, static_cast<unsigned>(p));
-    const float f = 1.0f / sqrtf(total / static_cast<float>(dv) + eps);
-    y[hj * dv + e] = from_f32<T>(norm_w[e] * (o * f) * silu_f(zz));
-  }
-  // The second: no block exits (its shared memory gone) while another may still read its
-  // ss_part. Arriving only after the reads above have returned their values.
-  cluster_arrive();
-  cluster_wait();
 #endif
 }
 #endif  // CUDART_VERSION >= 12000
@@ -255,7 +323,9 @@ template <class T, int R>
 void launch_decode_step(const ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
                         const Tensor& b, const Tensor& neg_exp_A, const Tensor& dt_bias, const Tensor& z,
                         const Tensor& norm_w, float eps, const std::vector<Tensor>& states, bool tiled, Tensor& y) {
-  const int64_t N = q.dim(0), Hk = q.dim(1), dk = q.dim(2), Hv = v.dim(1), dv = v.dim(2);
+  // N sequences (states) of T_ tokens each: rows q.dim(0) = N T_.
+  const int64_t N = static_cast<int64_t>(states.size()), T_ = q.dim(0) / N;
+  const int64_t Hk = q.dim(1), dk = q.dim(2), Hv = v.dim(1), dv = v.dim(2);
   const bool cluster = gdn_decode_uses_cluster(ctx, dv);
   // Columns per block: the whole head (a pass of at most 128), or the cluster block's slice.
   const int64_t want = cluster ? (dv + kDecodeClusterBlocks - 1) / kDecodeClusterBlocks : dv;
@@ -271,7 +341,7 @@ void launch_decode_step(const ops::Context& ctx, const Tensor& q, const Tensor& 
       VI_CUDA_CHECK(pdl_launch_cluster(gdn_decode_step_cluster_kernel<T, R>, grid, cols * kDeltaRowGroups, 0,
                                        stream_of(ctx), kDecodeClusterBlocks, q.ptr<T>(), k.ptr<T>(), v.ptr<T>(),
                                        a.ptr<T>(), b.ptr<T>(), neg_exp_A.ptr<float>(), dt_bias.ptr<float>(),
-                                       z.ptr<T>(), norm_w.ptr<float>(), eps, ptrs, n0, y.ptr<T>(),
+                                       z.ptr<T>(), norm_w.ptr<float>(), eps, ptrs, n0, static_cast<int>(T_), y.ptr<T>(),
                                        static_cast<int>(Hk), static_cast<int>(Hv), static_cast<int>(dk),
                                        static_cast<int>(dv), cols, tiled));
       continue;
@@ -280,7 +350,7 @@ void launch_decode_step(const ops::Context& ctx, const Tensor& q, const Tensor& 
     const dim3 grid(static_cast<unsigned>(Hv), static_cast<unsigned>(ns));
     VI_CUDA_CHECK(pdl_launch(gdn_decode_step_kernel<T, R>, grid, cols * kDeltaRowGroups, 0, stream_of(ctx),
                              q.ptr<T>(), k.ptr<T>(), v.ptr<T>(), a.ptr<T>(), b.ptr<T>(), neg_exp_A.ptr<float>(),
-                             dt_bias.ptr<float>(), z.ptr<T>(), norm_w.ptr<float>(), eps, ptrs, n0, y.ptr<T>(),
+                             dt_bias.ptr<float>(), z.ptr<T>(), norm_w.ptr<float>(), eps, ptrs, n0, static_cast<int>(T_), y.ptr<T>(),
                              static_cast<int>(Hk), static_cast<int>(Hv), static_cast<int>(dk), static_cast<int>(dv),
                              cols, tiled));
   }
@@ -295,6 +365,8 @@ void gdn_decode_step_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k, c
   VI_CHECK(dv <= kDecodeMaxDv, "op 'gdn_decode_step' on cuda: value head dim {} exceeds {}", dv, kDecodeMaxDv);
   VI_CHECK(Hv <= INT32_MAX, "op 'gdn_decode_step' on cuda: {} value heads is too many", Hv);
   if (q.dim(0) == 0) return;
+  VI_CHECK(q.dim(0) / static_cast<int64_t>(states.size()) <= INT32_MAX,
+           "op 'gdn_decode_step' on cuda: {} tokens per sequence is too many", q.dim(0) / states.size());
   const bool tiled = layout == ops::GvaLayout::kTiled;
   dispatch_act("gdn_decode_step", q.dtype(), [&](auto tag) {
     using T = decltype(tag);

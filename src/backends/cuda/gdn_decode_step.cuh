@@ -1,5 +1,5 @@
-// CUDA gdn_decode_step (ops/gdn_decode_step.h): a decode round's GDN gates, recurrent delta
-// rule and gated output norm in one launch per GDN layer.
+// CUDA gdn_decode_step (ops/gdn_decode_step.h): a decode or verify round's GDN gates,
+// recurrent delta rule and gated output norm in one launch per GDN layer.
 // This header is plain C++ (no CUDA types), so host code and tests can include it.
 #pragma once
 
@@ -12,6 +12,9 @@ namespace vi::cuda {
 constexpr int kDecodeMaxSeqs = 64;   // sequences per launch (their state pointers are a kernel parameter)
 constexpr int kDecodeMaxCols = 128;  // value columns per pass: kDeltaRowGroups x 128 = 512 threads
 constexpr int kDecodeMaxDv = 512;    // value head dim bound (the head's output waits in shared memory)
+// Tokens per sequence whose k, q, gates and outputs the kernels hold in shared memory at
+// once (kMaxFusedGdnRows: a verify round's drafts in one chunk); more run in chunks.
+constexpr int kDecodeStepTokens = 8;
 
 // Blocks per (value head, sequence) in the cluster kernel (sm_90): each takes dv / 4 value
 // columns (rounded up to a warp), so the 27B layer (48 heads of 128) runs as 192 blocks of

@@ -1,7 +1,8 @@
-// CUDA vs CPU: gdn_conv_step (a decode token's GDN conv + SiLU of q, k, v and the L2 norm of
-// the q and k heads) on fresh random inputs over three tokens in a row (the conv state
-// carries), in both kernel profiles and both activation dtypes: the 27B shape (16 heads of
-// 128, 6144 value channels), a tiny one and odd sizes (a head of 100, conv width 3).
+// CUDA vs CPU: gdn_conv_step (a decode or verify step's GDN conv + SiLU of q, k, v and the L2
+// norm of the q and k heads) on fresh random inputs over steps in a row (the conv state
+// carries) of T = 1, 2, 4, 8 tokens (the multi-token kernel) and 11 (two launches, 8 + 3), in
+// both kernel profiles and both activation dtypes: the 27B shape (16 heads of 128, 6144
+// value channels), a tiny one and odd sizes (a head of 100, conv width 3).
 // Tolerances (relative L2): f32 1e-5 (summation order of the norm only), f16 2e-3 (the
 // rounding of the conv output and of the result). The states hold inputs, moved, never
 // computed: they must match exactly. Also the GPU's five separate ops, which the fused
@@ -31,24 +32,29 @@ TEST_P(GdnConvStep, MatchesCpuAndTheSeparateOps) {
     ops::ConvGroup cpu_g[3], gpu_g[3], sep_g[3];  // q, k, v: CPU op, GPU op, GPU separate ops
     for (int i = 0; i < 3; ++i) {
       Tensor w = rand_f32({Cs[i], K}, DType::F32), st = rand_f32({K - 1, Cs[i]}, DType::F32, -2, 2);
-      cpu_g[i] = {Tensor(), w, st, Tensor::empty(DType::F32, {1, Cs[i]})};
+      cpu_g[i] = {Tensor(), w, st, Tensor()};
       cpu_g[i].state = Tensor::empty(DType::F32, {K - 1, Cs[i]});
       std::copy_n(st.ptr<float>(), st.numel(), cpu_g[i].state.ptr<float>());
-      gpu_g[i] = {Tensor(), ops::upload(g, w), ops::upload(g, st), gpu_empty({1, Cs[i]})};
-      sep_g[i] = {Tensor(), ops::upload(g, w), ops::upload(g, st), gpu_empty({1, Cs[i]})};
+      gpu_g[i] = {Tensor(), ops::upload(g, w), ops::upload(g, st), Tensor()};
+      sep_g[i] = {Tensor(), ops::upload(g, w), ops::upload(g, st), Tensor()};
     }
-    for (int step = 0; step < 3; ++step) {
-      const std::string what = sz + " token " + std::to_string(step);
+    const int64_t Ts[] = {1, 2, 4, 8, 1, 11};  // tokens per step; the states carry
+    for (int step = 0; step < 6; ++step) {
+      const int64_t T = Ts[step];
+      const std::string what = sz + " T=" + std::to_string(T) + " step " + std::to_string(step);
       for (int i = 0; i < 3; ++i) {
-        Tensor x = rand_f32({1, Cs[i]}, act(), -3, 3);
+        Tensor x = rand_f32({T, Cs[i]}, act(), -3, 3);
         cpu_g[i].x = x;
+        cpu_g[i].y = Tensor::empty(DType::F32, {T, Cs[i]});
         gpu_g[i].x = up(x);
+        gpu_g[i].y = gpu_empty({T, Cs[i]});
         sep_g[i].x = up(x);
+        sep_g[i].y = gpu_empty({T, Cs[i]});
       }
       ops::gdn_conv_step(cpu, cpu_g[0], cpu_g[1], cpu_g[2], dk, 1e-6f, q_scale);
       ops::gdn_conv_step(g, gpu_g[0], gpu_g[1], gpu_g[2], dk, 1e-6f, q_scale);
       for (ops::ConvGroup& s : sep_g) ops::conv1d_causal(g, s.x, s.w, s.state, true, s.y);
-      Tensor qn = sep_g[0].y.reshape({Hk, dk}), kn = sep_g[1].y.reshape({Hk, dk});
+      Tensor qn = sep_g[0].y.reshape({T * Hk, dk}), kn = sep_g[1].y.reshape({T * Hk, dk});
       ops::l2_norm(g, qn, 1e-6f, q_scale, qn);
       ops::l2_norm(g, kn, 1e-6f, 1.0f, kn);
       const char* names[3] = {"q", "k", "v"};

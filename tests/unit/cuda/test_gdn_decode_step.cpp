@@ -1,7 +1,8 @@
-// CUDA vs CPU: gdn_decode_step (a decode round's GDN gates, recurrent delta rule and gated
-// output norm in one op) on fresh random inputs, several sequences with states of their own,
-// three decode steps in a row (the states carry), both GVA layouts, in both kernel profiles
-// and both activation dtypes. Shapes: the 27B layer (16 key heads, 48 value heads of 128) at
+// CUDA vs CPU: gdn_decode_step (a decode or verify round's GDN gates, recurrent delta rule and
+// gated output norm in one op) on fresh random inputs, several sequences with states of their
+// own, five steps in a row (the states carry) of T = 1, 2, 4, 8 tokens per sequence and 11
+// (two chunks of the kernels, 8 + 3), both GVA layouts, in both kernel profiles and both
+// activation dtypes. Shapes: the 27B layer (16 key heads, 48 value heads of 128) at
 // one and three sequences, small and odd ones (dk 40, dv 33: partial warps; dk 72, dv 100),
 // heads wider than one pass (dv 160, 512), and 70 sequences (more than one launch's 64 state
 // pointers).
@@ -57,20 +58,22 @@ TEST_P(GdnDecodeStep, MatchesCpuAndTheSeparateOps) {
         if (cluster) old_s.push_back(ops::upload(g, s));
         cpu_s.push_back(std::move(s));
       }
-      for (int step = 0; step < 3; ++step) {
-        const std::string what = sz + " step " + std::to_string(step);
-        Tensor q = unit_rows(rand_f32({N, Hk, dk}, DType::F32), 1.0f / std::sqrt(float(dk)), act());
-        Tensor k = unit_rows(rand_f32({N, Hk, dk}, DType::F32), 1.0f, act());
-        Tensor v = rand_f32({N, Hv, dv}, act(), -2, 2), z = rand_f32({N, Hv, dv}, act(), -3, 3);
-        Tensor a = rand_f32({N, Hv}, act(), -8, 25), b = rand_f32({N, Hv}, act(), -6, 6);  // a > 20: softplus identity
-        Tensor ref = Tensor::empty(DType::F32, {N, Hv, dv});
+      const int64_t Ts[] = {1, 2, 4, 8, 11};  // tokens per sequence, step by step
+      for (int step = 0; step < 5; ++step) {
+        const int64_t T = Ts[step], R = N * T;  // R rows, sequence n's [n T, (n + 1) T)
+        const std::string what = sz + " T=" + std::to_string(T) + " step " + std::to_string(step);
+        Tensor q = unit_rows(rand_f32({R, Hk, dk}, DType::F32), 1.0f / std::sqrt(float(dk)), act());
+        Tensor k = unit_rows(rand_f32({R, Hk, dk}, DType::F32), 1.0f, act());
+        Tensor v = rand_f32({R, Hv, dv}, act(), -2, 2), z = rand_f32({R, Hv, dv}, act(), -3, 3);
+        Tensor a = rand_f32({R, Hv}, act(), -8, 25), b = rand_f32({R, Hv}, act(), -6, 6);  // a > 20: softplus identity
+        Tensor ref = Tensor::empty(DType::F32, {R, Hv, dv});
         // The reference runs in f32 on the inputs' values (already f16-rounded in f16 runs).
         ops::gdn_decode_step(cpu, q, k, v, a, b, A, dt, z, w, eps, cpu_s, layout, ref);
         Tensor dq = up(q), dk_ = up(k), dv_ = up(v), dz = up(z), da = up(a), db = up(b);
-        Tensor dy = gpu_empty({N, Hv, dv});
+        Tensor dy = gpu_empty({R, Hv, dv});
         ops::gdn_decode_step(g, dq, dk_, dv_, da, db, dA, ddt, dz, dw, eps, gpu_s, layout, dy);
 
-        Tensor dy_sep = gpu_empty({N, Hv, dv});
+        Tensor dy_sep = gpu_empty({R, Hv, dv});
         test::unfused_gdn_decode_step(g, dq, dk_, dv_, da, db, dA, ddt, dz, dw, eps, sep_s, layout, dy_sep);
 
         const Tensor y = down(dy);
@@ -82,7 +85,7 @@ TEST_P(GdnDecodeStep, MatchesCpuAndTheSeparateOps) {
           EXPECT_CLOSE(s, ops::download(g, sep_s[n]), 1e-6, fmt::format("state {} vs separate ops{}", n, what));
         }
         if (cluster) {
-          Tensor dy_old = gpu_empty({N, Hv, dv});
+          Tensor dy_old = gpu_empty({R, Hv, dv});
           cuda::set_gdn_decode_cluster_allowed(false);
           const bool forced_off = !cuda::gdn_decode_uses_cluster(g, dv);
           ops::gdn_decode_step(g, dq, dk_, dv_, da, db, dA, ddt, dz, dw, eps, old_s, layout, dy_old);
