@@ -34,7 +34,8 @@ void gdn_conv_step(Context& ctx, const ConvGroup& q, const ConvGroup& k, const C
   }
   VI_CHECK(head_dim > 0 && q.x.dim(1) % head_dim == 0 && k.x.dim(1) % head_dim == 0,
            "op 'gdn_conv_step': q {} and k {} must be whole heads of {}", describe(q.x), describe(k.x), head_dim);
-  VI_OP_SCOPE(ctx, "gdn_conv_step", q.x.dtype(), bytes, "T{} q{} k{} v{} K{}", T, q.x.dim(1), k.x.dim(1), v.x.dim(1), K);
+  VI_OP_SCOPE(ctx, "gdn_conv_step", q.x.dtype(), bytes, "T{} q{} k{} v{} K{}", T, q.x.dim(1), k.x.dim(1), v.x.dim(1),
+              K);
   gdn_conv_step_table().get(ctx.device, q.x.dtype())(ctx, q, k, v, head_dim, eps, q_scale);
 }
 

@@ -58,7 +58,8 @@ void gdn_decode_step(Context& ctx, const Tensor& q, const Tensor& k, const Tenso
   VI_OP_SCOPE_F(ctx, "gdn_decode_step", t,
                 q.nbytes() + k.nbytes() + v.nbytes() + a.nbytes() + b.nbytes() + z.nbytes() + y.nbytes() +
                     2 * state_bytes,
-                6.0 * R * Hv * dk * dv, "N={} T={} Hv={} dk={} dv={}", n_seq, R / n_seq, Hv, dk, dv);  // k^T S, update, q^T S
+                6.0 * R * Hv * dk * dv,  // k^T S, update, q^T S per row
+                "N={} T={} Hv={} dk={} dv={}", n_seq, R / n_seq, Hv, dk, dv);
   gdn_decode_step_table().get(ctx.device, t)(ctx, q, k, v, a, b, neg_exp_A, dt_bias, z, norm_w, eps, states, layout,
                                              y);
 }

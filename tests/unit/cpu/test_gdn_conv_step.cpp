@@ -116,7 +116,9 @@ TEST(GdnConvStep, MatchesDoubleFormula) {
       const float* w = in->w.ptr<float>();
       const float* s = in->state.ptr<float>();
       // The inputs in time order: the K-1 state rows, then the T tokens.
-      auto input = [&](int64_t i, int64_t c) { return i < K - 1 ? double(s[i * C + c]) : double(x[(i - (K - 1)) * C + c]); };
+      auto input = [&](int64_t i, int64_t c) {
+        return i < K - 1 ? double(s[i * C + c]) : double(x[(i - (K - 1)) * C + c]);
+      };
       std::vector<double> y(static_cast<size_t>(T * C));
       for (int64_t t = 0; t < T; ++t) {
         double* yt = y.data() + t * C;
