@@ -419,12 +419,12 @@ namespace {
 DecodeTuning initial_tuning() {
   const char* e = std::getenv("VI_DECODE_TUNING");
   const bool on = !(e && std::strcmp(e, "0") == 0);
-  return DecodeTuning{on, on, on};
+  return DecodeTuning{on, on, on, on};
 }
 std::atomic<uint8_t>& tuning_bits() {
   static std::atomic<uint8_t> bits{[] {
     const DecodeTuning t = initial_tuning();
-    return static_cast<uint8_t>(t.balanced_splits | (t.fast_combine << 1) | (t.pdl << 2));
+    return static_cast<uint8_t>(t.balanced_splits | (t.fast_combine << 1) | (t.pdl << 2) | (t.lean_share_step << 3));
   }()};
   return bits;
 }
@@ -434,11 +434,12 @@ std::atomic<int64_t> g_tc_min_keys{kDecodeTcMinKeysDefault};
 
 DecodeTuning decode_tuning() {
   const uint8_t b = tuning_bits().load(std::memory_order_relaxed);
-  return DecodeTuning{(b & 1) != 0, (b & 2) != 0, (b & 4) != 0};
+  return DecodeTuning{(b & 1) != 0, (b & 2) != 0, (b & 4) != 0, (b & 8) != 0};
 }
 void set_decode_tuning(const DecodeTuning& t) {
-  tuning_bits().store(static_cast<uint8_t>(t.balanced_splits | (t.fast_combine << 1) | (t.pdl << 2)),
-                      std::memory_order_relaxed);
+  tuning_bits().store(
+      static_cast<uint8_t>(t.balanced_splits | (t.fast_combine << 1) | (t.pdl << 2) | (t.lean_share_step << 3)),
+      std::memory_order_relaxed);
 }
 
 int decode_tc_min_rows() { return g_tc_min_rows.load(std::memory_order_relaxed); }

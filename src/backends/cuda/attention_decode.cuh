@@ -128,12 +128,21 @@ int64_t decode_tc_warps_groups(const DecodeArgs& a);
 //   are launched through pdl_launch, and allow the combine to launch early (pdl_trigger);
 //   with one split no partial buffer is allocated, so no memory node separates them from the
 //   kernel before (decode_graph.md: a non-kernel node gets no programmatic overlap).
+// - lean_share_step: the shared-slot warp-split kernels (2 or 4 row tiles per block: T >= 3
+//   of the 27B shape; T = 1, 2 keep the one-tile kernel either way) run a slot step with fewer
+//   instructions per key: Q stored in mma A-fragment order (one 16-byte shared load per
+//   k-step, no register moves), each thread's block-table loads for a refill issued before
+//   the stream barrier and its copies unrolled without guards, and a row's running max
+//   moved only when a slot's max exceeds it by more than 2^6 (so O is rarely rescaled; the
+//   softmax is the same, P may reach 64). Off: the step measured on 2026-12-01 (H200, 128K
+//   T = 4: 171.7 us); docs/notes/decode_attention.md, "Lean slot step".
 // Defaults: all on; VI_DECODE_TUNING=0 in the environment (read once per process) turns all
-// three off (the path measured before, for end-to-end A/B).
+// of them off (the path measured before, for end-to-end A/B).
 struct DecodeTuning {
   bool balanced_splits = true;
   bool fast_combine = true;
   bool pdl = true;
+  bool lean_share_step = true;
 };
 DecodeTuning decode_tuning();
 void set_decode_tuning(const DecodeTuning& t);  // process-wide (tests, benchmarks)

@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <type_traits>
 
 #include "backends/cuda/attention_decode.cuh"
 #include "backends/cuda/attention_wmma.cuh"
@@ -951,6 +952,145 @@ __device__ __forceinline__ void warp_slot_step(const unsigned char* slot, const 
   }
 }
 
+// The lean slot step (DecodeTuning::lean_share_step; the shared-slot kernel below): the
+// same S = Q·Kᵀ, softmax and O += P·V as warp_slot_step, with fewer instructions per slot.
+// Why: at 128K T = 4 (RT 2) a warp ran 63 slot steps in 171.7 us, ~5400 cycles each, with
+// two busy warps per SM sub-partition; the step's SASS (CUDA 11.8, sm_90) was ~980
+// instructions of math (64 HMMA, 160 PRMT, 128 HADD2, ~100 LOP3, ~135 register moves that
+// put qa / qb words into the A operand's register order, 128 FMUL of the O rescale taken in
+// most slots) plus ~220 of copy issue with four serial block-table loads.
+// - qf: this lane's A fragments of the tile's Q, stored in fragment order (see the kernel):
+//   qf[32 kk] is {a0, a1, a2, a3} of k-step kk = 4 jj + j4, one LDS.128 straight into the
+//   HMMA operand registers (the row-major Q needed four moves per k-step).
+// - The running max of a row moves only when the slot's max exceeds it by more than
+//   kLazyMaxLog2 (exp2 units), so after the first slots O is almost never rescaled. The
+//   result is the same softmax (O and l are kept relative to whatever max the row holds;
+//   the merge and the combine take any reference); P is at most 2^kLazyMaxLog2 = 64, and
+//   P times the V scale (<= 65504 / 127 for an f16 source) stays below 65504 in f16.
+constexpr float kLazyMaxLog2 = 6.0f;
+
+template <int DP>
+__device__ __forceinline__ void warp_slot_step_lean(const unsigned char* slot, const uint4* qf, int g, int c,
+                                                    int key0, int s_end, int pos_a, int pos_b, float& m_a, float& m_b,
+                                                    float& l_a, float& l_b, float (&o)[DP / 8][4]) {
+  using L = WarpLayout<DP>;
+  constexpr int NT = DP / 8;    // m16n8 tiles of O (columns: dim (DP / 8) n + t)
+  constexpr int VQ = DP / 128;  // V chunks a lane reads per key
+
+  // S in two accumulators per 8-key tile (even and odd jj), added at the end: two chains of
+  // DP / 32 dependent HMMA per tile instead of one of DP / 16.
+  float s[2][4], s2[2][4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    s[h][0] = s[h][1] = s[h][2] = s[h][3] = 0.0f;
+    s2[h][0] = s2[h][1] = s2[h][2] = s2[h][3] = 0.0f;
+  }
+#pragma unroll
+  for (int jj = 0; jj < DP / 64; ++jj) {
+    const int ch = c + 4 * jj;  // i8 chunk of K
+    uint32_t kws[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int kr = 8 * h + g;
+      const uint4 kw = *reinterpret_cast<const uint4*>(slot + L::kSlotK + kr * DP + k_chunk<DP>(kr, ch) * 16);
+      kws[h][0] = kw.x, kws[h][1] = kw.y, kws[h][2] = kw.z, kws[h][3] = kw.w;
+    }
+#pragma unroll
+    for (int j4 = 0; j4 < 4; ++j4) {
+      const uint4 a = qf[32 * (4 * jj + j4)];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t b0, b1;
+        i8x4_to_h2(kws[h][j4], b0, b1);
+        mma_16816(jj & 1 ? s2[h] : s[h], a.x, a.y, a.z, a.w, b0, b1);
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[h][e] += s2[h][e];
+
+  // Scale and mask as in warp_slot_step: s[h][e] is row g, key 8h + 2c + e; s[h][2 + e] row g + 8.
+  const float* ksc = reinterpret_cast<const float*>(slot + L::kSlotKs);
+  const float* vsc = reinterpret_cast<const float*>(slot + L::kSlotVs);
+  float vs[2][2];
+  float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float2 kk = *reinterpret_cast<const float2*>(ksc + 8 * h + 2 * c);
+    const float2 vv = *reinterpret_cast<const float2*>(vsc + 8 * h + 2 * c);
+    vs[h][0] = vv.x, vs[h][1] = vv.y;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = key0 + 8 * h + 2 * c + e;
+      const float ks = e ? kk.y : kk.x;
+      const bool past = key >= s_end;
+      s[h][e] = key > pos_a || past ? -INFINITY : s[h][e] * ks;
+      s[h][2 + e] = key > pos_b || past ? -INFINITY : s[h][2 + e] * ks;
+      mx_a = fmaxf(mx_a, s[h][e]);
+      mx_b = fmaxf(mx_b, s[h][2 + e]);
+    }
+  }
+  mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+  mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+  mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+  mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+  // The max moves only past the margin (a row with no key yet, m -inf, takes any finite
+  // max); the same on the row's 4 lanes, which hold the same mx and m.
+  const float mn_a = mx_a > m_a + kLazyMaxLog2 ? mx_a : m_a, mn_b = mx_b > m_b + kLazyMaxLog2 ? mx_b : m_b;
+  const bool none_a = mn_a == -INFINITY, none_b = mn_b == -INFINITY;
+  const float corr_a = none_a ? 1.0f : exp2f(m_a - mn_a), corr_b = none_b ? 1.0f : exp2f(m_b - mn_b);
+  m_a = mn_a, m_b = mn_b;
+  float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      s[h][e] = none_a ? 0.0f : exp2f(s[h][e] - mn_a);
+      s[h][2 + e] = none_b ? 0.0f : exp2f(s[h][2 + e] - mn_b);
+      sum_a += s[h][e], sum_b += s[h][2 + e];
+    }
+  l_a = l_a * corr_a + sum_a;
+  l_b = l_b * corr_b + sum_b;
+  if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) o[t][0] *= corr_a, o[t][1] *= corr_a, o[t][2] *= corr_b, o[t][3] *= corr_b;
+  }
+  const uint32_t pa0 = pack_half2(s[0][0] * vs[0][0], s[0][1] * vs[0][1]);
+  const uint32_t pa1 = pack_half2(s[0][2] * vs[0][0], s[0][3] * vs[0][1]);
+  const uint32_t pa2 = pack_half2(s[1][0] * vs[1][0], s[1][1] * vs[1][1]);
+  const uint32_t pa3 = pack_half2(s[1][2] * vs[1][0], s[1][3] * vs[1][1]);
+
+  // O += P·V as in warp_slot_step.
+  const int r0 = 2 * c, r1 = 2 * c + 1, r2 = 2 * c + 8, r3 = 2 * c + 9;
+#pragma unroll
+  for (int qq = 0; qq < VQ; ++qq) {
+    const int ch = VQ * g + qq;
+    const uint4 v0 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r0 * DP + v_chunk<DP>(r0, ch) * 16);
+    const uint4 v1 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r1 * DP + v_chunk<DP>(r1, ch) * 16);
+    const uint4 v2 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r2 * DP + v_chunk<DP>(r2, ch) * 16);
+    const uint4 v3 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r3 * DP + v_chunk<DP>(r3, ch) * 16);
+    const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
+    const uint32_t w2[4] = {v2.x, v2.y, v2.z, v2.w}, w3[4] = {v3.x, v3.y, v3.z, v3.w};
+    const __half2 bias = __float2half2_rn(1152.0f);
+#pragma unroll
+    for (int wi = 0; wi < 4; ++wi) {
+      const uint32_t x0 = w0[wi] ^ 0x80808080u, x1 = w1[wi] ^ 0x80808080u;
+      const uint32_t x2 = w2[wi] ^ 0x80808080u, x3 = w3[wi] ^ 0x80808080u;
+      const uint32_t i01[2] = {__byte_perm(x0, x1, 0x5140u), __byte_perm(x0, x1, 0x7362u)};
+      const uint32_t i23[2] = {__byte_perm(x2, x3, 0x5140u), __byte_perm(x2, x3, 0x7362u)};
+#pragma unroll
+      for (int bi = 0; bi < 4; ++bi) {
+        const uint32_t sel = bi & 1 ? 0x4342u : 0x4140u;
+        const uint32_t b0 = as_u32(__hsub2(as_h2(__byte_perm(i01[bi >> 1], 0x64646464u, sel)), bias));
+        const uint32_t b1 = as_u32(__hsub2(as_h2(__byte_perm(i23[bi >> 1], 0x64646464u, sel)), bias));
+        mma_16816(o[16 * qq + 4 * wi + bi], pa0, pa1, pa2, pa3, b0, b1);
+      }
+    }
+  }
+}
+
 // Grid (n_splits * n_groups, Hkv), kWThreads threads. TcParams as above; G <= 16 (rows per
 // group group_tokens * G <= 16), D % 16 == 0, 16-byte aligned i8 pools (the host checks).
 template <int DP>
@@ -1330,7 +1470,10 @@ __device__ __forceinline__ void stream_barrier(int stream) {
 
 // Grid (n_splits * n_groups, Hkv), kWThreads threads. TcParams as above; rows per group
 // group_tokens * G <= 16 * RT, D % 16 == 0, 16-byte aligned i8 pools (the host checks).
-template <int DP, int RT>
+// kLean (DecodeTuning::lean_share_step): Q in mma fragment order and warp_slot_step_lean,
+// and the copies of a refill split in two: the block-table loads before the stream barrier
+// (they fly while the stream waits), the cp.async after it, unrolled without guards.
+template <int DP, int RT, bool kLean>
 __global__ void __launch_bounds__(kWThreads, 2)
     decode_tc_warps_share_kernel(const __half* __restrict__ q, const int8_t* __restrict__ k,
                                  const int8_t* __restrict__ v, __half* __restrict__ out, TcParams P) {
@@ -1395,11 +1538,96 @@ __global__ void __launch_bounds__(kWThreads, 2)
       else cp_async4(slot + WL::kSlotVs + kr * 4, P.v_scale + srow, ok);
     }
   };
+  // The lean copies: thread stid copies chunk my_ch of rows my_r0 + kRowsPass j (j < kPer)
+  // of K and V (kStreamThreads is a multiple of the chunks per row, so the chunk is fixed).
+  // A pool row is rv * bs + w (rv the block-table entry of the key's block, w its place in
+  // the block; without a table rv = 0 and w = the key), so the element offset of a chunk is
+  // rv * mstride + add with add = w * kv_stride + the head's and chunk's offset. lookup()
+  // issues the table loads and computes add (nothing waits on the loads), copy() finishes
+  // the offsets and starts the cp.async; ok bit j: row j lies before the split's end and the
+  // chunk before D (else the chunk is zero-filled from offset 0, nothing read). Tile 0's
+  // lanes do the same for the scale rows (key lane & 15, offset rv * sstride + sadd).
+  constexpr int kRowsPass = kStreamThreads / KCH;  // rows one pass of the stream's threads covers
+  constexpr int kPer = kSlotKeys / kRowsPass;      // rows per thread and slot
+  static_assert(kStreamThreads % KCH == 0 && kPer * kRowsPass == kSlotKeys && kPer < 31, "whole rows per pass; bit 31 of ok is the scale row");
+  const int my_ch = stid % KCH, my_r0 = stid / KCH;
+  const bool my_ch_ok = my_ch * 16 < P.D;
+  const int64_t mstride = P.table ? int64_t(P.bs) * kv_stride : 0;
+  const int64_t sstride = P.table ? int64_t(P.bs) * P.Hkv : 0;
+  const int64_t chunk_off = int64_t(hk) * P.D + my_ch * 16;
+  struct Refill {
+    int rv[kPer];
+    int64_t add[kPer];
+    unsigned ok;
+    int srv;
+    int64_t sadd;
+  };
+  // Place of key s: its block's table entry (a load, or 0 without a table) and w.
+  auto place = [&](int s, int& rv, int& w) {
+    rv = 0, w = s;
+    if (P.table) {
+      const int b = P.bs_shift >= 0 ? s >> P.bs_shift : s / P.bs;
+      rv = __ldg(P.table + b);
+      w = s - b * P.bs;
+    }
+  };
+  auto lookup = [&](int i, Refill& f) {
+    const int key0 = s_begin + (st + NST * i) * kSlotKeys;
+    f.ok = 0;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int s = key0 + my_r0 + kRowsPass * j;
+      f.rv[j] = 0, f.add[j] = 0;
+      if (s < s_end && my_ch_ok) {
+        int w;
+        place(s, f.rv[j], w);
+        f.add[j] = int64_t(w) * kv_stride + chunk_off;
+        f.ok |= 1u << j;
+      }
+    }
+    f.srv = 0, f.sadd = 0;
+    if (rt == 0) {
+      const int s = key0 + (lane & 15);
+      if (s < s_end) {
+        int w;
+        place(s, f.srv, w);
+        f.sadd = int64_t(w) * P.Hkv + hk;
+        f.ok |= 1u << 31;
+      }
+    }
+  };
+  auto copy = [&](int i, const Refill& f) {
+    unsigned char* slot = ring + (i % NSS) * WL::kSlotBytes;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int r = my_r0 + kRowsPass * j;
+      const bool ok = (f.ok >> j) & 1u;
+      const int64_t off = int64_t(f.rv[j]) * mstride + f.add[j];  // 0 where !ok
+      cp_async16(slot + WL::kSlotK + r * DP + k_chunk<DP>(r, my_ch) * 16, k + off, ok);
+      cp_async16(slot + WL::kSlotV + r * DP + v_chunk<DP>(r, my_ch) * 16, v + off, ok);
+    }
+    if (rt == 0) {
+      const int kr = lane & 15;
+      const bool ok = f.ok >> 31;
+      const int64_t srow = int64_t(f.srv) * sstride + f.sadd;  // 0 where !ok
+      if (lane < 16) cp_async4(slot + WL::kSlotKs + kr * 4, P.k_scale + srow, ok);
+      else cp_async4(slot + WL::kSlotVs + kr * 4, P.v_scale + srow, ok);
+    }
+  };
+
   // Slot n of the stream is cp.async group n: slots 0 .. NSS - 1 here, slot n >= NSS in the
   // loop's iteration n - NSS + 1 (one group per iteration from the second on).
 #pragma unroll 1
   for (int i = 0; i < NSS; ++i) {
-    if (i < n_mine) issue(i);
+    if (i < n_mine) {
+      if constexpr (kLean) {
+        Refill f;
+        lookup(i, f);
+        copy(i, f);
+      } else {
+        issue(i);
+      }
+    }
     cp_async_commit();
   }
 
@@ -1447,8 +1675,23 @@ __global__ void __launch_bounds__(kWThreads, 2)
       uint32_t hw[EPL / 2];
 #pragma unroll
       for (int e = 0; e < EPL / 2; ++e) hw[e] = pack_half2(x[2 * e], x[2 * e + 1]);
-      if constexpr (EPL == 8) *reinterpret_cast<uint4*>(Qs + r * kLdQ + d0) = make_uint4(hw[0], hw[1], hw[2], hw[3]);
-      else *reinterpret_cast<uint2*>(Qs + r * kLdQ + d0) = make_uint2(hw[0], hw[1]);
+      if constexpr (kLean) {
+        // Fragment order (warp_slot_step_lean): tile r / 16 holds 2 DP uint4, entry
+        // 32 (4 jj + j4) + lane' is lane' = (g', c')'s A fragment of k-step (jj, j4),
+        // {row g' dims 16 ch + 4 j4 + 0, 1 | row g' + 8, same | row g', + 2, 3 | row g' + 8,
+        // same} with ch = c' + 4 jj: the head-dim order in which a K chunk feeds its k-steps.
+        uint32_t* qw = reinterpret_cast<uint32_t*>(Qs) + (r >> 4) * (8 * DP);
+        const int rr = r & 15, gr = rr & 7, hb = rr >> 3;
+#pragma unroll
+        for (int e = 0; e < EPL / 2; ++e) {
+          const int d = d0 + 2 * e, ch = d >> 4, j4 = (d >> 2) & 3, e2 = (d >> 1) & 1;
+          qw[((((ch >> 2) * 4 + j4) * 32 + gr * 4 + (ch & 3)) * 4) + e2 * 2 + hb] = hw[e];
+        }
+      } else if constexpr (EPL == 8) {
+        *reinterpret_cast<uint4*>(Qs + r * kLdQ + d0) = make_uint4(hw[0], hw[1], hw[2], hw[3]);
+      } else {
+        *reinterpret_cast<uint2*>(Qs + r * kLdQ + d0) = make_uint2(hw[0], hw[1]);
+      }
     }
   }
   __syncthreads();  // every warp reads its tile's rows of Q
@@ -1462,22 +1705,39 @@ __global__ void __launch_bounds__(kWThreads, 2)
   for (int t = 0; t < NT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
   const __half* qa_row = Qs + ra * kLdQ;
   const __half* qb_row = Qs + rb * kLdQ;
+  const uint4* qf = reinterpret_cast<const uint4*>(Qs) + rt * (2 * DP) + lane;  // kLean: this lane's fragments
 
 #pragma unroll 1
   for (int i = 0; i < n_mine; ++i) {
-    // Groups committed: NSS before the loop, one per iteration after the first, so NSS + i - 1
-    // here (i >= 1): slot i (group i) is done when NSS - 2 remain (at i = 0 this waits for
-    // slot 1 too).
-    cp_async_wait<NSS - 2>();
-    stream_barrier<kStreamThreads>(st);  // the stream's copies of slot i are visible; slot i - 1 is free
-    if (i > 0) {
-      if (i - 1 + NSS < n_mine) issue(i - 1 + NSS);  // into ring slot (i - 1) % NSS
-      cp_async_commit();
+    const int nxt = i - 1 + NSS;  // the slot that refills ring slot (i - 1) % NSS
+    if constexpr (kLean) {
+      const bool refill = i > 0 && nxt < n_mine;  // uniform over the stream
+      Refill f;
+      if (refill) lookup(nxt, f);  // its table loads are in flight while the stream meets
+      cp_async_wait<NSS - 2>();
+      stream_barrier<kStreamThreads>(st);  // the stream's copies of slot i are visible; slot i - 1 is free
+      if (i > 0) {
+        if (refill) copy(nxt, f);  // into ring slot (i - 1) % NSS
+        cp_async_commit();
+      }
+    } else {
+      // Groups committed: NSS before the loop, one per iteration after the first, so NSS + i - 1
+      // here (i >= 1): slot i (group i) is done when NSS - 2 remain (at i = 0 this waits for
+      // slot 1 too).
+      cp_async_wait<NSS - 2>();
+      stream_barrier<kStreamThreads>(st);  // the stream's copies of slot i are visible; slot i - 1 is free
+      if (i > 0) {
+        if (nxt < n_mine) issue(nxt);  // into ring slot (i - 1) % NSS
+        cp_async_commit();
+      }
     }
     if (busy) {
       const unsigned char* slot = ring + (i % NSS) * WL::kSlotBytes;
       const int key0 = s_begin + (st + NST * i) * kSlotKeys;
-      warp_slot_step<DP>(slot, qa_row, qb_row, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, o);
+      if constexpr (kLean)
+        warp_slot_step_lean<DP>(slot, qf, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, o);
+      else
+        warp_slot_step<DP>(slot, qa_row, qb_row, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, o);
     }
   }
 
@@ -1733,15 +1993,25 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
     // The groups of a split in adjacent blocks (x = split * n_groups + group): see the kernel.
     const dim3 wgrid(static_cast<unsigned>(plan.n_splits * P.n_groups), static_cast<unsigned>(a.Hkv));
     const int smem = warps_smem(DP, RT);
-    const bool pdl = decode_tuning().pdl;
-    if (DP == 128) {
-      if (RT == 1) launch_at(decode_tc_warps_kernel<128>, wgrid, kWThreads, smem, k, v, pdl);
-      else if (RT == 2) launch_at(decode_tc_warps_share_kernel<128, 2>, wgrid, kWThreads, smem, k, v, pdl);
-      else launch_at(decode_tc_warps_share_kernel<128, 4>, wgrid, kWThreads, smem, k, v, pdl);
+    const DecodeTuning tuning = decode_tuning();
+    const bool pdl = tuning.pdl;
+    auto share = [&](auto lean) {
+      constexpr bool kLean = decltype(lean)::value;
+      if (DP == 128) {
+        if (RT == 2) launch_at(decode_tc_warps_share_kernel<128, 2, kLean>, wgrid, kWThreads, smem, k, v, pdl);
+        else launch_at(decode_tc_warps_share_kernel<128, 4, kLean>, wgrid, kWThreads, smem, k, v, pdl);
+      } else {
+        if (RT == 2) launch_at(decode_tc_warps_share_kernel<256, 2, kLean>, wgrid, kWThreads, smem, k, v, pdl);
+        else launch_at(decode_tc_warps_share_kernel<256, 4, kLean>, wgrid, kWThreads, smem, k, v, pdl);
+      }
+    };
+    if (RT == 1) {
+      if (DP == 128) launch_at(decode_tc_warps_kernel<128>, wgrid, kWThreads, smem, k, v, pdl);
+      else launch_at(decode_tc_warps_kernel<256>, wgrid, kWThreads, smem, k, v, pdl);
+    } else if (tuning.lean_share_step) {
+      share(std::true_type{});
     } else {
-      if (RT == 1) launch_at(decode_tc_warps_kernel<256>, wgrid, kWThreads, smem, k, v, pdl);
-      else if (RT == 2) launch_at(decode_tc_warps_share_kernel<256, 2>, wgrid, kWThreads, smem, k, v, pdl);
-      else launch_at(decode_tc_warps_share_kernel<256, 4>, wgrid, kWThreads, smem, k, v, pdl);
+      share(std::false_type{});
     }
     return;
   }
