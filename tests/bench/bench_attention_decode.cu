@@ -28,9 +28,12 @@
 // zero-padded to it, so a context just past a power of two (e.g. 8200 -> 16384) launches
 // splits for twice its keys; --bound exact (default) passes the length. --tuning ab adds,
 // for the tensor-core lines, the same path with cuda::DecodeTuning all off ("[old]": splits
-// of the bound, the old combine, no PDL); --tuning pieces adds each piece alone too
-// ("[balanced]", "[combine]", "[pdl]"). --paths limits the kernels (comma-separated names as
-// printed, e.g. tensor-core,tc-warps). The context column reads "length/bound".
+// of the bound, the old combine, no PDL, the shared-slot kernels' old slot step) and the
+// default with only the lean slot step off ("[no lean]": old vs new step of the T >= 3
+// kernels, everything else as the default); --tuning pieces adds each piece alone too
+// ("[balanced]", "[combine]", "[pdl]", "[lean]"). --paths limits the kernels
+// (comma-separated names as printed, e.g. tensor-core,tc-warps). The context column reads
+// "length/bound".
 //
 //   bench_attention_decode [--ctx 8192,131072] [--tokens 1,4,8] [--profiles native,volta] [--json FILE]
 //                          [--variants] [--bound exact|pow2] [--tuning default|ab|pieces] [--paths a,b]
@@ -124,11 +127,17 @@ int main(int argc, char** argv) {
   // Tuning variants timed per tensor-core path (suffix of the kernel name, tuning).
   using vi::cuda::DecodeTuning;
   std::vector<std::pair<std::string, DecodeTuning>> tunings = {{"", vi::cuda::decode_tuning()}};
-  if (tuning_mode != "default") tunings.push_back({" [old]", DecodeTuning{false, false, false}});
+  if (tuning_mode != "default") {
+    tunings.push_back({" [old]", DecodeTuning{false, false, false, false}});
+    DecodeTuning no_lean = vi::cuda::decode_tuning();
+    no_lean.lean_share_step = false;
+    tunings.push_back({" [no lean]", no_lean});
+  }
   if (tuning_mode == "pieces") {
-    tunings.push_back({" [balanced]", DecodeTuning{true, false, false}});
-    tunings.push_back({" [combine]", DecodeTuning{false, true, false}});
-    tunings.push_back({" [pdl]", DecodeTuning{false, false, true}});
+    tunings.push_back({" [balanced]", DecodeTuning{true, false, false, false}});
+    tunings.push_back({" [combine]", DecodeTuning{false, true, false, false}});
+    tunings.push_back({" [pdl]", DecodeTuning{false, false, true, false}});
+    tunings.push_back({" [lean]", DecodeTuning{false, false, false, true}});
   }
   const DecodeTuning tuning0 = vi::cuda::decode_tuning();
   FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");

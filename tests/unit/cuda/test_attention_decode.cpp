@@ -52,6 +52,13 @@ struct TcRows {
   }
 };
 
+// Sets the short-context tuning (cuda::DecodeTuning) for a scope and restores what it was.
+struct Tuning {
+  explicit Tuning(cuda::DecodeTuning t) : was(cuda::decode_tuning()) { cuda::set_decode_tuning(t); }
+  ~Tuning() { cuda::set_decode_tuning(was); }
+  cuda::DecodeTuning was;
+};
+
 // Forces the warp-split kernel's row tiles per block (cuda::set_decode_tc_warps_tiles) for a
 // scope and restores kAuto.
 struct WarpTiles {
@@ -70,15 +77,16 @@ class AttentionDecode : public CudaOpTest {
   // cores where they fit, INT_MAX: CUDA cores), ring whether the tensor-core call may take
   // the cp.async ring kernel (native profile, sm_80 code) or must take the register one;
   // warps whether it may take the warp-split kernel (i8 pools, <= 16 rows, sm_80 code); n_splits
-  // 0: the kernel's own choice. Returns whether the warp-split kernel ran.
+  // 0: the kernel's own choice; queries uniform in [-q_amp, q_amp]. Returns whether the
+  // warp-split kernel ran.
   bool check_split(const Shape& s, int64_t T, int64_t q_pos0, DType kdt, DType vdt, int tc_rows, int n_splits,
-                   int64_t extra, bool ring = true, bool warps = false) {
+                   int64_t extra, bool ring = true, bool warps = false, float q_amp = 2.0f) {
     TcRows rows(tc_rows, ring, warps);
     const int64_t S = q_pos0 + T, bound = S + extra, n_blocks = (bound + s.bs - 1) / s.bs + 1;
     const int64_t n_rows = n_blocks * s.bs;
     Tensor table = shuffled_table(n_blocks);
     Pool k = make_pool(kdt, true, s, n_rows, table, S), v = make_pool(vdt, false, s, n_rows, table, S);
-    Tensor q = rand_f32({T, s.Hq, s.D}, act(), -2, 2);
+    Tensor q = rand_f32({T, s.Hq, s.D}, act(), -q_amp, q_amp);
     const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
     Tensor ref = Tensor::empty(DType::F32, {T, s.Hq, s.D});
     ops::paged_attention(cpu, q, k.host, v.host, table, s.bs, q_pos0, scale, ref);
@@ -118,8 +126,9 @@ class AttentionDecode : public CudaOpTest {
                                        : "CUDA cores";
     cuda::decode_attention(g, a);
     EXPECT_CLOSE(down(dout), ref, tol(2e-5, 3e-3),
-                 fmt::format("split ({}) K {} V {}: Hq={} Hkv={} D={} bs={} T={} pos0={} splits={} bound+{}", path,
-                             dtype_name(kdt), dtype_name(vdt), s.Hq, s.Hkv, s.D, s.bs, T, q_pos0, n_splits, extra));
+                 fmt::format("split ({}) K {} V {}: Hq={} Hkv={} D={} bs={} T={} pos0={} splits={} bound+{} q_amp={}",
+                             path, dtype_name(kdt), dtype_name(vdt), s.Hq, s.Hkv, s.D, s.bs, T, q_pos0, n_splits,
+                             extra, q_amp));
     return tc_warps;
   }
 
@@ -366,7 +375,12 @@ TEST_P(AttentionDecode, TensorCoreWarpSplitSharedSlots) {
                           {16, 2, 64, 7},   {9, 3, 80, 16},  {20, 1, 96, 16}};
   const int64_t p0s[] = {0, 45, 1000, 3001, 131, 4099, 17, 700};  // by T: contexts p0 + T
   using cuda::DecodeTcWarpsTiles;
+  for (bool lean : {true, false})
   for (DecodeTcWarpsTiles tiles : {DecodeTcWarpsTiles::k2, DecodeTcWarpsTiles::k4, DecodeTcWarpsTiles::kAuto}) {
+    cuda::DecodeTuning t = cuda::decode_tuning();
+    t.lean_share_step = lean;
+    const Tuning tuning(t);  // the lean slot step (default) and the step before it
+    SCOPED_TRACE(lean ? "lean slot step" : "old slot step");
     const WarpTiles forced(tiles);
     int ran = 0, calls = 0;
     for (const Shape& s : shapes) {
@@ -392,21 +406,14 @@ TEST_P(AttentionDecode, TensorCoreWarpSplitSharedSlots) {
       }
     }
     if (GetParam().profile == ops::KernelProfile::kVolta) EXPECT_EQ(ran, 0);
-    else std::printf("warp-split kernel (tiles mode %d) ran in %d of %d calls (0: no sm_80 code)\n",
-                     static_cast<int>(tiles), ran, calls);
+    else std::printf("warp-split kernel (tiles mode %d, %s step) ran in %d of %d calls (0: no sm_80 code)\n",
+                     static_cast<int>(tiles), lean ? "lean" : "old", ran, calls);
     // Where the kernel runs at all (f16 activations, sm_80 code) every one of these shapes fits it.
     if (ran > 0) {
       EXPECT_EQ(ran, calls);
     }
   }
 }
-
-// Sets the short-context tuning (cuda::DecodeTuning) for a scope and restores what it was.
-struct Tuning {
-  explicit Tuning(cuda::DecodeTuning t) : was(cuda::decode_tuning()) { cuda::set_decode_tuning(t); }
-  ~Tuning() { cuda::set_decode_tuning(was); }
-  cuda::DecodeTuning was;
-};
 
 // A recorded step's key bound: the length rounded up to a power of two (BatchPlan::stage),
 // so a context just past a power of two launches splits for twice its keys. Every
@@ -424,11 +431,13 @@ TEST_P(AttentionDecode, RoundedUpKeyBound) {
     return b - S;
   };
   using cuda::DecodeTuning;
-  const DecodeTuning modes[] = {DecodeTuning{true, true, true}, DecodeTuning{false, false, false},
-                                DecodeTuning{true, false, false}, DecodeTuning{false, true, true}};
+  const DecodeTuning modes[] = {DecodeTuning{true, true, true, true}, DecodeTuning{false, false, false, false},
+                                DecodeTuning{true, false, false, true}, DecodeTuning{false, true, true, false},
+                                DecodeTuning{true, true, true, false}};
   for (const DecodeTuning& m : modes) {
     const Tuning tuning(m);
-    const std::string what = fmt::format("balanced {} fast combine {} pdl {}", m.balanced_splits, m.fast_combine, m.pdl);
+    const std::string what = fmt::format("balanced {} fast combine {} pdl {} lean step {}", m.balanced_splits,
+                                         m.fast_combine, m.pdl, m.lean_share_step);
     SCOPED_TRACE(what);
     int ran = 0, calls = 0;
     for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{24, 4, 256, 7}}) {
@@ -450,6 +459,62 @@ TEST_P(AttentionDecode, RoundedUpKeyBound) {
       for (int64_t T : {1, 4}) check_split(s, T, 1030 - T, DType::I8, DType::I8, INT_MAX, 0, pow2_extra(1030));
     if (GetParam().profile == ops::KernelProfile::kVolta) EXPECT_EQ(ran, 0);
     else std::printf("%s: warp-split kernel ran in %d of %d calls (0: no sm_80 code)\n", what.c_str(), ran, calls);
+  }
+}
+
+// The lean slot step of the shared-slot kernels (DecodeTuning::lean_share_step: Q in mma
+// fragment order, table loads ahead of the stream barrier, a running max that moves only
+// past a margin of 2^6) and the step before it, each forced with 2 and 4 row tiles per block
+// for T = 1..8, against the CPU op on fresh random inputs: the 27B shape (D 256, blocks of
+// 16 and 7: the row lookup by shift and by division), D 128 (G 6) and D 64 (G 8, two tiles
+// hold one token's rows at T = 4), the kernel's own split count, one split of 2000+ keys
+// (the stream rings wrap many times, the max settles, later slots keep a stale max), 33
+// splits (slots past a split's end), queries of twice the usual range (a row's max jumps past
+// the margin after its first slots, so O is rescaled there), and a recorded step's
+// power-of-two key bound (zero-padded table). f16 pools (which the warp-split kernels never
+// take) with the flag on and off too. NaN in the pool rows past the length.
+TEST_P(AttentionDecode, TensorCoreLeanSlotStep) {
+  auto pow2_extra = [](int64_t S) {
+    int64_t b = 256;
+    while (b < S) b *= 2;
+    return b - S;
+  };
+  using cuda::DecodeTcWarpsTiles;
+  for (bool lean : {true, false}) {
+    cuda::DecodeTuning t = cuda::decode_tuning();
+    t.lean_share_step = lean;
+    const Tuning tuning(t);
+    SCOPED_TRACE(lean ? "lean slot step" : "old slot step");
+    int ran = 0, calls = 0;
+    for (DecodeTcWarpsTiles tiles : {DecodeTcWarpsTiles::k2, DecodeTcWarpsTiles::k4}) {
+      const WarpTiles forced(tiles);
+      for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{24, 4, 256, 7}, Shape{24, 4, 128, 16}, Shape{16, 2, 64, 16}}) {
+        const int64_t G = s.Hq / s.Hkv;
+        auto run = [&](int64_t T, int64_t p0, int n_splits, int64_t extra, float amp) {
+          if (T * G > cuda::kDecodeMaxRows) return;
+          ran += check_split(s, T, p0, DType::I8, DType::I8, 1, n_splits, extra, true, true, amp), ++calls;
+        };
+        for (int64_t T = 1; T <= 8; ++T) {
+          run(T, 1500 + 37 * T, 0, 0, 2.0f);
+          if (s.bs == 16 && s.D == 256) {
+            run(T, 2017, 1, 0, 4.0f);
+            run(T, 1300 - T, 33, 0, 2.0f);
+            run(T, 2051 - T, 0, pow2_extra(2051), 2.0f);
+          }
+        }
+      }
+    }
+    for (int64_t T : {4, 8})
+      for (DType kv : {DType::F16, DType::I8}) {
+        check_split(Shape{24, 4, 256, 16}, T, 900, kv, kv, 1, 0, pow2_extra(900 + T), true, true);
+        check_split(Shape{24, 4, 256, 16}, T, 900, kv, DType::F16, 1, 0, 0, true, false);
+      }
+    if (GetParam().profile == ops::KernelProfile::kVolta) EXPECT_EQ(ran, 0);
+    else std::printf("%s slot step: shared-slot kernels ran in %d of %d calls (0: no sm_80 code)\n",
+                     lean ? "lean" : "old", ran, calls);
+    if (ran > 0) {
+      EXPECT_EQ(ran, calls);
+    }
   }
 }
 
