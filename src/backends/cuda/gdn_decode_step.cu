@@ -10,7 +10,9 @@
 // memory, then normalised, weighted and gated as gated_rms_norm_kernel does, by the thread
 // that reads z[e] (so y may alias z).
 //
-// Tokens per sequence (T: 1 in a decode round, the drafts in a verify round) run in chunks
+// A decode round (one token per sequence) takes the token kernels (gdn_decode_token_kernel and
+// its cluster form), which hold no token loop. More tokens per sequence (the drafts of a verify
+// round) take the chunked kernels, whose tokens run in chunks
 // of kDecodeStepTokens: the chunk's k, q and gates (and in the cluster kernel v and z) are
 // loaded together after pdl_wait, so a verify round pays one round trip per chunk rather
 // than per token, and the state (3 MB a layer for the 27B model) is read and written once
@@ -52,6 +54,85 @@ struct StatePtrs {
 __device__ __forceinline__ void prefetch_state(const float* S, int dk, int dv, int e0, int ne) {
   for (int l = 0; l < ne; l += 32)  // the 128-byte lines of a row's slice (32 floats each)
     for (int i = threadIdx.x; i < dk; i += blockDim.x) prefetch_l2(S + int64_t(i) * dv + e0 + l);
+}
+
+// One token per sequence (a decode round): the kernels of before the chunked ones below took
+// T tokens; at T = 1 those measured 8.3 against these kernels' 6.1 µs a launch (kernel
+// trace, 27B shapes, H200), their token loop and staging through shared memory costing
+// more than it saves for one token. Same math and results per column.
+// R: state rows per thread (ceil(dk / kDeltaRowGroups), rounded up to a template size).
+// Rows n0 + blockIdx.y of q, k: [N, Hk, dk]; v, z, y: [N, Hv, dv]; a, b: [N, Hv].
+template <class T, int R>
+__global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
+    gdn_decode_token_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                           const T* __restrict__ a, const T* __restrict__ b, const float* __restrict__ neg_exp_A,
+                           const float* __restrict__ dt_bias, const T* z, const float* __restrict__ norm_w, float eps,
+                           StatePtrs states, int64_t n0, T* y, int Hk, int Hv, int dk, int dv, int cols, bool tiled) {
+  __shared__ float kq[2][kDeltaMaxDk];  // the token's k and q head, fp32
+  __shared__ float red_kv[kDeltaRowGroups][kDecodeMaxCols];
+  __shared__ float red_o[kDeltaRowGroups][kDecodeMaxCols];
+  __shared__ float o_sh[kDecodeMaxDv];  // the head's output, rounded to T
+  __shared__ float red[32];
+  const int j = blockIdx.x;  // value head
+  // Before the wait: the head's state and gate constants (last read a round ago) into L2, as
+  // the cluster kernel does.
+  float* S = states.p[blockIdx.y] + int64_t(j) * dk * dv;
+  prefetch_state(S, dk, dv, 0, dv);
+  if (threadIdx.x == 0) {
+    prefetch_l2(dt_bias + j);
+    prefetch_l2(neg_exp_A + j);
+  }
+  pdl_wait();
+  pdl_trigger();
+  const int64_t n = n0 + blockIdx.y;  // token (= sequence) row
+  const int col = threadIdx.x % cols, rg = threadIdx.x / cols;
+  const int hk = tiled ? j % Hk : j / (Hv / Hk);
+  const int64_t hj = n * Hv + j;
+  const float decay = expf(gdn_decay_gate(to_f32(a[hj]), dt_bias[j], neg_exp_A[j]));
+  const float bt = sigmoid_f(to_f32(b[hj]));
+  const int64_t qk_off = (n * Hk + hk) * dk;
+  for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+    kq[0][i] = to_f32(k[qk_off + i]);
+    kq[1][i] = to_f32(q[qk_off + i]);
+  }
+  __syncthreads();
+  const T* vh = v + hj * dv;
+  for (int c0 = 0; c0 < dv; c0 += cols) {
+    const int e = c0 + col;  // value column
+    const bool live = e < dv;
+    float s[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int i = rg + kDeltaRowGroups * r;
+      s[r] = (live && i < dk) ? S[int64_t(i) * dv + e] : 0.0f;
+    }
+    delta_rule_token(s, kq, red_kv, red_o, rg, col, dk, decay, [&](float kv) {
+      const float vv = live ? to_f32(vh[e]) : 0.0f;
+      return bt * (vv - kv);
+    });
+    // Every read of red_kv comes before the barrier above and every read of red_o before the
+    // next pass's first barrier, and the next pass writes each only after that barrier: two
+    // barriers per pass suffice.
+    if (rg == 0 && live) {
+      float o = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kDeltaRowGroups; ++w) o += red_o[w][col];
+      o_sh[e] = to_f32(from_f32<T>(o));
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int i = rg + kDeltaRowGroups * r;
+      if (live && i < dk) S[int64_t(i) * dv + e] = s[r];
+    }
+  }
+  __syncthreads();  // o_sh holds the whole head
+  float ss = 0.0f;
+  for (int e = threadIdx.x; e < dv; e += blockDim.x) ss += o_sh[e] * o_sh[e];
+  const float f = 1.0f / sqrtf(block_sum(ss, red) / static_cast<float>(dv) + eps);
+  const T* zh = z + hj * dv;
+  T* yh = y + hj * dv;
+  for (int e = threadIdx.x; e < dv; e += blockDim.x)
+    yh[e] = from_f32<T>(norm_w[e] * (o_sh[e] * f) * silu_f(to_f32(zh[e])));
 }
 
 // R: state rows per thread (ceil(dk / kDeltaRowGroups), rounded up to a template size).
@@ -317,6 +398,100 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
   }
 #endif
 }
+
+// Grid (Hv x kDecodeClusterBlocks, sequences), clusters of kDecodeClusterBlocks along x:
+// cluster = (value head j, sequence), block rank p takes value columns [p cols, (p+1) cols),
+// cols a multiple of 32 with kDecodeClusterBlocks x cols >= dv (columns past dv idle).
+// Block: cols x kDeltaRowGroups threads. Tensors as gdn_decode_token_kernel's (one token per
+// sequence).
+template <class T, int R>
+__global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
+    gdn_decode_token_cluster_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                   const T* __restrict__ a, const T* __restrict__ b,
+                                   const float* __restrict__ neg_exp_A, const float* __restrict__ dt_bias, const T* z,
+                                   const float* __restrict__ norm_w, float eps, StatePtrs states, int64_t n0, T* y,
+                                   int Hk, int Hv, int dk, int dv, int cols, bool tiled) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // never launched: gdn_decode_uses_cluster asks for sm_90 code
+#else
+  __shared__ float kq[2][kDeltaMaxDk];  // the token's k and q head, fp32
+  __shared__ float red_kv[kDeltaRowGroups][kDecodeMaxCols];
+  __shared__ float red_o[kDeltaRowGroups][kDecodeMaxCols];
+  __shared__ float red[32];
+  __shared__ float ss_part;  // this block's part of the head's sum of squares; the cluster reads it
+  const int j = blockIdx.x / kDecodeClusterBlocks;  // value head
+  const int part = blockIdx.x % kDecodeClusterBlocks;  // the block's rank in its cluster
+  const int col = threadIdx.x % cols, rg = threadIdx.x / cols;
+  const int e = part * cols + col;  // value column
+  const bool live = e < dv;
+  // Before the wait (overlapping the kernel before, gdn_conv_step in a decode round): this
+  // block's slice of the state and the lines of its constants (the head's gate constants,
+  // the norm weights of its columns) into L2; all of them were last read a round ago. After
+  // the wait every load of the block (a, b, k, q, v, z, the state, the constants) is issued
+  // together and meets L2. Prefetches rather than loads into registers: at R = 32 the kernel
+  // is at its 128-register bound, and values held across the wait spilled.
+  float* S = states.p[blockIdx.y] + int64_t(j) * dk * dv;
+  prefetch_state(S, dk, dv, part * cols, min(cols, dv - part * cols));
+  if (threadIdx.x == 0) {
+    prefetch_l2(dt_bias + j);
+    prefetch_l2(neg_exp_A + j);
+  }
+  if (threadIdx.x < cols && threadIdx.x % 32 == 0 && part * cols + static_cast<int>(threadIdx.x) < dv)
+    prefetch_l2(norm_w + part * cols + threadIdx.x);
+  pdl_wait();
+  pdl_trigger();
+  const int64_t n = n0 + blockIdx.y;  // token (= sequence) row
+  const int hk = tiled ? j % Hk : j / (Hv / Hk);
+  const int64_t hj = n * Hv + j;
+  const float decay = expf(gdn_decay_gate(to_f32(a[hj]), dt_bias[j], neg_exp_A[j]));
+  const float bt = sigmoid_f(to_f32(b[hj]));
+  const int64_t qk_off = (n * Hk + hk) * dk;
+  for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+    kq[0][i] = to_f32(k[qk_off + i]);
+    kq[1][i] = to_f32(q[qk_off + i]);
+  }
+  // v[e] and z[e] now, so their latency overlaps the state's; z only by the thread that
+  // writes y[e] (y may alias z).
+  const float vv = live ? to_f32(v[hj * dv + e]) : 0.0f;
+  const float zz = (rg == 0 && live) ? to_f32(z[hj * dv + e]) : 0.0f;
+  float s[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = rg + kDeltaRowGroups * r;
+    s[r] = (live && i < dk) ? S[int64_t(i) * dv + e] : 0.0f;
+  }
+  __syncthreads();  // kq
+  delta_rule_token(s, kq, red_kv, red_o, rg, col, dk, decay, [&](float kv) { return bt * (vv - kv); });
+  float o = 0.0f;  // column e's output rounded to T (row group 0's threads)
+  if (rg == 0 && live) {
+#pragma unroll
+    for (int w = 0; w < kDeltaRowGroups; ++w) o += red_o[w][col];
+    o = to_f32(from_f32<T>(o));
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = rg + kDeltaRowGroups * r;
+    if (live && i < dk) S[int64_t(i) * dv + e] = s[r];
+  }
+  const float ss = block_sum(o * o, red);
+  if (threadIdx.x == 0) ss_part = ss;
+  // Every thread of the cluster passes both barriers.
+  // The first: each block's ss_part is written and visible before anyone reads it (and every
+  // block of the cluster has started, as shared::cluster accesses require).
+  cluster_arrive();
+  cluster_wait();
+  if (rg == 0 && live) {
+    float total = 0.0f;  // in rank order, so all blocks of the head get the same f
+    for (int p = 0; p < kDecodeClusterBlocks; ++p) total += cluster_load(&ss_part, static_cast<unsigned>(p));
+    const float f = 1.0f / sqrtf(total / static_cast<float>(dv) + eps);
+    y[hj * dv + e] = from_f32<T>(norm_w[e] * (o * f) * silu_f(zz));
+  }
+  // The second: no block exits (its shared memory gone) while another may still read its
+  // ss_part. Arriving only after the reads above have returned their values.
+  cluster_arrive();
+  cluster_wait();
+#endif
+}
 #endif  // CUDART_VERSION >= 12000
 
 template <class T, int R>
@@ -336,6 +511,16 @@ void launch_decode_step(const ops::Context& ctx, const Tensor& q, const Tensor& 
     StatePtrs ptrs{};
     for (int64_t i = 0; i < ns; ++i) ptrs.p[i] = states[static_cast<size_t>(n0 + i)].ptr<float>();
 #if CUDART_VERSION >= 12000
+    if (cluster && T_ == 1) {
+      const dim3 grid(static_cast<unsigned>(Hv * kDecodeClusterBlocks), static_cast<unsigned>(ns));
+      VI_CUDA_CHECK(pdl_launch_cluster(gdn_decode_token_cluster_kernel<T, R>, grid, cols * kDeltaRowGroups, 0,
+                                       stream_of(ctx), kDecodeClusterBlocks, q.ptr<T>(), k.ptr<T>(), v.ptr<T>(),
+                                       a.ptr<T>(), b.ptr<T>(), neg_exp_A.ptr<float>(), dt_bias.ptr<float>(),
+                                       z.ptr<T>(), norm_w.ptr<float>(), eps, ptrs, n0, y.ptr<T>(),
+                                       static_cast<int>(Hk), static_cast<int>(Hv), static_cast<int>(dk),
+                                       static_cast<int>(dv), cols, tiled));
+      continue;
+    }
     if (cluster) {
       const dim3 grid(static_cast<unsigned>(Hv * kDecodeClusterBlocks), static_cast<unsigned>(ns));
       VI_CUDA_CHECK(pdl_launch_cluster(gdn_decode_step_cluster_kernel<T, R>, grid, cols * kDeltaRowGroups, 0,
@@ -348,6 +533,14 @@ void launch_decode_step(const ops::Context& ctx, const Tensor& q, const Tensor& 
     }
 #endif
     const dim3 grid(static_cast<unsigned>(Hv), static_cast<unsigned>(ns));
+    if (T_ == 1) {
+      VI_CUDA_CHECK(pdl_launch(gdn_decode_token_kernel<T, R>, grid, cols * kDeltaRowGroups, 0, stream_of(ctx),
+                               q.ptr<T>(), k.ptr<T>(), v.ptr<T>(), a.ptr<T>(), b.ptr<T>(), neg_exp_A.ptr<float>(),
+                               dt_bias.ptr<float>(), z.ptr<T>(), norm_w.ptr<float>(), eps, ptrs, n0, y.ptr<T>(),
+                               static_cast<int>(Hk), static_cast<int>(Hv), static_cast<int>(dk),
+                               static_cast<int>(dv), cols, tiled));
+      continue;
+    }
     VI_CUDA_CHECK(pdl_launch(gdn_decode_step_kernel<T, R>, grid, cols * kDeltaRowGroups, 0, stream_of(ctx),
                              q.ptr<T>(), k.ptr<T>(), v.ptr<T>(), a.ptr<T>(), b.ptr<T>(), neg_exp_A.ptr<float>(),
                              dt_bias.ptr<float>(), z.ptr<T>(), norm_w.ptr<float>(), eps, ptrs, n0, static_cast<int>(T_), y.ptr<T>(),
