@@ -60,6 +60,23 @@ __device__ __forceinline__ void prefetch_state(const float* S, int dk, int dv, i
 // T tokens; at T = 1 those measured 8.3 against these kernels' 6.1 µs a launch (kernel
 // trace, 27B shapes, H200), their token loop and staging through shared memory costing
 // more than it saves for one token. Same math and results per column.
+// Before the wait (overlapping the kernel before, gdn_conv_step in a decode round), in both
+// cluster kernels: block `part`'s slice of head j's state S and the lines of its constants (the
+// head's gate constants, the norm weights of its columns) into L2; all of them were last read a
+// round ago. After the wait every load of the block (a, b, k, q, v, z, the state, the
+// constants) is issued together and meets L2. Prefetches rather than loads into registers: at
+// R = 32 the kernels are at their 128-register bound, and values held across the wait spilled.
+__device__ __forceinline__ void prefetch_cluster_block(const float* S, const float* dt_bias, const float* neg_exp_A,
+                                                       const float* norm_w, int j, int dk, int dv, int part, int cols) {
+  prefetch_state(S, dk, dv, part * cols, min(cols, dv - part * cols));
+  if (threadIdx.x == 0) {
+    prefetch_l2(dt_bias + j);
+    prefetch_l2(neg_exp_A + j);
+  }
+  if (threadIdx.x < cols && threadIdx.x % 32 == 0 && part * cols + static_cast<int>(threadIdx.x) < dv)
+    prefetch_l2(norm_w + part * cols + threadIdx.x);
+}
+
 // R: state rows per thread (ceil(dk / kDeltaRowGroups), rounded up to a template size).
 // Rows n0 + blockIdx.y of q, k: [N, Hk, dk]; v, z, y: [N, Hv, dv]; a, b: [N, Hv].
 template <class T, int R>
@@ -300,20 +317,8 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
   const int col = threadIdx.x % cols, rg = threadIdx.x / cols;
   const int e = part * cols + col;  // value column
   const bool live = e < dv;
-  // Before the wait (overlapping the kernel before, gdn_conv_step in a decode round): this
-  // block's slice of the state and the lines of its constants (the head's gate constants,
-  // the norm weights of its columns) into L2; all of them were last read a round ago. After
-  // the wait every load of the block (a, b, k, q, v, z, the state, the constants) is issued
-  // together and meets L2. Prefetches rather than loads into registers: at R = 32 the kernel
-  // is at its 128-register bound, and values held across the wait spilled.
   float* S = states.p[blockIdx.y] + int64_t(j) * dk * dv;
-  prefetch_state(S, dk, dv, part * cols, min(cols, dv - part * cols));
-  if (threadIdx.x == 0) {
-    prefetch_l2(dt_bias + j);
-    prefetch_l2(neg_exp_A + j);
-  }
-  if (threadIdx.x < cols && threadIdx.x % 32 == 0 && part * cols + static_cast<int>(threadIdx.x) < dv)
-    prefetch_l2(norm_w + part * cols + threadIdx.x);
+  prefetch_cluster_block(S, dt_bias, neg_exp_A, norm_w, j, dk, dv, part, cols);
   pdl_wait();
   pdl_trigger();
   const int64_t row0 = (n0 + blockIdx.y) * T_;  // the sequence's first row
@@ -424,20 +429,8 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
   const int col = threadIdx.x % cols, rg = threadIdx.x / cols;
   const int e = part * cols + col;  // value column
   const bool live = e < dv;
-  // Before the wait (overlapping the kernel before, gdn_conv_step in a decode round): this
-  // block's slice of the state and the lines of its constants (the head's gate constants,
-  // the norm weights of its columns) into L2; all of them were last read a round ago. After
-  // the wait every load of the block (a, b, k, q, v, z, the state, the constants) is issued
-  // together and meets L2. Prefetches rather than loads into registers: at R = 32 the kernel
-  // is at its 128-register bound, and values held across the wait spilled.
   float* S = states.p[blockIdx.y] + int64_t(j) * dk * dv;
-  prefetch_state(S, dk, dv, part * cols, min(cols, dv - part * cols));
-  if (threadIdx.x == 0) {
-    prefetch_l2(dt_bias + j);
-    prefetch_l2(neg_exp_A + j);
-  }
-  if (threadIdx.x < cols && threadIdx.x % 32 == 0 && part * cols + static_cast<int>(threadIdx.x) < dv)
-    prefetch_l2(norm_w + part * cols + threadIdx.x);
+  prefetch_cluster_block(S, dt_bias, neg_exp_A, norm_w, j, dk, dv, part, cols);
   pdl_wait();
   pdl_trigger();
   const int64_t n = n0 + blockIdx.y;  // token (= sequence) row
