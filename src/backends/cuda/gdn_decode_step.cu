@@ -60,6 +60,29 @@ __device__ __forceinline__ void prefetch_state(const float* S, int dk, int dv, i
 // T tokens; at T = 1 those measured 8.3 against these kernels' 6.1 µs a launch (kernel
 // trace, 27B shapes, H200), their token loop and staging through shared memory costing
 // more than it saves for one token. Same math and results per column.
+// The thread's part of column e of a head's state S [dk, dv] f32: rows rg, rg + kDeltaRowGroups,
+// ... (R of them) into s, 0 past dk or for a column past dv (live false); and back. Every decode
+// step kernel holds the state this way (delta_rule_token's layout).
+template <int R>
+__device__ __forceinline__ void load_state_column(float (&s)[R], const float* S, int rg, int e, int dk, int dv,
+                                                  bool live) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = rg + kDeltaRowGroups * r;
+    s[r] = (live && i < dk) ? S[int64_t(i) * dv + e] : 0.0f;
+  }
+}
+template <int R>
+__device__ __forceinline__ void store_state_column(const float (&s)[R], float* S, int rg, int e, int dk, int dv,
+                                                   bool live) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = rg + kDeltaRowGroups * r;
+    if (live && i < dk) S[int64_t(i) * dv + e] = s[r];
+  }
+}
+
+#if CUDART_VERSION >= 12000  // the cluster kernels only
 // Before the wait (overlapping the kernel before, gdn_conv_step in a decode round), in both
 // cluster kernels: block `part`'s slice of head j's state S and the lines of its constants (the
 // head's gate constants, the norm weights of its columns) into L2; all of them were last read a
@@ -76,6 +99,7 @@ __device__ __forceinline__ void prefetch_cluster_block(const float* S, const flo
   if (threadIdx.x < cols && threadIdx.x % 32 == 0 && part * cols + static_cast<int>(threadIdx.x) < dv)
     prefetch_l2(norm_w + part * cols + threadIdx.x);
 }
+#endif
 
 // R: state rows per thread (ceil(dk / kDeltaRowGroups), rounded up to a template size).
 // Rows n0 + blockIdx.y of q, k: [N, Hk, dk]; v, z, y: [N, Hv, dv]; a, b: [N, Hv].
@@ -118,11 +142,7 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
     const int e = c0 + col;  // value column
     const bool live = e < dv;
     float s[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int i = rg + kDeltaRowGroups * r;
-      s[r] = (live && i < dk) ? S[int64_t(i) * dv + e] : 0.0f;
-    }
+    load_state_column(s, S, rg, e, dk, dv, live);
     delta_rule_token(s, kq, red_kv, red_o, rg, col, dk, decay, [&](float kv) {
       const float vv = live ? to_f32(vh[e]) : 0.0f;
       return bt * (vv - kv);
@@ -136,11 +156,7 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
       for (int w = 0; w < kDeltaRowGroups; ++w) o += red_o[w][col];
       o_sh[e] = to_f32(from_f32<T>(o));
     }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int i = rg + kDeltaRowGroups * r;
-      if (live && i < dk) S[int64_t(i) * dv + e] = s[r];
-    }
+    store_state_column(s, S, rg, e, dk, dv, live);
   }
   __syncthreads();  // o_sh holds the whole head
   float ss = 0.0f;
@@ -205,11 +221,7 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
       const int e = c0 + col;  // value column
       const bool live = e < dv;
       float s[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int i = rg + kDeltaRowGroups * r;
-        s[r] = (live && i < dk) ? S[int64_t(i) * dv + e] : 0.0f;
-      }
+      load_state_column(s, S, rg, e, dk, dv, live);
       for (int t = 0; t < nt; ++t) {
         const T* vh = v + ((r0 + t) * Hv + j) * dv;
         delta_rule_token(s, kq[t], red_kv, red_o, rg, col, dk, gate[0][t], [&](float kv) {
@@ -226,11 +238,7 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
           o_sh[t][e] = to_f32(from_f32<T>(o));
         }
       }
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int i = rg + kDeltaRowGroups * r;
-        if (live && i < dk) S[int64_t(i) * dv + e] = s[r];
-      }
+      store_state_column(s, S, rg, e, dk, dv, live);
     }
     __syncthreads();  // o_sh holds the chunk's outputs
     // Each token's sum of squares by one warp (at least 4 warps for at most 8 tokens).
@@ -347,11 +355,7 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
       z_sh[t][col] = live ? to_f32(z[at]) : 0.0f;
     }
     if (t0 == 0) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int i = rg + kDeltaRowGroups * r;
-        s[r] = (live && i < dk) ? S[int64_t(i) * dv + e] : 0.0f;
-      }
+      load_state_column(s, S, rg, e, dk, dv, live);
     }
     __syncthreads();  // kq, gate, v_sh, z_sh
     for (int t = 0; t < nt; ++t) {
@@ -368,11 +372,7 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
       }
     }
     if (t0 + nt >= T_) {  // the last chunk: the state goes back
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int i = rg + kDeltaRowGroups * r;
-        if (live && i < dk) S[int64_t(i) * dv + e] = s[r];
-      }
+      store_state_column(s, S, rg, e, dk, dv, live);
     }
     __syncthreads();  // o_sh holds the chunk's outputs
     // Each token's sum of squares over this block's columns by one warp (at least 4 warps).
@@ -404,11 +404,8 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
 #endif
 }
 
-// Grid (Hv x kDecodeClusterBlocks, sequences), clusters of kDecodeClusterBlocks along x:
-// cluster = (value head j, sequence), block rank p takes value columns [p cols, (p+1) cols),
-// cols a multiple of 32 with kDecodeClusterBlocks x cols >= dv (columns past dv idle).
-// Block: cols x kDeltaRowGroups threads. Tensors as gdn_decode_token_kernel's (one token per
-// sequence).
+// Grid, clusters and blocks as gdn_decode_step_cluster_kernel's; tensors as
+// gdn_decode_token_kernel's (one token per sequence).
 template <class T, int R>
 __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
     gdn_decode_token_cluster_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
@@ -448,11 +445,7 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
   const float vv = live ? to_f32(v[hj * dv + e]) : 0.0f;
   const float zz = (rg == 0 && live) ? to_f32(z[hj * dv + e]) : 0.0f;
   float s[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int i = rg + kDeltaRowGroups * r;
-    s[r] = (live && i < dk) ? S[int64_t(i) * dv + e] : 0.0f;
-  }
+  load_state_column(s, S, rg, e, dk, dv, live);
   __syncthreads();  // kq
   delta_rule_token(s, kq, red_kv, red_o, rg, col, dk, decay, [&](float kv) { return bt * (vv - kv); });
   float o = 0.0f;  // column e's output rounded to T (row group 0's threads)
@@ -461,11 +454,7 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
     for (int w = 0; w < kDeltaRowGroups; ++w) o += red_o[w][col];
     o = to_f32(from_f32<T>(o));
   }
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int i = rg + kDeltaRowGroups * r;
-    if (live && i < dk) S[int64_t(i) * dv + e] = s[r];
-  }
+  store_state_column(s, S, rg, e, dk, dv, live);
   const float ss = block_sum(o * o, red);
   if (threadIdx.x == 0) ss_part = ss;
   // Every thread of the cluster passes both barriers.
