@@ -6,115 +6,10 @@
 #include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/pdl.cuh"
 #include "backends/cuda/q4kr_bits.cuh"
+#include "backends/cuda/q4kr_mma.cuh"
 
 namespace vi::cuda {
 namespace {
-
-
-// Half h of a super-block as lane (g, c) uses it: the 32 values of its sub-block 4h + c of
-// rows g (q[0]) and g + 8 (q[1]).
-struct HalfSb {
-  uint4 q[2];
-};
-// A super-block's scales and mins of rows g (sm[0]) and g + 8 (sm[1]): .x, .y the 4 scale and 4
-// min bytes of half 0, .z, .w those of half 1 (the lane's own: byte c); dd: the rows' (d, dmin).
-struct SbScales {
-  uint4 sm[2];
-  uint32_t dd[2];
-};
-
-// q0/q1: this lane's 16 bytes of half 0 of rows g / g + 8 (half 1 is 64 bytes on). Global
-// memory (streamed once: evict-first) or shared memory.
-template <int H, bool GLOBAL>
-__device__ __forceinline__ void load_half(const uint8_t* q0, const uint8_t* q1, HalfSb& st) {
-  auto q = [](const uint8_t* p) {
-    return GLOBAL ? __ldcs(reinterpret_cast<const uint4*>(p)) : *reinterpret_cast<const uint4*>(p);
-  };
-  st.q[0] = q(q0 + 64 * H);
-  st.q[1] = q(q1 + 64 * H);
-}
-// sm0/sm1: the super-block's 16 scale and min bytes of rows g / g + 8; dm0/dm1: their d, dmin.
-template <bool GLOBAL>
-__device__ __forceinline__ void load_scales(const uint8_t* sm0, const uint8_t* sm1, const uint8_t* dm0,
-                                            const uint8_t* dm1, SbScales& sc) {
-  auto v4 = [](const uint8_t* p) {
-    return GLOBAL ? __ldcs(reinterpret_cast<const uint4*>(p)) : *reinterpret_cast<const uint4*>(p);
-  };
-  auto u32 = [](const uint8_t* p) {
-    return GLOBAL ? __ldcs(reinterpret_cast<const uint32_t*>(p)) : *reinterpret_cast<const uint32_t*>(p);
-  };
-  sc.sm[0] = v4(sm0);
-  sc.sm[1] = v4(sm1);
-  sc.dd[0] = u32(dm0);
-  sc.dd[1] = u32(dm1);
-}
-
-// t (+)= Σ sc·q·x and u (+)= Σ m·x over one half for rows g, g + 8 and tokens 2c, 2c + 1.
-//   A = sc·q exactly in f16 (≤ 945) from 1024 + q (or 1024 + 16q) by one f16 FMA; the mins
-//   through a second mma whose A is m everywhere. d and dmin follow once per super-block.
-// xs: token g's 32 activations at this lane's sub-block; scw/mnw: the half's scale and min words
-// of rows g, g + 8; sel picks byte c of such a word.
-template <bool FIRST>
-__device__ __forceinline__ void mma_half(const HalfSb& st, uint32_t scw0, uint32_t scw1, uint32_t mnw0, uint32_t mnw1,
-                                         const __half* xs, uint32_t sel, uint32_t magic, float t[4], float u[4]) {
-  uint4 xv[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) xv[i] = __ldg(reinterpret_cast<const uint4*>(xs + 8 * i));
-  const __half2 k1024 = __float2half2_rn(1024.0f), kNeg1024 = __float2half2_rn(-1024.0f);
-  const __half2 kSixteenth = __float2half2_rn(0.0625f);
-  __half2 sc[2], sc16[2], neg[2], neg16[2];
-  uint32_t mn[2];
-  const uint32_t scw[2] = {scw0, scw1}, mnw[2] = {mnw0, mnw1};
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    // byte c under 0x64 is 1024 + byte; minus 1024 is the byte, exactly.
-    sc[r] = __hsub2(as_h2(__byte_perm(scw[r], 0x64u, sel)), k1024);
-    mn[r] = as_u32(__hsub2(as_h2(__byte_perm(mnw[r], 0x64u, sel)), k1024));
-    neg[r] = __hmul2(sc[r], kNeg1024);     // −1024·sc: exact (≤ 64512)
-    sc16[r] = __hmul2(sc[r], kSixteenth);  // for the 1024 + 16q pairs: exact
-    neg16[r] = __hmul2(sc16[r], kNeg1024);
-  }
-  uint32_t a[2][4];
-  auto scaled = [&](uint32_t w, int r) {  // the word's four pairs as sc·q
-    const uint32_t w8 = w >> 8;
-    a[r][0] = as_u32(__hfma2(as_h2(and_or<0x000F000Fu>(w, magic)), sc[r], neg[r]));      // values 0, 1
-    a[r][1] = as_u32(__hfma2(as_h2(and_or<0x00F000F0u>(w, magic)), sc16[r], neg16[r]));  // values 2, 3
-    a[r][2] = as_u32(__hfma2(as_h2(and_or<0x000F000Fu>(w8, magic)), sc[r], neg[r]));     // values 4, 5
-    a[r][3] = as_u32(__hfma2(as_h2(and_or<0x00F000F0u>(w8, magic)), sc16[r], neg16[r])); // values 6, 7
-  };
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    scaled(word(st.q[0], i), 0);
-    scaled(word(st.q[1], i), 1);
-    // Values 8i .. 8i+7 of the sub-block: pairs (0,1), (2,3) meet xv[i].x, .y in one mma,
-    // (4,5), (6,7) meet .z, .w in the next.
-    if (FIRST && i == 0) {
-      mma_16816_z(t, a[0][0], a[1][0], a[0][1], a[1][1], xv[i].x, xv[i].y);
-      mma_16816_z(u, mn[0], mn[1], mn[0], mn[1], xv[i].x, xv[i].y);
-    } else {
-      mma_16816(t, a[0][0], a[1][0], a[0][1], a[1][1], xv[i].x, xv[i].y);
-      mma_16816(u, mn[0], mn[1], mn[0], mn[1], xv[i].x, xv[i].y);
-    }
-    mma_16816(t, a[0][2], a[1][2], a[0][3], a[1][3], xv[i].z, xv[i].w);
-    mma_16816(u, mn[0], mn[1], mn[0], mn[1], xv[i].z, xv[i].w);
-  }
-}
-
-// Half 0 of a super-block from st0, half 1 from st1 (xs: half 0's activations), with its scales.
-__device__ __forceinline__ void mma_sb(const HalfSb& st0, const HalfSb& st1, const SbScales& sc, const __half* xs,
-                                       uint32_t sel, uint32_t magic, float t[4], float u[4]) {
-  mma_half<true>(st0, sc.sm[0].x, sc.sm[1].x, sc.sm[0].y, sc.sm[1].y, xs, sel, magic, t, u);
-  mma_half<false>(st1, sc.sm[0].z, sc.sm[1].z, sc.sm[0].w, sc.sm[1].w, xs + 128, sel, magic, t, u);
-}
-
-// acc += d·t − dmin·u for rows g (acc[0..1]) and g + 8 (acc[2..3]); dd: each row's (d, dmin).
-__device__ __forceinline__ void apply_scales(const uint32_t dd[2], const float t[4], const float u[4], float acc[4]) {
-  const float2 dm0 = __half22float2(as_h2(dd[0])), dm1 = __half22float2(as_h2(dd[1]));
-  acc[0] = fmaf(dm0.x, t[0], fmaf(-dm0.y, u[0], acc[0]));
-  acc[1] = fmaf(dm0.x, t[1], fmaf(-dm0.y, u[1], acc[1]));
-  acc[2] = fmaf(dm1.x, t[2], fmaf(-dm1.y, u[2], acc[2]));
-  acc[3] = fmaf(dm1.x, t[3], fmaf(-dm1.y, u[3], acc[3]));
-}
 
 // ---- Register kernel (sm_80+) ----
 // A block of WARPS warps (a multiple of 4) owns a tile of 16 rows; warp w takes super-blocks
@@ -168,12 +63,12 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
   auto sb_step = [&](auto more) {
     load_half<1, true>(q0, q1, st1);
     float t[4], u[4];
-    mma_half<true>(st0, sc.sm[0].x, sc.sm[1].x, sc.sm[0].y, sc.sm[1].y, xs, sel, magic, t, u);
+    mma_half<true>(st0, sc.sm[0].x, sc.sm[1].x, sc.sm[0].y, sc.sm[1].y, xs, sel, sel, magic, t, u);
     if constexpr (decltype(more)::value) {
       load_half<0, true>(q0 + kStride, q1 + kStride, st0);
       load_scales<true>(s0 + kStride, s1 + kStride, d0 + kStride, d1 + kStride, sc_next);
     }
-    mma_half<false>(st1, sc.sm[0].z, sc.sm[1].z, sc.sm[0].w, sc.sm[1].w, xs + 128, sel, magic, t, u);
+    mma_half<false>(st1, sc.sm[0].z, sc.sm[1].z, sc.sm[0].w, sc.sm[1].w, xs + 128, sel, sel, magic, t, u);
     apply_scales(sc.dd, t, u, acc);
   };
   int s = warp;
@@ -481,5 +376,6 @@ void gemv_q4kr(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor
     default: VI_FAIL("gemv_q4kr: no kernel '{}'", gemv_q4kr_shape_name(shape));
   }
 }
+
 
 }  // namespace vi::cuda
