@@ -24,6 +24,8 @@ enum class DType : uint8_t {
   // Device layouts made at load by ops::prepare_matmul_weight (never in a file):
   Q8_0R,  // Q8_0 regrouped by 8 blocks (BlockQ8_0R): aligned 16-byte loads for the GEMV
   Q4_KR,  // Q4_K regrouped by 4 super-blocks (BlockQ4_KR): nibbles in mma fragment order
+  Q4_KT,  // Q4_KR regrouped by 16-row tiles (kQ4ktUnitBytes per tile and super-block): rows
+          // are not addressable one by one, only whole tiles (row slices at multiples of 16)
   kCount
 };
 
@@ -32,6 +34,7 @@ struct DTypeInfo {
   int block_elems;  // values per block (1 for plain types)
   int block_bytes;  // bytes per block
   bool quantized;
+  int row_tile = 1;  // rows stored together (row slices begin and end at multiples of it)
 };
 
 const DTypeInfo& dtype_info(DType t);
@@ -40,7 +43,8 @@ inline bool dtype_is_quantized(DType t) { return dtype_info(t).quantized; }
 // Parses "f32", "q4_k", ... (case-insensitive); throws vi::Error on an unknown name.
 DType dtype_from_name(std::string_view name);
 
-// The file dtype a device layout is made from (Q8_0R: Q8_0, Q4_KR: Q4_K); t itself otherwise.
+// The file dtype a device layout is made from (Q8_0R: Q8_0, Q4_KR and Q4_KT: Q4_K); t itself
+// otherwise.
 DType dtype_file_form(DType t);
 
 // Bytes needed for `n` values of type t laid out in one row; throws vi::Error if n is
@@ -109,6 +113,17 @@ struct BlockQ4_KR {
   uint16_t dm[4][2];
 };
 static_assert(sizeof(BlockQ4_KR) == 4 * 148);
+// Q4_KT: a Q4_KR matrix [N, K] (N % 16 == 0) regrouped so that the bytes one warp of the decode
+// GEMV loads for a 16-row tile and one super-block are contiguous, in the order of its lanes
+// (lane L = 4g + c: rows g and g + 8, sub-blocks c and 4 + c). Units [N / 16][K / 256], each:
+//   [0, 2048)     load k (0..3) of lane L at 512k + 16L: the 16 bytes of BlockQ4_KR qs of row
+//                 g + 8 (k & 1), sub-block 4 (k >> 1) + c (four words of 8 values, as in Q4_KR);
+//   [2048, 2304)  lane L's 8 bytes at 2048 + 8L: for row g, then row g + 8, the word
+//                 (sc, m of sub-block c; sc, m of sub-block 4 + c), one byte each;
+//   [2304, 2368)  (d, dmin) of rows g and g + 8 (fp16 bits) at 2304 + 8g.
+// 148 bytes per 256 values, as Q4_KR; the rows of a tile are 16 x (K / 256) x 148 bytes on.
+constexpr int kQ4ktRowTile = 16;
+constexpr int kQ4ktUnitBytes = 16 * 148;
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_0R) == 8 * sizeof(BlockQ8_0));
 static_assert(sizeof(BlockQ4_0) == 18);

@@ -78,6 +78,11 @@ Tensor Tensor::reshape(const std::vector<int64_t>& shape) const {
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   VI_CHECK(ndim_ >= 1 && 0 <= begin && begin <= end && end <= shape_[0],
            "row slice [{}, {}) out of range for {}", begin, end, shape_str());
+  const int tile = dtype_info(dtype_).row_tile;
+  VI_CHECK(ndim_ == 2 ? begin % tile == 0 && end % tile == 0 : tile == 1,
+           "row slice [{}, {}) of {} {}: its rows are stored in tiles of {}, so a slice must begin and end at a "
+           "multiple of {}",
+           begin, end, dtype_name(dtype_), shape_str(), tile, tile);
   Tensor t = *this;
   t.shape_[0] = end - begin;
   size_t outer_bytes = shape_[0] ? nbytes() / static_cast<size_t>(shape_[0]) : 0;

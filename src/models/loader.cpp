@@ -91,6 +91,16 @@ void to_device(ops::Context& ctx, std::initializer_list<Tensor*> ts) {
   }
 }
 
+void to_device_stacked(ops::Context& ctx, Tensor& stack, std::initializer_list<Tensor*> parts) {
+  if (stack.data() == nullptr) return;
+  if (ctx.device != Device::CPU) {
+    std::vector<int64_t> rows;
+    for (const Tensor* t : parts) rows.push_back(t->dim(0));
+    stack = ops::prepare_matmul_weight(ctx, ops::upload(ctx, stack), rows);
+  }
+  stacked_views(stack, parts);
+}
+
 void zero_fill(ops::Context& ctx, Tensor& t) {
   if (t.data() == nullptr || t.nbytes() == 0) return;
   if (t.device() == Device::CPU) {

@@ -61,6 +61,9 @@ class WeightLoader {
 // (optional weights a model lacks) are skipped. 2-D weights other than the token embedding
 // are matmul weights and get the device's layout (ops::prepare_matmul_weight).
 void to_device(ops::Context& ctx, std::initializer_list<Tensor*> ts);
+// to_device for a stack of matmul weights (a loaded stack, skipped if not), then stacked_views
+// of it: the device layout is chosen so that every part stays a row view of it.
+void to_device_stacked(ops::Context& ctx, Tensor& stack, std::initializer_list<Tensor*> parts);
 
 // Sets every byte of t to zero on whatever device it lives (recurrent states at a reset).
 void zero_fill(ops::Context& ctx, Tensor& t);

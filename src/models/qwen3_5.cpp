@@ -320,14 +320,12 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
     swiglu_to_device(ctx_, L.mlp);
     // One copy of the input projections: with a stack, the weights become row views of it.
     if (A.w_in.data() != nullptr) {
-      to_device(ctx_, {&A.w_in});
-      stacked_views(A.w_in, {&A.wq, &A.wgate, &A.wk, &A.wv});
+      to_device_stacked(ctx_, A.w_in, {&A.wq, &A.wgate, &A.wk, &A.wv});
     } else {
       to_device(ctx_, {&A.wq, &A.wgate, &A.wk, &A.wv});
     }
     if (G.w_in.data() != nullptr) {
-      to_device(ctx_, {&G.w_in});
-      stacked_views(G.w_in, {&G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa});
+      to_device_stacked(ctx_, G.w_in, {&G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa});
     } else {
       to_device(ctx_, {&G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa});
     }

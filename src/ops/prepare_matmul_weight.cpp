@@ -10,13 +10,20 @@ OpTable<PrepareMatmulWeightFn>& prepare_matmul_weight_table() {
   return table;
 }
 
-Tensor prepare_matmul_weight(Context& ctx, const Tensor& w) {
+Tensor prepare_matmul_weight(Context& ctx, const Tensor& w, const std::vector<int64_t>& parts) {
   check_same_device("prepare_matmul_weight", ctx, {&w});
   VI_CHECK(w.ndim() == 2, "op 'prepare_matmul_weight': weight {} must be 2-D [N, K]", describe(w));
+  int64_t rows = 0;
+  for (int64_t p : parts) {
+    VI_CHECK(p >= 0, "op 'prepare_matmul_weight': a view of {} rows", p);
+    rows += p;
+  }
+  VI_CHECK(parts.empty() || rows == w.dim(0), "op 'prepare_matmul_weight': views of {} rows in all for weight {}",
+           rows, describe(w));
   // The CPU kernels read the file layouts directly: identity there, and for any dtype a
   // device has no repack for.
   if (!prepare_matmul_weight_table().supports(ctx.device, w.dtype())) return w;
-  return prepare_matmul_weight_table().get(ctx.device, w.dtype())(ctx, w);
+  return prepare_matmul_weight_table().get(ctx.device, w.dtype())(ctx, w, parts);
 }
 
 }  // namespace vi::ops

@@ -9,11 +9,16 @@ namespace vi::ops {
 // has no better layout for its dtype and shape (always on the CPU), otherwise a new tensor of
 // the same shape whose dtype names the device layout (on CUDA: Q8_0 -> Q8_0R when K % 256 == 0,
 // same bytes per row; Q4_K -> Q4_KR when K % 1024 == 0, 148 bytes per 256 values instead of
-// 144). A prepared weight is meant for ops::matmul on that device; other ops may not read it
-// (CUDA's embedding does). The caller keeps the original where it also needs it elsewhere (a
-// token embedding tied to the output head stays unprepared).
-Tensor prepare_matmul_weight(Context& ctx, const Tensor& w);
-using PrepareMatmulWeightFn = Tensor (*)(Context&, const Tensor& w);
+// 144, or -> Q4_KT, the same bytes in 16-row tiles, where the tensor-core GEMV reads it). A
+// prepared weight is meant for ops::matmul on that device; other ops may not read it (CUDA's
+// embedding reads the row layouts, not Q4_KT). The caller keeps the original where it also needs
+// it elsewhere (a token embedding tied to the output head stays unprepared).
+// parts: the row counts of the row views the caller will take of the result (a stack of
+// projections), summing to N; empty: none. A layout that stores rows in tiles
+// (dtype_info(t).row_tile, e.g. Q4_KT on CUDA in the native profile with f16 activations) is
+// chosen only where every view begins and ends on a tile.
+Tensor prepare_matmul_weight(Context& ctx, const Tensor& w, const std::vector<int64_t>& parts = {});
+using PrepareMatmulWeightFn = Tensor (*)(Context&, const Tensor& w, const std::vector<int64_t>& parts);
 // Keyed by w's dtype; a (device, dtype) without an entry keeps the file layout.
 OpTable<PrepareMatmulWeightFn>& prepare_matmul_weight_table();
 

@@ -10,9 +10,10 @@
 //   bench_cuda_gemv [--dtypes q4_k,q8_0,...] [--tokens 1,2,4,8] [--profiles native,volta]
 //                   [--shapes 17408x5120,...] [--json FILE] [--variants]
 // --variants: also time every work shape of the tensor-core GEMVs (gemv_mma: row tiles per warp
-// x blocks per SM; gemv_q4kr: warps per block x steps in flight) and count the outputs that
-// differ from the default shape's. Bytes are those of the weight as prepared (Q4_KR: 148 per
-// 256 values, Q4_K's 144 in the file). In the volta profile --variants times the m8n8k4 GEMV on
+// x blocks per SM; gemv_q4kt: blocks per SM; gemv_q4kr, on the same weights in the Q4_KR row
+// layout: kernel x steps in flight x blocks per SM) and count the outputs that differ from the
+// default path's. Bytes are those of the weight as prepared (Q4_KT and Q4_KR: 148 per 256
+// values, Q4_K's 144 in the file). In the volta profile --variants times the m8n8k4 GEMV on
 // Q4_KR (gemv_q4kr_volta: tiles per block x blocks per SM) and the CUDA-core GEMV (gemv_simt)
 // side by side, whichever of them the dispatch takes (it takes gemv_q4kr_volta only where
 // m8n8k4 is a hardware instruction, sm_70-75; on newer GPUs it is emulated and slow).
@@ -29,6 +30,7 @@
 #include "backends/cuda/gemv_mma.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
 #include "backends/cuda/gemv_q4kr_volta.cuh"
+#include "backends/cuda/gemv_q4kt.cuh"
 #include "backends/cuda/gemv_simt.cuh"
 #include "bench_cuda_util.cuh"
 #include "core/dtype.h"
@@ -74,21 +76,23 @@ __global__ void patch_f32(uint32_t* p, size_t n) {
     p[i] = (p[i] & 0x807FFFFFu) | 0x3B000000u;
 }
 
-void fill_weight(Tensor& w, uint32_t seed) {
+// On `stream`, the stream the weights are allocated and prepared on (a non-blocking stream: a
+// fill on the legacy default stream could still be running when the repack reads the bytes).
+void fill_weight(Tensor& w, uint32_t seed, cudaStream_t stream) {
   uint8_t* p = w.ptr<uint8_t>();
   const size_t n = w.nbytes();
-  fill_bytes<<<2048, 256>>>(p, n, seed);
+  fill_bytes<<<2048, 256, 0, stream>>>(p, n, seed);
   const auto& info = vi::dtype_info(w.dtype());
   const size_t blocks = n / info.block_bytes;
   switch (w.dtype()) {
-    case DType::F16: patch_half<<<2048, 256>>>(p, blocks, 2, 0, -1, seed); break;
-    case DType::BF16: patch_bf16<<<2048, 256>>>(w.ptr<uint16_t>(), n / 2); break;
-    case DType::F32: patch_f32<<<2048, 256>>>(w.ptr<uint32_t>(), n / 4); break;
-    case DType::Q8_0: case DType::Q4_0: patch_half<<<2048, 256>>>(p, blocks, info.block_bytes, 0, -1, seed); break;
+    case DType::F16: patch_half<<<2048, 256, 0, stream>>>(p, blocks, 2, 0, -1, seed); break;
+    case DType::BF16: patch_bf16<<<2048, 256, 0, stream>>>(w.ptr<uint16_t>(), n / 2); break;
+    case DType::F32: patch_f32<<<2048, 256, 0, stream>>>(w.ptr<uint32_t>(), n / 4); break;
+    case DType::Q8_0: case DType::Q4_0: patch_half<<<2048, 256, 0, stream>>>(p, blocks, info.block_bytes, 0, -1, seed); break;
     case DType::Q4_1: case DType::Q4_K: case DType::Q5_K:
-      patch_half<<<2048, 256>>>(p, blocks, info.block_bytes, 0, 2, seed);
+      patch_half<<<2048, 256, 0, stream>>>(p, blocks, info.block_bytes, 0, 2, seed);
       break;
-    case DType::Q6_K: patch_half<<<2048, 256>>>(p, blocks, info.block_bytes, 208, -1, seed); break;
+    case DType::Q6_K: patch_half<<<2048, 256, 0, stream>>>(p, blocks, info.block_bytes, 208, -1, seed); break;
     default: std::fprintf(stderr, "no filler for %s\n", vi::dtype_name(w.dtype())); std::exit(2);
   }
   VI_CUDA_CHECK(cudaGetLastError());
@@ -166,18 +170,24 @@ int main(int argc, char** argv) {
       ctx.profile = ops::KernelProfile::kNative;
       const size_t wbytes = vi::dtype_row_bytes(dt, sh.K) * sh.N;
       const int copies = static_cast<int>(std::max<size_t>(2, ((size_t(256) << 20) + wbytes - 1) / wbytes));
-      std::vector<Tensor> ws;
-      for (int c = 0; c < copies; ++c) {
-        Tensor w = ops::empty(ctx, dt, {sh.N, sh.K});
-        fill_weight(w, 1234u + c);
-        ws.push_back(ops::prepare_matmul_weight(ctx, w));
-      }
       Tensor x = ops::empty(ctx, DType::F16, {8, sh.K});
-      fill_weight(x, 99);  // f16 values about 1e-3 (finite, nonzero)
+      fill_weight(x, 99, stream);  // f16 values about 1e-3 (finite, nonzero)
       Tensor y = ops::empty(ctx, DType::F16, {8, sh.N});
-      VI_CUDA_CHECK(cudaDeviceSynchronize());
       for (const std::string& pn : split(profiles)) {
         ctx.profile = pn == "volta" ? ops::KernelProfile::kVolta : ops::KernelProfile::kNative;
+        // The weights as a model loaded in this profile holds them (the device layout depends on
+        // it: Q4_K becomes Q4_KT in the native profile, Q4_KR in the volta one). `rows` (native
+        // Q4_K only): the same weights in the Q4_KR row layout, which prepare_matmul_weight keeps
+        // where a caller's row views would cut a 16-row tile, for the Q4_KR kernels' variants.
+        std::vector<Tensor> ws, rows;
+        for (int c = 0; c < copies; ++c) {
+          Tensor w = ops::empty(ctx, dt, {sh.N, sh.K});
+          fill_weight(w, 1234u + c, stream);
+          ws.push_back(ops::prepare_matmul_weight(ctx, w));
+          if (variants && ws.back().dtype() == DType::Q4_KT)
+            rows.push_back(ops::prepare_matmul_weight(ctx, w, {8, sh.N - 8}));
+        }
+        VI_CUDA_CHECK(cudaDeviceSynchronize());
         for (const std::string& ts : split(tokens)) {
           const int64_t T = std::stoll(ts);
           Tensor xt = x.slice_rows(0, T), yt = y.slice_rows(0, T);
@@ -205,10 +215,49 @@ int main(int argc, char** argv) {
             return diff;
           };
           auto gbs_at = [&](float us) { return (double(ws[0].nbytes()) + 2.0 * T * sh.K + 2.0 * T * sh.N) / (us * 1e-6) / 1e9; };
-          if (variants && pn == "native" && vi::cuda::gemv_q4kr_supports(ctx, xt, ws[0])) {
+          // The Q4_KR weights of the same values, when the default reads another layout.
+          auto row_layout = [&](const Tensor& w) -> const Tensor& {
+            return rows.empty() ? w : rows[static_cast<size_t>(&w - ws.data())];
+          };
+          if (variants && pn == "native" && vi::cuda::gemv_q4kt_supports(ctx, xt, ws[0])) {
+            const int def = vi::cuda::gemv_q4kt_default_blocks(sh.N);
+            for (int v : vi::cuda::gemv_q4kt_shapes()) {
+              auto call = [&](const Tensor& w) { vi::cuda::gemv_q4kt(ctx, xt, w, yt, v); };
+              const int64_t diff = differing(call);
+              const float vus = timed_us(call);
+              const double vgbs = gbs_at(vus);
+              const std::string kind = fmt::format("tiled, 2 ahead, {} blocks/SM", v);
+              std::printf("variant q4_kt  %-20s %7lld %6lld %2lld %s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
+                          sh.what, (long long)sh.N, (long long)sh.K, (long long)T, kind.c_str(), v == def ? " (default)" : "",
+                          vus, 100.0 * vgbs / copy_gbs, (long long)diff);
+              if (jf)
+                std::fprintf(jf,
+                             "{\"variant\":\"%s\",\"dtype\":\"q4_kt\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
+                             "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
+                             kind.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
+            }
+          }
+          // The fused gate|up + SwiGLU on the stacked gate|up matrix, in both Q4_K layouts.
+          if (variants && pn == "native" && sh.N == 34816 && vi::cuda::gemv_q4kt_swiglu_supports(ctx, xt, ws[0])) {
+            Tensor h = ops::empty(ctx, DType::F16, {T, sh.N / 2});
+            auto fused = [&](const char* kind, auto call) {
+              const float vus = timed_us(call);
+              const double vgbs = gbs_at(vus);
+              std::printf("variant swiglu %-20s %7lld %6lld %2lld %s: %9.1f us %6.1f%%\n", sh.what, (long long)sh.N,
+                          (long long)sh.K, (long long)T, kind, vus, 100.0 * vgbs / copy_gbs);
+              if (jf)
+                std::fprintf(jf,
+                             "{\"variant\":\"%s\",\"dtype\":\"q4_k\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
+                             "\"gbs\":%.1f,\"copy_gbs\":%.1f}\n",
+                             kind, (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs);
+            };
+            fused("fused swiglu, q4_kt", [&](const Tensor& w) { vi::cuda::gemv_q4kt_swiglu(ctx, xt, w, h); });
+            fused("fused swiglu, q4_kr", [&](const Tensor& w) { vi::cuda::gemv_q4kr_swiglu(ctx, xt, row_layout(w), h); });
+          }
+          if (variants && pn == "native" && vi::cuda::gemv_q4kr_supports(ctx, xt, row_layout(ws[0]))) {
             const vi::cuda::GemvQ4krShape def = vi::cuda::gemv_q4kr_default_shape(ctx, sh.N, sh.K);
             for (vi::cuda::GemvQ4krShape v : vi::cuda::gemv_q4kr_shapes(ctx)) {
-              auto call = [&](const Tensor& w) { vi::cuda::gemv_q4kr(ctx, xt, w, yt, v); };
+              auto call = [&](const Tensor& w) { vi::cuda::gemv_q4kr(ctx, xt, row_layout(w), yt, v); };
               const int64_t diff = differing(call);
               const float vus = timed_us(call);
               const double vgbs = gbs_at(vus);

@@ -35,6 +35,21 @@ __global__ void dequant8_f16_kernel(const uint8_t* __restrict__ w, size_t row_by
   }
 }
 
+// The same for Q4_KT (rows r0 .. r0 + rows of w, r0 % 16 == 0; K % 256 == 0).
+__global__ void dequant8_q4kt_f16_kernel(const uint8_t* __restrict__ w, __half* out, int64_t r0, int64_t rows,
+                                         int64_t K) {
+  const int64_t per_row = K / 8, n = rows * per_row;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / per_row, k0 = (i % per_row) * 8;
+    float v[8];
+    dq8_q4kt(w, K / kQKK, r0 + r, k0, v);
+    __align__(16) __half2 h[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) h[e] = __floats2half2_rn(v[2 * e], v[2 * e + 1]);
+    *reinterpret_cast<uint4*>(out + r * K + k0) = *reinterpret_cast<const uint4*>(h);
+  }
+}
+
 // w16[0 : nc, :] = rows of w in f16.
 template <DType W>
 void dequant_rows(const ops::Context& ctx, const uint8_t* w, size_t row_bytes, __half* w16, int64_t nc, int64_t K) {
@@ -72,8 +87,14 @@ void gemm_path_w(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
     Scratch tile(ctx, static_cast<size_t>(chunk * K) * sizeof(__half));
     for (int64_t n0 = 0; n0 < N; n0 += chunk) {
       const int64_t nc = std::min(chunk, N - n0);
-      dequant_rows<W>(ctx, w.ptr<uint8_t>() + static_cast<size_t>(n0) * w.row_bytes(), w.row_bytes(),
-                      tile.as<__half>(), nc, K);
+      if constexpr (W == DType::Q4_KT) {  // chunks are 128-row multiples: whole tiles
+        dequant8_q4kt_f16_kernel<<<blocks_for(nc * K / 8, 256), 256, 0, stream_of(ctx)>>>(
+            w.ptr<uint8_t>(), tile.as<__half>(), n0, nc, K);
+        VI_CUDA_LAUNCH_CHECK();
+      } else {
+        dequant_rows<W>(ctx, w.ptr<uint8_t>() + static_cast<size_t>(n0) * w.row_bytes(), w.row_bytes(),
+                        tile.as<__half>(), nc, K);
+      }
       gemm_f16(ctx, xp, tile.as<__half>(), yp + n0, n_tok, nc, K, N);
     }
   }
@@ -82,6 +103,10 @@ void gemm_path_w(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
 }  // namespace
 
 void gemm_path(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
+  if (w.dtype() == DType::Q4_KT) {
+    gemm_path_w<DType::Q4_KT>(ctx, x, w, y);
+    return;
+  }
   dispatch_weight("matmul", w.dtype(), [&](auto wt) { gemm_path_w<decltype(wt)::value>(ctx, x, w, y); });
 }
 

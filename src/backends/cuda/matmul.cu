@@ -6,6 +6,7 @@
 #include "backends/cuda/gemv_mma.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
 #include "backends/cuda/gemv_q4kr_volta.cuh"
+#include "backends/cuda/gemv_q4kt.cuh"
 #include "backends/cuda/gemv_simt.cuh"
 #include "backends/cuda/matmul.cuh"
 #include "ops/matmul.h"
@@ -43,10 +44,30 @@ void matmul_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y)
   });
 }
 
+// Q4_KT, made only for the native profile with f16 activations on sm_80+ code
+// (prepare_matmul_weight.cu): the tensor-core GEMV up to 8 tokens, dequantized tiles and a GEMM
+// beyond (and where the GEMV cannot take a call).
+void matmul_q4kt(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
+  if (x.rows() == 0 || w.dim(0) == 0) return;
+  if (gemv_q4kt_supports(ctx, x, w)) {
+    gemv_q4kt(ctx, x, w, y);
+    return;
+  }
+  VI_CHECK(x.dtype() == DType::F16,
+           "matmul: weight '{}' is in the tiled Q4_K layout (q4_kt), which is read with f16 activations only, got {}",
+           w.name(), dtype_name(x.dtype()));
+  gemm_path(ctx, x, w, y);
+}
+
 // The fused gate|up GEMV + SwiGLU where a tensor-core decode GEMV takes the call (the dispatch
-// of matmul_cuda: Q4_KR first, then gemv_mma's dtypes).
+// of matmul_cuda: Q4_KT, Q4_KR, then gemv_mma's dtypes).
 bool matmul_swiglu_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor* h) {
   if (x.rows() == 0) return false;
+  if (w.dtype() == DType::Q4_KT) {
+    if (!gemv_q4kt_swiglu_supports(ctx, x, w)) return false;
+    if (h != nullptr) gemv_q4kt_swiglu(ctx, x, w, *h);
+    return true;
+  }
   if (gemv_q4kr_supports(ctx, x, w)) {
     if (h != nullptr) gemv_q4kr_swiglu(ctx, x, w, *h);
     return true;
@@ -75,7 +96,8 @@ const bool registered = [] {
   add_matmul<DType::Q6_K>();
   add_matmul<DType::Q8_0R>();
   add_matmul<DType::Q4_KR>();
-  for (DType t : {DType::Q4_KR, DType::Q8_0R, DType::Q4_K, DType::Q5_K, DType::F16})
+  ops::matmul_table().add(Device::CUDA, DType::Q4_KT, matmul_q4kt);
+  for (DType t : {DType::Q4_KT, DType::Q4_KR, DType::Q8_0R, DType::Q4_K, DType::Q5_K, DType::F16})
     ops::matmul_swiglu_table().add(Device::CUDA, t, matmul_swiglu_cuda);
   return true;
 }();

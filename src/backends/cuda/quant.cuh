@@ -177,6 +177,23 @@ __device__ __forceinline__ void dq8(const uint8_t* row, int64_t i0, float* out) 
 }
 
 // Calls f(std::integral_constant<DType, W>{}) for a weight dtype with a device decoder.
+// Values k0 .. k0 + 7 (k0 % 8 == 0) of row r of a Q4_KT matrix w (core/dtype.h; n_sb
+// super-blocks per row), as dq8<Q4_KR> decodes them from the row layout. Q4_KT rows are not
+// addressable by a row pointer, so it is not one of the row-wise weight dtypes below.
+__device__ __forceinline__ void dq8_q4kt(const uint8_t* w, int64_t n_sb, int64_t r, int64_t k0, float out[8]) {
+  const int rr = static_cast<int>(r % 16), g = rr % 8, hi = rr / 8;
+  const int v = static_cast<int>(k0 % kQKK), j = v / 32, h = j / 4, c = j % 4, i = (v % 32) / 8;
+  const uint8_t* u = w + ((r / 16) * n_sb + k0 / kQKK) * kQ4ktUnitBytes;
+  const int lane = 4 * g + c;
+  const uint32_t wq = *reinterpret_cast<const uint32_t*>(u + 512 * (2 * h + hi) + 16 * lane + 4 * i);
+  const uint32_t sw = *reinterpret_cast<const uint32_t*>(u + 2048 + 8 * lane + 4 * hi);
+  const uint32_t dd = *reinterpret_cast<const uint32_t*>(u + 2304 + 8 * g + 4 * hi);
+  const float dl = half_bits_to_f32(static_cast<uint16_t>(dd & 0xFFFF)) * static_cast<float>((sw >> (16 * h)) & 0xFF);
+  const float ml = half_bits_to_f32(static_cast<uint16_t>(dd >> 16)) * static_cast<float>((sw >> (16 * h + 8)) & 0xFF);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) out[k] = dl * static_cast<float>((wq >> (4 * ((k >> 1) + 4 * (k & 1)))) & 0xF) - ml;
+}
+
 template <class F>
 void dispatch_weight(const char* op, DType t, F&& f) {
   switch (t) {

@@ -13,6 +13,7 @@
 #include "backends/cuda/gemv_mma.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
 #include "backends/cuda/gemv_q4kr_volta.cuh"
+#include "backends/cuda/gemv_q4kt.cuh"
 #include "core/quant.h"
 #include "cuda_test_util.h"
 #include "ops/elementwise.h"
@@ -205,6 +206,107 @@ TEST_P(MatmulGemv, Q4KRepackedEveryPathAndWorkShape) {
                        fmt::format("q4_kr K={} T={} {}", K, T, cuda::gemv_q4kr_shape_name(v)));
         }
       }
+    }
+  }
+}
+
+// Q4_K rows of whole 1024-value groups and whole 16-row tiles become Q4_KT where its tensor-core
+// GEMV reads it (native profile, sm_80+, f16 activations; Q4_KR elsewhere): every path through
+// ops::matmul (T = 1..8 the GEMV, 9 and 17 the GEMM path on dequantized tiles) against the CPU on
+// the Q4_K original; the GEMV in each compiled budget; and bit for bit against the Q4_KR deep
+// kernel on the same weight (the same sums in the same order). The Q4_KR copy is what
+// prepare_matmul_weight makes when a caller's row views would cut a tile (parts 8 + N - 8).
+// N = 16 is one tile, 112 seven, 2048 128 (the GEMM path's 128-row chunks); K = 1024 is 4
+// super-blocks (one per warp), 3072 is 12 (3 per warp: a partial round of 2 ahead), 7168 is 28.
+TEST_P(MatmulGemv, Q4KTiledEveryPathAndShape) {
+  for (int64_t N : {16, 112, 2048}) {
+    for (int64_t K : {1024, 3072, 7168}) {
+      if (N == 2048 && K != 3072) continue;
+      const float scale = N == 16 ? 0.02f : 1.0f;
+      Tensor w = rand_weight(DType::Q4_K, N, K, scale);
+      Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+      Tensor rw = ops::prepare_matmul_weight(g, ops::upload(g, w), {8, N - 8});
+      ASSERT_EQ(rw.dtype(), DType::Q4_KR) << "a view of 8 rows cuts a tile";
+      Tensor x1 = up(rand_f32({1, K}, act(), -1.0f, 1.0f));
+      if (!cuda::gemv_q4kr_supports(g, x1, rw)) {  // volta profile, f32 activations: no Q4_KT
+        EXPECT_EQ(dw.dtype(), DType::Q4_KR);
+        continue;
+      }
+      ASSERT_EQ(dw.dtype(), DType::Q4_KT);
+      EXPECT_EQ(dw.nbytes(), rw.nbytes());
+      for (int64_t T : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) check(w, dw, T, 4.0f, fmt::format("q4_kt scale {}", scale));
+      for (int64_t T : {1, 3, 8}) {
+        Tensor x = rand_f32({T, K}, act(), -4.0f, 4.0f);
+        Tensor dx = up(x);
+        ASSERT_TRUE(cuda::gemv_q4kt_supports(g, dx, dw));
+        Tensor ref = Tensor::empty(DType::F32, {T, N});
+        ops::matmul(cpu, x, w, ref);
+        Tensor nan = Tensor::empty(DType::F32, {T, N});
+        for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+        Tensor deep = up(nan);
+        cuda::gemv_q4kr(g, dx, rw, deep, {cuda::GemvQ4krShape::Kernel::kDeep, 2, 3});
+        const Tensor deep_h = down(deep);
+        for (int blocks : cuda::gemv_q4kt_shapes()) {
+          Tensor dy = up(nan);
+          cuda::gemv_q4kt(g, dx, dw, dy, blocks);
+          const Tensor got = down(dy);
+          const std::string what = fmt::format("q4_kt N={} K={} T={} {} blocks/SM", N, K, T, blocks);
+          EXPECT_CLOSE(got, ref, 4e-3, what);
+          int64_t differ = 0;
+          for (int64_t i = 0; i < got.numel(); ++i) differ += got.ptr<float>()[i] != deep_h.ptr<float>()[i];
+          EXPECT_EQ(differ, 0) << what << ": outputs that differ from the Q4_KR deep kernel's";
+        }
+      }
+    }
+  }
+}
+
+// Row views of a Q4_KT weight: whole tiles are a Q4_KT matrix of their own (rows 16..47 of 64
+// against the CPU on the same rows of the original); a slice that cuts a tile is an error.
+TEST_P(MatmulGemv, Q4KTiledRowViews) {
+  const int64_t N = 64, K = 2048;
+  Tensor w = rand_weight(DType::Q4_K, N, K);
+  Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+  if (dw.dtype() != DType::Q4_KT) GTEST_SKIP() << "Q4_KT is made for the native profile with f16 activations";
+  Tensor part = w.slice_rows(16, 48), dpart = dw.slice_rows(16, 48);
+  for (int64_t T : {1, 4, 9}) check(part, dpart, T, 2.0f, "q4_kt rows 16..47");
+  EXPECT_THROW(dw.slice_rows(8, 24), Error);
+  EXPECT_THROW(dw.slice_rows(0, 40), Error);
+}
+
+// The fused gate|up GEMV + SwiGLU on Q4_KT (gemv_q4kt_swiglu: 8 gate rows and the matching 8 up
+// rows per block, from half of a gate tile and of its up tile) against the CPU's matmul +
+// swiglu_halves on the Q4_K original, and bit for bit against the Q4_KR kernel. F = 96 is 6
+// tiles per half; F = 4096 the other register budget's size; F = 104 (208 rows: whole tiles, but
+// the up half starts inside one) is Q4_KT only without views, and then runs unfused (matmul of the
+// whole stack + swiglu_halves); with its views {104, 104} it stays Q4_KR.
+TEST_P(MatmulGemv, Q4KTiledFusedGateUpSwiglu) {
+  for (int64_t F : {96, 104, 4096}) {
+    const int64_t K = F == 4096 ? 1024 : 3072;
+    Tensor w = rand_weight(DType::Q4_K, 2 * F, K, F == 96 ? 0.02f : 1.0f);
+    Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+    Tensor vw = ops::prepare_matmul_weight(g, ops::upload(g, w), {F, F});
+    if (dw.dtype() != DType::Q4_KT) GTEST_SKIP() << "Q4_KT is made for the native profile with f16 activations";
+    EXPECT_EQ(vw.dtype(), F % 16 == 0 ? DType::Q4_KT : DType::Q4_KR);
+    for (int64_t T : {1, 2, 3, 5, 8, 9}) {
+      check_swiglu(w, dw, T, "q4_kt");
+      check_swiglu(w, vw, T, dtype_name(vw.dtype()));
+    }
+    // The fused kernels of both layouts: the same h, bit for bit.
+    Tensor rw = ops::prepare_matmul_weight(g, ops::upload(g, w), {8, 2 * F - 8});
+    ASSERT_EQ(rw.dtype(), DType::Q4_KR);
+    for (int64_t T : {1, 4, 8}) {
+      Tensor dx = up(rand_f32({T, K}, act(), -2.0f, 2.0f));
+      if (!cuda::gemv_q4kt_swiglu_supports(g, dx, dw)) continue;  // F = 104: no fused Q4_KT kernel
+      Tensor nan = Tensor::empty(DType::F32, {T, F});
+      for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+      Tensor ht = up(nan), hr = up(nan);
+      cuda::gemv_q4kt_swiglu(g, dx, dw, ht);
+      cuda::gemv_q4kr_swiglu(g, dx, rw, hr);
+      const Tensor a = down(ht), b = down(hr);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < a.numel(); ++i) differ += !(a.ptr<float>()[i] == b.ptr<float>()[i]);
+      EXPECT_EQ(differ, 0) << "fused swiglu F=" << F << " T=" << T << ": outputs of Q4_KT and Q4_KR that differ";
     }
   }
 }

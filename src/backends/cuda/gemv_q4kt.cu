@@ -1,0 +1,197 @@
+// Tensor-core decode GEMV on Q4_KT weights: see gemv_q4kt.cuh for the plan, core/dtype.h for the
+// layout and q4kr_mma.cuh for the arithmetic.
+#include "backends/cuda/device.cuh"
+#include "backends/cuda/gemv_q4kt.cuh"
+#include "backends/cuda/mma_f16.cuh"
+#include "backends/cuda/pdl.cuh"
+#include "backends/cuda/q4kr_bits.cuh"
+#include "backends/cuda/q4kr_mma.cuh"
+#include "ops/memory.h"
+
+namespace vi::cuda {
+namespace {
+
+// One warp per unit (tile, super-block): lane L gathers its bytes from the Q4_KR rows.
+__global__ void q4kt_from_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_bytes, uint8_t* __restrict__ out,
+                                      int n_sb, int64_t units) {
+  const int64_t unit = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (unit >= units) return;
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int64_t tile = unit / n_sb;
+  const int sb = static_cast<int>(unit % n_sb), pos = sb & 3;
+  const uint8_t* r[2];
+  for (int h = 0; h < 2; ++h)
+    r[h] = w + static_cast<size_t>(tile * 16 + g + 8 * h) * row_bytes + static_cast<size_t>(sb >> 2) * kQ4krBlkBytes;
+  uint8_t* u = out + unit * kQ4ktUnitBytes;
+  for (int k = 0; k < 4; ++k)
+    *reinterpret_cast<uint4*>(u + 512 * k + 16 * lane) =
+        *reinterpret_cast<const uint4*>(r[k & 1] + 128 * pos + 64 * (k >> 1) + 16 * c);
+  uint32_t words[2];
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* sm = r[h] + kQ4krSmOff + 16 * pos;  // sc[0..3], m[0..3], sc[4..7], m[4..7]
+    words[h] = uint32_t(sm[c]) | uint32_t(sm[4 + c]) << 8 | uint32_t(sm[8 + c]) << 16 | uint32_t(sm[12 + c]) << 24;
+  }
+  *reinterpret_cast<uint2*>(u + 2048 + 8 * lane) = make_uint2(words[0], words[1]);
+  if (c == 0)
+    *reinterpret_cast<uint2*>(u + 2304 + 8 * g) =
+        make_uint2(*reinterpret_cast<const uint32_t*>(r[0] + kQ4krDmOff + 4 * pos),
+                   *reinterpret_cast<const uint32_t*>(r[1] + kQ4krDmOff + 4 * pos));
+}
+
+// A block of 4 warps per 16-row tile. Warp w takes the tile's super-blocks w, w + 4, ...: units
+// one fixed distance apart, so every load is a pointer plus an immediate. Two of them stay
+// loaded ahead; a buffer is refilled right after it is multiplied. The first loads go out before
+// pdl_wait (weights are no kernel's output). MINB: blocks per SM the registers are budgeted for.
+// SWIGLU: w is a stacked gate|up [2F, K] and y the SwiGLU output h [T, F]; block b takes gate
+// rows 8b .. 8b + 7 as its rows g and the matching up rows F + 8b .. as its rows g + 8, as the
+// Q4_KR kernel does (so h equals its h bit for bit): half b % 2 of gate tile b / 2 and of up
+// tile F / 16 + b / 2, i.e. loads k = b % 2 and 2 + b % 2 of each unit (still 512 contiguous
+// bytes per warp-wide load) and one scale word and one (d, dmin) of each.
+template <int MINB, bool SWIGLU>
+__global__ void __launch_bounds__(128, MINB)
+    gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, __half* __restrict__ y, int n_tok,
+                     int64_t N, int n_sb, int64_t K, uint32_t magic) {
+  constexpr int kDepth = 2;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
+  const int n_mine = warp < n_sb ? (n_sb - warp + 3) / 4 : 0;
+  constexpr size_t kStep = 4 * kQ4ktUnitBytes;  // to the warp's next super-block
+  // Row g's bytes from unit pointer a, row g + 8's from b (the same unit unless SWIGLU).
+  const int half = SWIGLU ? static_cast<int>(blockIdx.x & 1) : 0;
+  const uint8_t* a = w + ((SWIGLU ? int64_t(blockIdx.x / 2) : int64_t(blockIdx.x)) * n_sb + warp) * kQ4ktUnitBytes;
+  const uint8_t* b = SWIGLU ? a + (N / 32) * int64_t(n_sb) * kQ4ktUnitBytes : a;
+  const uint8_t* pqa = a + 512 * half + 16 * lane;  // quants: loads half, 2 + half of row g's unit
+  const uint8_t* pqb = b + 512 * (SWIGLU ? half : 1) + 16 * lane;
+  const uint8_t* psa = a + 2048 + 8 * lane + 4 * half;  // scale and min word(s)
+  const uint8_t* psb = b + 2048 + 8 * lane + 4 * half + (SWIGLU ? 0 : 4);
+  const uint8_t* pda = a + 2304 + 8 * g + 4 * half;  // (d, dmin)
+  const uint8_t* pdb = b + 2304 + 8 * g + 4 * half + (SWIGLU ? 0 : 4);
+
+  struct Sb {
+    HalfSb h[2];
+    uint2 sw, dd;
+  };
+  auto load_sb = [&](int d, Sb& s) {
+    const size_t off = static_cast<size_t>(d) * kStep;
+    s.h[0].q[0] = __ldcs(reinterpret_cast<const uint4*>(pqa + off));
+    s.h[0].q[1] = __ldcs(reinterpret_cast<const uint4*>(pqb + off));
+    s.h[1].q[0] = __ldcs(reinterpret_cast<const uint4*>(pqa + off + 1024));
+    s.h[1].q[1] = __ldcs(reinterpret_cast<const uint4*>(pqb + off + 1024));
+    if constexpr (SWIGLU) {
+      s.sw = make_uint2(__ldcs(reinterpret_cast<const uint32_t*>(psa + off)),
+                        __ldcs(reinterpret_cast<const uint32_t*>(psb + off)));
+      s.dd = make_uint2(__ldcs(reinterpret_cast<const uint32_t*>(pda + off)),
+                        __ldcs(reinterpret_cast<const uint32_t*>(pdb + off)));
+    } else {  // both rows' words side by side: one 8-byte load each
+      s.sw = __ldcs(reinterpret_cast<const uint2*>(psa + off));
+      s.dd = __ldcs(reinterpret_cast<const uint2*>(pda + off));
+    }
+  };
+  Sb buf[kDepth];
+#pragma unroll
+  for (int j = 0; j < kDepth; ++j)
+    if (j < n_mine) load_sb(j, buf[j]);
+  pdl_wait();
+  pdl_trigger();
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int i0 = 0; i0 < n_mine; i0 += kDepth) {
+#pragma unroll
+    for (int j = 0; j < kDepth; ++j) {
+      if (i0 + j < n_mine) {
+        float t[4], u[4];
+        const Sb& s = buf[j];
+        // The word of row g (.x) and g + 8 (.y) holds (sc, m) of sub-block c in bytes 0, 1 and of
+        // sub-block 4 + c in bytes 2, 3.
+        mma_half<true>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, xs + 1024 * j, 0x4040u, 0x4141u, magic, t, u);
+        mma_half<false>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, xs + 1024 * j + 128, 0x4242u, 0x4343u, magic, t,
+                        u);
+        const uint32_t dd[2] = {s.dd.x, s.dd.y};
+        apply_scales(dd, t, u, acc);
+        if (i0 + j + kDepth < n_mine) load_sb(j + kDepth, buf[j]);
+      }
+    }
+    pqa += kDepth * kStep;
+    pqb += kDepth * kStep;
+    psa += kDepth * kStep;
+    psb += kDepth * kStep;
+    pda += kDepth * kStep;
+    pdb += kDepth * kStep;
+    xs += kDepth * 1024;
+  }
+  __shared__ float red[4][4][32];
+  if constexpr (SWIGLU) {  // one tile: red is write_swiglu_sums' [4][1][4][32]
+    stash_tile_sums(acc, red);
+    write_swiglu_sums<4, 1>(reinterpret_cast<const float (*)[1][4][32]>(red), y, int64_t(blockIdx.x) * 8, N / 2,
+                            n_tok);
+  } else {
+    store_tile_sums<4>(acc, red, y, int64_t(blockIdx.x) * 16, N, n_tok);
+  }
+}
+
+template <int MINB, bool SWIGLU>
+void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU>, dim3(blocks), dim3(128), 0, stream_of(ctx),
+                           w.ptr<uint8_t>(), x.ptr<__half>(), y.ptr<__half>(), static_cast<int>(x.rows()), N,
+                           static_cast<int>(K / kQKK), K, kQ4krMagic));
+}
+
+}  // namespace
+
+Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w) {
+  VI_CHECK(w.dtype() == DType::Q4_KR && w.ndim() == 2 && w.dim(0) % kQ4ktRowTile == 0,
+           "q4kt_from_q4kr: needs a Q4_KR matrix of whole {}-row tiles, got {} {}", kQ4ktRowTile,
+           dtype_name(w.dtype()), w.shape_str());
+  const int64_t N = w.dim(0), K = w.dim(1), units = N / 16 * (K / kQKK);
+  Tensor out = ops::empty(ctx, DType::Q4_KT, {N, K});
+  out.set_name(w.name());
+  VI_CHECK(out.nbytes() == static_cast<size_t>(units) * kQ4ktUnitBytes, "q4kt_from_q4kr: {} bytes for {} units",
+           out.nbytes(), units);
+  if (units > 0) {
+    q4kt_from_q4kr_kernel<<<static_cast<unsigned>((units + 3) / 4), 128, 0, stream_of(ctx)>>>(
+        w.ptr<uint8_t>(), w.row_bytes(), out.ptr<uint8_t>(), static_cast<int>(K / kQKK), units);
+    VI_CUDA_LAUNCH_CHECK();
+  }
+  return out;
+}
+
+int gemv_q4kt_default_blocks(int64_t N) {
+  // Measured on the H200 at the 27B shapes (docs/notes/gemv.md run 18): up to 8192 rows (at most
+  // 512 tiles) 3 blocks per SM, which spreads the tiles over more SMs (FFN down 17.0 us against
+  // 21.1 at 4); from 14336 rows 4 (gate|up 33.2 us against 35.2, the head 204 against 226).
+  return N <= 8192 ? 3 : 4;
+}
+
+std::vector<int> gemv_q4kt_shapes() { return {3, 4}; }
+
+bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
+  if (!sm80_code(ctx) || w.dtype() != DType::Q4_KT) return false;
+  if (x.dtype() != DType::F16 || x.rows() < 1 || x.rows() > 8) return false;
+  return w.dim(1) < (int64_t(1) << 31) && is_aligned(w.data(), 16) && is_aligned(x.data(), 16) &&
+         (x.cols() * 2) % 16 == 0;
+}
+
+void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, int blocks) {
+  if (blocks == 0) blocks = gemv_q4kt_default_blocks(w.dim(0));
+  switch (blocks) {
+    case 3: launch<3, false>(ctx, x, w, y); break;
+    case 4: launch<4, false>(ctx, x, w, y); break;
+    default: VI_FAIL("gemv_q4kt: no kernel for {} blocks per SM", blocks);
+  }
+}
+
+bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
+  return gemv_q4kt_supports(ctx, x, w) && w.dim(0) % 32 == 0;
+}
+
+void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h) {
+  VI_CHECK(w.dim(0) % 32 == 0 && h.cols() * 2 == w.dim(0) && h.rows() == x.rows(),
+           "gemv_q4kt_swiglu: h [{}, {}] does not match x rows {} and a Q4_KT gate|up weight of {} rows "
+           "(a multiple of 32)",
+           h.rows(), h.cols(), x.rows(), w.dim(0));
+  if (gemv_q4kt_default_blocks(w.dim(0)) == 3) launch<3, true>(ctx, x, w, h);
+  else launch<4, true>(ctx, x, w, h);
+}
+
+}  // namespace vi::cuda

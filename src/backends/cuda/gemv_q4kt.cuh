@@ -1,0 +1,45 @@
+// The tensor-core decode GEMV on Q4_KT weights (native profile, sm_80+): y[T, N] = x[T, K] · w[N, K]ᵀ
+// for T <= 8 tokens of f16 activations, w in the tiled layout of core/dtype.h that
+// ops::prepare_matmul_weight makes from Q4_K (through Q4_KR) where N % 16 == 0.
+//
+// Why a layout of its own: the warps of the Q4_KR GEMVs (gemv_q4kr.cu) multiply 16-row tiles,
+// and each of their loads spans 8 rows of the row layout, so one warp-wide 16-byte load touches
+// 8 cache lines (the scale and min loads 8 lines for 128 or 32 bytes): about 72 L1 wavefronts
+// per super-block of a tile where contiguous bytes take about 20. ncu on the H200 (34816 x 5120,
+// T = 1): L1/TEX throughput 69% at 56% of DRAM bandwidth, L2 hit rate 20% (sectors requested
+// twice). In Q4_KT a warp's bytes for one tile and super-block are one 2368-byte run in lane
+// order: 4 quant loads of 16 bytes, one 8-byte scale load and one 8-byte d/dmin load per lane,
+// each over contiguous memory. The arithmetic is the Q4_KR kernels' (q4kr_mma.cuh), in the same
+// order, so the outputs equal theirs bit for bit (docs/notes/gemv.md run 18).
+//
+// Work layout: a block of 4 warps per tile, warp w taking the tile's super-blocks w, w + 4, ...,
+// two loaded ahead (the Q4_KR deep kernel's scheme), the warps' sums meeting in shared memory.
+// The fused gate|up + SwiGLU gives a block 8 gate rows and the matching 8 up rows (half of a
+// gate tile and of its up tile), as the Q4_KR kernel does.
+#pragma once
+
+#include <vector>
+
+#include "ops/registry.h"  // host-only: the op tests and the benchmark include this header
+
+namespace vi::cuda {
+
+// w: Q4_KR [N, K] with N % 16 == 0. Returns the same matrix as Q4_KT.
+Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w);
+
+// Blocks of 4 warps per SM the kernel's registers are budgeted for: 3 (164 registers) or 4 (128).
+// 0: chosen by shape (3 up to 8192 rows, where 4 per SM leaves SMs idle, 4 above).
+int gemv_q4kt_default_blocks(int64_t N);
+std::vector<int> gemv_q4kt_shapes();  // every compiled budget, for the tests and the benchmark
+
+// Whether gemv_q4kt can take this call (profile, device, dtypes, T, alignment).
+bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
+// x: [T, K] f16, T <= 8; w: [N, K] Q4_KT; y: [T, N] f16.
+void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, int blocks = 0);
+// h[T, F] = silu(x · w[0:F]ᵀ) ⊙ (x · w[F:2F]ᵀ) for a stacked gate|up w [2F, K] in Q4_KT with
+// F % 16 == 0 (where gemv_q4kt_supports(x, w)): the sums, roundings and SwiGLU of
+// gemv_q4kr_swiglu, so h equals its h bit for bit.
+bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
+void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h);
+
+}  // namespace vi::cuda
