@@ -24,6 +24,7 @@ constexpr DTypeInfo kInfo[] = {
     {"q8_0r", 8 * kQK, sizeof(BlockQ8_0R), true},
     {"q4_kr", 4 * kQKK, sizeof(BlockQ4_KR), true},
     {"q4_kt", kQKK, kQ4ktUnitBytes / kQ4ktRowTile, true, kQ4ktRowTile},
+    {"q8_0t", kQK, sizeof(BlockQ8_0), true, kQ4ktRowTile},
 };
 static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(DType::kCount));
 }  // namespace
@@ -46,7 +47,8 @@ DType dtype_from_name(std::string_view name) {
 
 DType dtype_file_form(DType t) {
   switch (t) {
-    case DType::Q8_0R: return DType::Q8_0;
+    case DType::Q8_0R:
+    case DType::Q8_0T: return DType::Q8_0;
     case DType::Q4_KR:
     case DType::Q4_KT: return DType::Q4_K;
     default: return t;

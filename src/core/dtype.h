@@ -26,6 +26,7 @@ enum class DType : uint8_t {
   Q4_KR,  // Q4_K regrouped by 4 super-blocks (BlockQ4_KR): nibbles in mma fragment order
   Q4_KT,  // Q4_KR regrouped by 16-row tiles (kQ4ktUnitBytes per tile and super-block): rows
           // are not addressable one by one, only whole tiles (row slices at multiples of 16)
+  Q8_0T,  // Q8_0R regrouped by 16-row tiles (kQ8tUnitBytes per tile and 128 values), likewise
   kCount
 };
 
@@ -43,8 +44,8 @@ inline bool dtype_is_quantized(DType t) { return dtype_info(t).quantized; }
 // Parses "f32", "q4_k", ... (case-insensitive); throws vi::Error on an unknown name.
 DType dtype_from_name(std::string_view name);
 
-// The file dtype a device layout is made from (Q8_0R: Q8_0, Q4_KR and Q4_KT: Q4_K); t itself
-// otherwise.
+// The file dtype a device layout is made from (Q8_0R and Q8_0T: Q8_0, Q4_KR and Q4_KT: Q4_K); t
+// itself otherwise.
 DType dtype_file_form(DType t);
 
 // Bytes needed for `n` values of type t laid out in one row; throws vi::Error if n is
@@ -124,6 +125,15 @@ static_assert(sizeof(BlockQ4_KR) == 4 * 148);
 // 148 bytes per 256 values, as Q4_KR; the rows of a tile are 16 x (K / 256) x 148 bytes on.
 constexpr int kQ4ktRowTile = 16;
 constexpr int kQ4ktUnitBytes = 16 * 148;
+// Q8_0T: a Q8_0R matrix [N, K] (N % 16 == 0, K % 128 == 0) regrouped the same way for the step
+// GEMV of gemv_mma.cu, whose lane (g, c) reads block c of each 128 values of rows g and g + 8.
+// Units [N / 16][K / 128], each:
+//   [0, 2048)     load k (0..3) of lane L at 512k + 16L: bytes 16 (k >> 1) .. + 15 of the 32
+//                 int8 values of block c of row g + 8 (k & 1);
+//   [2048, 2176)  lane L's 4 bytes at 2048 + 4L: the scales d (fp16 bits) of block c of rows g
+//                 and g + 8.
+// 34 bytes per 32 values, as Q8_0.
+constexpr int kQ8tUnitBytes = 16 * 4 * 34;
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_0R) == 8 * sizeof(BlockQ8_0));
 static_assert(sizeof(BlockQ4_0) == 18);

@@ -176,15 +176,16 @@ int main(int argc, char** argv) {
       for (const std::string& pn : split(profiles)) {
         ctx.profile = pn == "volta" ? ops::KernelProfile::kVolta : ops::KernelProfile::kNative;
         // The weights as a model loaded in this profile holds them (the device layout depends on
-        // it: Q4_K becomes Q4_KT in the native profile, Q4_KR in the volta one). `rows` (native
-        // Q4_K only): the same weights in the Q4_KR row layout, which prepare_matmul_weight keeps
-        // where a caller's row views would cut a 16-row tile, for the Q4_KR kernels' variants.
+        // it: Q4_K becomes Q4_KT in the native profile, Q4_KR in the volta one; Q8_0 Q8_0T and
+        // Q8_0R). `rows` (the tiled layouts only): the same weights in the row layout, which
+        // prepare_matmul_weight keeps where a caller's row views would cut a 16-row tile, for the
+        // row-layout kernels' variants.
         std::vector<Tensor> ws, rows;
         for (int c = 0; c < copies; ++c) {
           Tensor w = ops::empty(ctx, dt, {sh.N, sh.K});
           fill_weight(w, 1234u + c, stream);
           ws.push_back(ops::prepare_matmul_weight(ctx, w));
-          if (variants && ws.back().dtype() == DType::Q4_KT)
+          if (variants && (ws.back().dtype() == DType::Q4_KT || ws.back().dtype() == DType::Q8_0T))
             rows.push_back(ops::prepare_matmul_weight(ctx, w, {8, sh.N - 8}));
         }
         VI_CUDA_CHECK(cudaDeviceSynchronize());
@@ -254,6 +255,17 @@ int main(int argc, char** argv) {
             fused("fused swiglu, q4_kt", [&](const Tensor& w) { vi::cuda::gemv_q4kt_swiglu(ctx, xt, w, h); });
             fused("fused swiglu, q4_kr", [&](const Tensor& w) { vi::cuda::gemv_q4kr_swiglu(ctx, xt, row_layout(w), h); });
           }
+          if (variants && pn == "native" && sh.N == 34816 && ws[0].dtype() == DType::Q8_0T &&
+              vi::cuda::gemv_mma_swiglu_supports(ctx, xt, ws[0])) {
+            Tensor h = ops::empty(ctx, DType::F16, {T, sh.N / 2});
+            for (const bool row_copy : {false, true}) {
+              auto call = [&](const Tensor& w) { vi::cuda::gemv_mma_swiglu(ctx, xt, row_copy ? row_layout(w) : w, h); };
+              const float vus = timed_us(call);
+              std::printf("variant swiglu %-20s %7lld %6lld %2lld fused swiglu, %s: %9.1f us %6.1f%%\n", sh.what,
+                          (long long)sh.N, (long long)sh.K, (long long)T, row_copy ? "q8_0r" : "q8_0t", vus,
+                          100.0 * gbs_at(vus) / copy_gbs);
+            }
+          }
           if (variants && pn == "native" && vi::cuda::gemv_q4kr_supports(ctx, xt, row_layout(ws[0]))) {
             const vi::cuda::GemvQ4krShape def = vi::cuda::gemv_q4kr_default_shape(ctx, sh.N, sh.K);
             for (vi::cuda::GemvQ4krShape v : vi::cuda::gemv_q4kr_shapes(ctx)) {
@@ -294,26 +306,32 @@ int main(int argc, char** argv) {
               report(vi::cuda::gemv_q4kr_volta_shape_name(v) + (v == def ? " (its default)" : ""),
                      [&](const Tensor& w) { vi::cuda::gemv_q4kr_volta(ctx, xt, w, yt, v); });
           }
-          if (variants && pn == "native" && vi::cuda::gemv_mma_supports(ctx, xt, ws[0])) {
-            const vi::cuda::GemvMmaShape def = vi::cuda::gemv_mma_default_shape(ws[0], T);
-            for (vi::cuda::GemvMmaShape v : vi::cuda::gemv_mma_shapes(ws[0].dtype())) {
-              auto call = [&](const Tensor& w) { vi::cuda::gemv_mma(ctx, xt, w, yt, v); };
+          // gemv_mma's shapes, on the weights as prepared and (Q8_0T) on their Q8_0R copies.
+          for (const bool row_copy : {false, true}) {
+          if (row_copy && rows.empty()) continue;
+          const Tensor& w0 = row_copy ? row_layout(ws[0]) : ws[0];
+          const std::string dn_v = vi::dtype_name(w0.dtype());
+          if (variants && pn == "native" && vi::cuda::gemv_mma_supports(ctx, xt, w0)) {
+            const vi::cuda::GemvMmaShape def = vi::cuda::gemv_mma_default_shape(w0, T);
+            for (vi::cuda::GemvMmaShape v : vi::cuda::gemv_mma_shapes(w0.dtype())) {
+              auto call = [&](const Tensor& w) { vi::cuda::gemv_mma(ctx, xt, row_copy ? row_layout(w) : w, yt, v); };
               const int64_t diff = differing(call);
               const float vus = timed_us(call);
               const double vgbs = gbs_at(vus);
               // The deep Q8_0R kernel: "x ahead" (next step's activations while this one multiplies).
               const std::string deep = v.depth > 0 ? fmt::format(" deep {} ahead", v.depth) : std::string();
               std::printf("variant %-6s %-20s %7lld %6lld %2lld tiles %d blocks/SM %d x %s%s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
-                          vi::dtype_name(ws[0].dtype()), sh.what, (long long)sh.N, (long long)sh.K, (long long)T, v.tiles,
+                          dn_v.c_str(), sh.what, (long long)sh.N, (long long)sh.K, (long long)T, v.tiles,
                           v.min_blocks, v.stage_x ? (v.depth > 0 ? "ahead" : "staged") : "late", deep.c_str(),
                           v == def ? " (default)" : "", vus, 100.0 * vgbs / copy_gbs, (long long)diff);
               if (jf)
                 std::fprintf(jf,
                              "{\"variant\":\"t%d_b%d_x%d%s\",\"dtype\":\"%s\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
                              "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
-                             v.tiles, v.min_blocks, v.stage_x ? 1 : 0, v.depth > 0 ? fmt::format("_d{}", v.depth).c_str() : "", dn.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs,
+                             v.tiles, v.min_blocks, v.stage_x ? 1 : 0, v.depth > 0 ? fmt::format("_d{}", v.depth).c_str() : "", dn_v.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs,
                              copy_gbs, (long long)diff);
             }
+          }
           }
           const float us = timed_us([&](const Tensor& w) { ops::matmul(ctx, xt, w, yt); });
           const double bytes = double(ws[0].nbytes()) + 2.0 * T * sh.K + 2.0 * T * sh.N;

@@ -35,14 +35,16 @@ __global__ void dequant8_f16_kernel(const uint8_t* __restrict__ w, size_t row_by
   }
 }
 
-// The same for Q4_KT (rows r0 .. r0 + rows of w, r0 % 16 == 0; K % 256 == 0).
-__global__ void dequant8_q4kt_f16_kernel(const uint8_t* __restrict__ w, __half* out, int64_t r0, int64_t rows,
-                                         int64_t K) {
+// The same for the tiled layouts (rows r0 .. r0 + rows of w, r0 % 16 == 0).
+template <DType W>
+__global__ void dequant8_tiled_f16_kernel(const uint8_t* __restrict__ w, __half* out, int64_t r0, int64_t rows,
+                                          int64_t K) {
   const int64_t per_row = K / 8, n = rows * per_row;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / per_row, k0 = (i % per_row) * 8;
     float v[8];
-    dq8_q4kt(w, K / kQKK, r0 + r, k0, v);
+    if constexpr (W == DType::Q4_KT) dq8_q4kt(w, K / kQKK, r0 + r, k0, v);
+    else dq8_q8t(w, K, r0 + r, k0, v);
     __align__(16) __half2 h[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) h[e] = __floats2half2_rn(v[2 * e], v[2 * e + 1]);
@@ -87,8 +89,8 @@ void gemm_path_w(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
     Scratch tile(ctx, static_cast<size_t>(chunk * K) * sizeof(__half));
     for (int64_t n0 = 0; n0 < N; n0 += chunk) {
       const int64_t nc = std::min(chunk, N - n0);
-      if constexpr (W == DType::Q4_KT) {  // chunks are 128-row multiples: whole tiles
-        dequant8_q4kt_f16_kernel<<<blocks_for(nc * K / 8, 256), 256, 0, stream_of(ctx)>>>(
+      if constexpr (W == DType::Q4_KT || W == DType::Q8_0T) {  // chunks are 128-row multiples: whole tiles
+        dequant8_tiled_f16_kernel<W><<<blocks_for(nc * K / 8, 256), 256, 0, stream_of(ctx)>>>(
             w.ptr<uint8_t>(), tile.as<__half>(), n0, nc, K);
         VI_CUDA_LAUNCH_CHECK();
       } else {
@@ -103,10 +105,8 @@ void gemm_path_w(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
 }  // namespace
 
 void gemm_path(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
-  if (w.dtype() == DType::Q4_KT) {
-    gemm_path_w<DType::Q4_KT>(ctx, x, w, y);
-    return;
-  }
+  if (w.dtype() == DType::Q4_KT) return gemm_path_w<DType::Q4_KT>(ctx, x, w, y);
+  if (w.dtype() == DType::Q8_0T) return gemm_path_w<DType::Q8_0T>(ctx, x, w, y);
   dispatch_weight("matmul", w.dtype(), [&](auto wt) { gemm_path_w<decltype(wt)::value>(ctx, x, w, y); });
 }
 

@@ -146,6 +146,11 @@ struct Unit<DType::Q8_0R> {
   }
 };
 
+// Q8_0T (core/dtype.h): Q8_0R's values and scales regrouped by 16-row tiles; the kernel loads
+// them (tiled addressing below), the decode is Q8_0R's, so the outputs are the same bit for bit.
+template <>
+struct Unit<DType::Q8_0T> : Unit<DType::Q8_0R> {};
+
 // F16: unit u is values 32u .. 32u + 31, already in fragment order.
 template <>
 struct Unit<DType::F16> {
@@ -195,8 +200,36 @@ __global__ void __launch_bounds__(32 * kWarps, MINB)
   // unit, and meets zero activations. So every load is unconditional and always in bounds.
   const uint8_t* rows[TILES][2];
   const int64_t F = N / 2, f0 = int64_t(blockIdx.x) * 8 * TILES;  // SWIGLU: the tile's first gate row
+  // Q8_0T: rows[t][hh] points at this lane's quant bytes of rows g + 8 hh in the tile's first
+  // unit, soff[t] bytes on from rows[t][0] is its scale (an offset, not a second pointer: fewer
+  // registers; rows g + 8 of a non-SWIGLU tile: 510 bytes less); a step is one unit
+  // (kQ8tUnitBytes) on, as a 32-bit offset (a spill otherwise). Tiles past N read the last tile
+  // (never stored). SWIGLU: tile t is half tt % 2 of gate tile tt / 2 (rows g) and of up tile
+  // F / 16 + tt / 2 (rows g + 8).
+  [[maybe_unused]] int soff[TILES];
+  if constexpr (W == DType::Q8_0T) {
+    const int64_t tile_bytes = K / 128 * kQ8tUnitBytes;
 #pragma unroll
-  for (int t = 0; t < TILES; ++t) {
+    for (int t = 0; t < TILES; ++t) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        int64_t tile;
+        int rh;  // which 8 rows of the unit
+        if constexpr (SWIGLU) {
+          const int64_t tt = min(int64_t(blockIdx.x) * TILES + t, F / 8 - 1);
+          tile = tt / 2 + (hh ? F / 16 : 0);
+          rh = static_cast<int>(tt & 1);
+        } else {
+          tile = min(int64_t(blockIdx.x) * TILES + t, N / 16 - 1);
+          rh = hh;
+        }
+        rows[t][hh] = w + tile * tile_bytes + 512 * rh + 16 * lane;
+        if (hh == 0) soff[t] = (2048 + 4 * lane + 2 * rh) - (512 * rh + 16 * lane);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < TILES && W != DType::Q8_0T; ++t) {  // the row layouts
     if constexpr (SWIGLU) {
       const int64_t f = min(f0 + 8 * t + g, F - 1);
       rows[t][0] = w + static_cast<size_t>(f) * row_bytes;
@@ -221,7 +254,17 @@ __global__ void __launch_bounds__(32 * kWarps, MINB)
 #pragma unroll
     for (int t = 0; t < TILES; ++t)
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) U::load(rows[t][hh], uc, st.raw[t][hh]);
+      for (int hh = 0; hh < 2; ++hh) {
+        if constexpr (W == DType::Q8_0T) {  // K % 128 == 0: every step is a whole unit
+          const unsigned off = static_cast<unsigned>(s) * kQ8tUnitBytes;  // a row of tiles is < 2^32 bytes
+          st.raw[t][hh].q0 = __ldcs(reinterpret_cast<const uint4*>(rows[t][hh] + off));
+          st.raw[t][hh].q1 = __ldcs(reinterpret_cast<const uint4*>(rows[t][hh] + off + 1024));
+          const int so = SWIGLU ? soff[t] : soff[t] - 510 * hh;
+          st.raw[t][hh].d = __ldcs(reinterpret_cast<const unsigned short*>(rows[t][hh] + off + so));
+        } else {
+          U::load(rows[t][hh], uc, st.raw[t][hh]);
+        }
+      }
   };
   auto load = [&](int s, Stage& st) {
     load_w(s, st);
@@ -449,8 +492,10 @@ bool gemv_mma_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w
   const DType wt = w.dtype();
   if (!sm80_code(ctx)) return false;  // volta profile, or no sm_80 code in this build
   if (x.dtype() != DType::F16 || x.rows() < 1 || x.rows() > 8) return false;
-  if (wt != DType::Q4_K && wt != DType::Q5_K && wt != DType::Q8_0R && wt != DType::F16) return false;
+  if (wt != DType::Q4_K && wt != DType::Q5_K && wt != DType::Q8_0R && wt != DType::Q8_0T && wt != DType::F16)
+    return false;
   const int64_t K = w.dim(1);
+  if (wt == DType::Q8_0T && (K % 128 != 0 || w.dim(0) % 16 != 0)) return false;
   // Whole 32-value units; 16-byte aligned rows (always true for Q4_K and Q8_0R rows).
   return K % 32 == 0 && K < (int64_t(1) << 31) && w.row_bytes() % 16 == 0 && is_aligned(w.data(), 16) &&
          is_aligned(x.data(), 8);
@@ -467,7 +512,7 @@ GemvMmaShape gemv_mma_default_shape(const Tensor& w, int64_t n_tok) {
   const DType wt = w.dtype();
   const bool deep = w.dim(0) >= 8192;
   if (wt == DType::Q4_K) return deep || n_tok > 4 ? GemvMmaShape{2, 2, false} : GemvMmaShape{1, 2, true};
-  if (wt == DType::Q8_0R) return n_tok <= 2 ? GemvMmaShape{1, 3, false} : GemvMmaShape{2, 2, false};
+  if (wt == DType::Q8_0R || wt == DType::Q8_0T) return n_tok <= 2 ? GemvMmaShape{1, 3, false} : GemvMmaShape{2, 2, false};
   return n_tok > 4 && deep ? GemvMmaShape{2, 1, true} : GemvMmaShape{1, 2, true};
 }
 
@@ -480,7 +525,13 @@ std::vector<GemvMmaShape> gemv_mma_shapes(DType wt) {
   return v;
 }
 
+bool gemv_mma_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
+  return gemv_mma_supports(ctx, x, w) && (w.dtype() != DType::Q8_0T || w.dim(0) % 32 == 0);
+}
+
 void gemv_mma_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h) {
+  VI_CHECK(w.dtype() != DType::Q8_0T || w.dim(0) % 32 == 0,
+           "gemv_mma_swiglu: a Q8_0T gate|up weight of {} rows: its halves are not whole 16-row tiles", w.dim(0));
   VI_CHECK(w.dim(0) % 2 == 0 && h.cols() * 2 == w.dim(0) && h.rows() == x.rows(),
            "gemv_mma_swiglu: h [{}, {}] does not match x rows {} and a gate|up weight of {} rows", h.rows(),
            h.cols(), x.rows(), w.dim(0));
@@ -501,6 +552,7 @@ void gemv_mma_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, 
     case DType::Q4_K: go(std::integral_constant<DType, DType::Q4_K>{}); break;
     case DType::Q5_K: go(std::integral_constant<DType, DType::Q5_K>{}); break;
     case DType::Q8_0R: go(std::integral_constant<DType, DType::Q8_0R>{}); break;
+    case DType::Q8_0T: go(std::integral_constant<DType, DType::Q8_0T>{}); break;
     case DType::F16: go(std::integral_constant<DType, DType::F16>{}); break;
     default: VI_FAIL("gemv_mma_swiglu: no kernel for {} weights", dtype_name(w.dtype()));
   }
@@ -511,6 +563,7 @@ void gemv_mma(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor&
     case DType::Q4_K: launch<DType::Q4_K>(ctx, x, w, y, shape); break;
     case DType::Q5_K: launch<DType::Q5_K>(ctx, x, w, y, shape); break;
     case DType::Q8_0R: launch<DType::Q8_0R>(ctx, x, w, y, shape); break;
+    case DType::Q8_0T: launch<DType::Q8_0T>(ctx, x, w, y, shape); break;
     case DType::F16: launch<DType::F16>(ctx, x, w, y, shape); break;
     default: VI_FAIL("op 'matmul' on cuda: the tensor-core GEMV has no kernel for weight dtype {}", dtype_name(w.dtype()));
   }

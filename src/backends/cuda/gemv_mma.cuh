@@ -9,7 +9,9 @@
 // in steps of 128 values (warp w takes steps w, w + 8, ...), each lane reads one 16..64-byte
 // unit of 32 values per row per step with 16-byte loads, and the block sums the 8 partial
 // results through shared memory. Weight dtypes: Q4_K and Q5_K (file layouts), Q8_0R (the
-// Q8_0 repack of ops::prepare_matmul_weight) and F16; the rest use gemv_simt.cuh.
+// Q8_0 repack of ops::prepare_matmul_weight), Q8_0T (the same values in 16-row tiles in the
+// order the lanes load them, so each warp-wide load is contiguous; the same outputs bit for bit)
+// and F16; the rest use gemv_simt.cuh.
 #pragma once
 
 #include <vector>
@@ -46,6 +48,9 @@ void gemv_mma(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor&
 // h[T, F] = silu(x · w[0:F]ᵀ) ⊙ (x · w[F:2F]ᵀ) for a stacked gate|up w [2F, K] (where
 // gemv_mma_supports(x, w)): ops::matmul_swiglu in one kernel, the step kernel in its default shape
 // with each product rounded to f16 as the unfused GEMV stores it.
+// Where gemv_mma_swiglu can take the call: gemv_mma_supports, and for Q8_0T halves of whole
+// 16-row tiles (N % 32 == 0).
+bool gemv_mma_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
 void gemv_mma_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h);
 
 }  // namespace vi::cuda

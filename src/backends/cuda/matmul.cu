@@ -44,18 +44,22 @@ void matmul_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y)
   });
 }
 
-// Q4_KT, made only for the native profile with f16 activations on sm_80+ code
-// (prepare_matmul_weight.cu): the tensor-core GEMV up to 8 tokens, dequantized tiles and a GEMM
-// beyond (and where the GEMV cannot take a call).
-void matmul_q4kt(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
+// The tiled layouts Q4_KT and Q8_0T, made only for the native profile with f16 activations on
+// sm_80+ code (prepare_matmul_weight.cu): the tensor-core GEMV up to 8 tokens, dequantized tiles
+// and a GEMM beyond (and where the GEMV cannot take a call).
+void matmul_tiled(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   if (x.rows() == 0 || w.dim(0) == 0) return;
   if (gemv_q4kt_supports(ctx, x, w)) {
     gemv_q4kt(ctx, x, w, y);
     return;
   }
+  if (w.dtype() == DType::Q8_0T && gemv_mma_supports(ctx, x, w)) {
+    gemv_mma(ctx, x, w, y);
+    return;
+  }
   VI_CHECK(x.dtype() == DType::F16,
-           "matmul: weight '{}' is in the tiled Q4_K layout (q4_kt), which is read with f16 activations only, got {}",
-           w.name(), dtype_name(x.dtype()));
+           "matmul: weight '{}' is in a tiled layout ({}), which is read with f16 activations only, got {}", w.name(),
+           dtype_name(w.dtype()), dtype_name(x.dtype()));
   gemm_path(ctx, x, w, y);
 }
 
@@ -72,7 +76,7 @@ bool matmul_swiglu_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Ten
     if (h != nullptr) gemv_q4kr_swiglu(ctx, x, w, *h);
     return true;
   }
-  if (gemv_mma_supports(ctx, x, w)) {
+  if (gemv_mma_swiglu_supports(ctx, x, w)) {
     if (h != nullptr) gemv_mma_swiglu(ctx, x, w, *h);
     return true;
   }
@@ -96,8 +100,8 @@ const bool registered = [] {
   add_matmul<DType::Q6_K>();
   add_matmul<DType::Q8_0R>();
   add_matmul<DType::Q4_KR>();
-  ops::matmul_table().add(Device::CUDA, DType::Q4_KT, matmul_q4kt);
-  for (DType t : {DType::Q4_KT, DType::Q4_KR, DType::Q8_0R, DType::Q4_K, DType::Q5_K, DType::F16})
+  for (DType t : {DType::Q4_KT, DType::Q8_0T}) ops::matmul_table().add(Device::CUDA, t, matmul_tiled);
+  for (DType t : {DType::Q4_KT, DType::Q4_KR, DType::Q8_0T, DType::Q8_0R, DType::Q4_K, DType::Q5_K, DType::F16})
     ops::matmul_swiglu_table().add(Device::CUDA, t, matmul_swiglu_cuda);
   return true;
 }();

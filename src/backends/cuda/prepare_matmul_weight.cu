@@ -7,6 +7,7 @@
 //    its integer instructions at 40-55% of the H200's bandwidth; +2.8% bytes. Then, where the
 //    native-profile GEMV reads it, -> Q4_KT (the same bytes in 16-row tiles, gemv_q4kt.cu):
 //    contiguous loads for each warp, 10-14% faster GEMVs at the 27B shapes.
+//  Q8_0 -> Q8_0R -> Q8_0T likewise, for gemv_mma's step kernel.
 //  F16 is read in its file layout.
 #include <algorithm>
 #include <cstdlib>
@@ -39,7 +40,36 @@ __global__ void repack_q8_0r_kernel(const BlockQ8_0* __restrict__ in, BlockQ8_0R
   out[g] = r;
 }
 
-Tensor prepare_q8_0(ops::Context& ctx, const Tensor& w, const std::vector<int64_t>& /*parts*/) {
+// One warp per Q8_0T unit (tile, 128 values): lane L = 4g + c gathers block c of rows g and
+// g + 8 (core/dtype.h).
+__global__ void repack_q8_0t_kernel(const BlockQ8_0R* __restrict__ in, uint8_t* __restrict__ out, int64_t groups,
+                                    int64_t units) {
+  const int64_t unit = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (unit >= units) return;
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int64_t steps = groups * 2, tile = unit / steps, s = unit % steps;
+  const int blk = static_cast<int>(s % 2) * 4 + c;  // the block inside the row's group s / 2
+  const BlockQ8_0R* r[2] = {in + (tile * 16 + g) * groups + s / 2, in + (tile * 16 + g + 8) * groups + s / 2};
+  uint8_t* u = out + unit * kQ8tUnitBytes;
+  for (int k = 0; k < 4; ++k)
+    *reinterpret_cast<uint4*>(u + 512 * k + 16 * lane) =
+        *reinterpret_cast<const uint4*>(r[k & 1]->qs + 32 * blk + 16 * (k >> 1));
+  *reinterpret_cast<uint32_t*>(u + 2048 + 4 * lane) = uint32_t(r[0]->d[blk]) | uint32_t(r[1]->d[blk]) << 16;
+}
+
+// A tiled layout (Q4_KT, Q8_0T) where the native profile's tensor-core GEMV reads it (sm_80+
+// code, f16 activations) and every row view the caller takes (parts) is whole 16-row tiles;
+// VI_TILED=0 keeps the row layouts (A/B runs).
+bool tiled_ok(const ops::Context& ctx, int64_t N, const std::vector<int64_t>& parts) {
+  static const bool off = [] {
+    const char* e = std::getenv("VI_TILED");
+    return e != nullptr && std::string(e) == "0";
+  }();
+  if (off || !sm80_code(ctx) || ctx.act != DType::F16 || N % kQ4ktRowTile != 0) return false;
+  return std::all_of(parts.begin(), parts.end(), [](int64_t rows) { return rows % kQ4ktRowTile == 0; });
+}
+
+Tensor prepare_q8_0(ops::Context& ctx, const Tensor& w, const std::vector<int64_t>& parts) {
   const int64_t N = w.dim(0), K = w.dim(1);
   if (K % (8 * kQK) != 0) return w;  // rows would not be whole Q8_0R groups: keep Q8_0
   Tensor out = ops::empty(ctx, DType::Q8_0R, {N, K});
@@ -50,6 +80,18 @@ Tensor prepare_q8_0(ops::Context& ctx, const Tensor& w, const std::vector<int64_
         w.ptr<BlockQ8_0>(), out.ptr<BlockQ8_0R>(), n_groups);
     VI_CUDA_LAUNCH_CHECK();
   }
+  if (tiled_ok(ctx, N, parts)) {
+    Tensor t = ops::empty(ctx, DType::Q8_0T, {N, K});
+    t.set_name(w.name());
+    const int64_t units = N / 16 * (K / 128);
+    if (units > 0) {
+      repack_q8_0t_kernel<<<static_cast<unsigned>((units + 3) / 4), 128, 0, stream_of(ctx)>>>(
+          out.ptr<BlockQ8_0R>(), t.ptr<uint8_t>(), K / (8 * kQK), units);
+      VI_CUDA_LAUNCH_CHECK();
+    }
+    out = t;
+  }
+  VI_LOG_DEBUG("{} [{}, {}]: q8_0 -> {}", w.name(), N, K, dtype_name(out.dtype()));
   return out;
 }
 
@@ -82,17 +124,6 @@ __global__ void repack_q4_kr_kernel(const BlockQ4_K* __restrict__ in, BlockQ4_KR
   out[i] = r;
 }
 
-// Q4_KT where its GEMV reads it (native profile, sm_80+ code, f16 activations) and every row
-// view the caller takes (parts) is whole 16-row tiles; VI_Q4KT=0 keeps Q4_KR (A/B runs).
-bool tiled_q4k(const ops::Context& ctx, int64_t N, const std::vector<int64_t>& parts) {
-  static const bool off = [] {
-    const char* e = std::getenv("VI_Q4KT");
-    return e != nullptr && std::string(e) == "0";
-  }();
-  if (off || !sm80_code(ctx) || ctx.act != DType::F16 || N % kQ4ktRowTile != 0) return false;
-  return std::all_of(parts.begin(), parts.end(), [](int64_t rows) { return rows % kQ4ktRowTile == 0; });
-}
-
 Tensor prepare_q4_k(ops::Context& ctx, const Tensor& w, const std::vector<int64_t>& parts) {
   const int64_t N = w.dim(0), K = w.dim(1);
   if (K % (4 * kQKK) != 0) return w;  // rows would not be whole Q4_KR blocks: keep Q4_K
@@ -104,7 +135,7 @@ Tensor prepare_q4_k(ops::Context& ctx, const Tensor& w, const std::vector<int64_
         w.ptr<BlockQ4_K>(), out.ptr<BlockQ4_KR>(), n);
     VI_CUDA_LAUNCH_CHECK();
   }
-  if (tiled_q4k(ctx, N, parts)) out = q4kt_from_q4kr(ctx, out);
+  if (tiled_ok(ctx, N, parts)) out = q4kt_from_q4kr(ctx, out);
   VI_LOG_DEBUG("{} [{}, {}]: q4_k -> {}", w.name(), N, K, dtype_name(out.dtype()));
   return out;
 }

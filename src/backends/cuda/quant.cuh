@@ -194,6 +194,20 @@ __device__ __forceinline__ void dq8_q4kt(const uint8_t* w, int64_t n_sb, int64_t
   for (int k = 0; k < 8; ++k) out[k] = dl * static_cast<float>((wq >> (4 * ((k >> 1) + 4 * (k & 1)))) & 0xF) - ml;
 }
 
+// Values k0 .. k0 + 7 (k0 % 8 == 0) of row r of a Q8_0T matrix w (core/dtype.h; K values per
+// row), as dq8<Q8_0R> decodes them from the row layout.
+__device__ __forceinline__ void dq8_q8t(const uint8_t* w, int64_t K, int64_t r, int64_t k0, float out[8]) {
+  const int rr = static_cast<int>(r % 16), g = rr % 8, hi = rr / 8;
+  const int v = static_cast<int>(k0 % 128), c = v / 32, l = v % 32;  // block c of the unit, value l
+  const uint8_t* u = w + ((r / 16) * (K / 128) + k0 / 128) * kQ8tUnitBytes;
+  const int lane = 4 * g + c;
+  const int2 q = *reinterpret_cast<const int2*>(u + 512 * (hi + 2 * (l / 16)) + 16 * lane + l % 16);
+  const float d = half_bits_to_f32(*reinterpret_cast<const uint16_t*>(u + 2048 + 4 * lane + 2 * hi));
+  const int8_t* qv = reinterpret_cast<const int8_t*>(&q);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) out[k] = d * static_cast<float>(qv[k]);
+}
+
 template <class F>
 void dispatch_weight(const char* op, DType t, F&& f) {
   switch (t) {

@@ -153,7 +153,9 @@ TEST_P(MatmulGemv, Q8_0RDeepKernelEveryDepth) {
     for (int64_t N : {16, 97, 300}) {
       const float scale = N == 97 ? 0.02f : 1.0f;
       Tensor w = rand_weight(DType::Q8_0, N, K, scale);
-      Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+      // N = 16 would become Q8_0T; a view of 8 rows keeps the row layout this kernel reads.
+      Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w), N % 16 == 0 ? std::vector<int64_t>{8, N - 8}
+                                                                                : std::vector<int64_t>{});
       ASSERT_EQ(dw.dtype(), DType::Q8_0R);
       for (int64_t T = 1; T <= 8; ++T) {
         Tensor x = rand_f32({T, K}, act(), -4.0f, 4.0f);
@@ -309,6 +311,93 @@ TEST_P(MatmulGemv, Q4KTiledFusedGateUpSwiglu) {
       EXPECT_EQ(differ, 0) << "fused swiglu F=" << F << " T=" << T << ": outputs of Q4_KT and Q4_KR that differ";
     }
   }
+}
+
+// Q8_0 rows of whole 256-value groups and whole 16-row tiles become Q8_0T where the tensor-core
+// GEMV reads it (native profile, sm_80+, f16 activations; Q8_0R elsewhere, and where a view of 8
+// rows cuts a tile): every path through ops::matmul against the CPU on the Q8_0 original, and the
+// step kernel in each of its shapes bit for bit against the same shape on Q8_0R (the same loads'
+// values, decode and sums). N = 16 is one tile, 112 seven (an odd count for two tiles a block),
+// 2048 the GEMM path's 128-row chunks; K = 256 is two steps (6 of the 8 warps idle), 768 six,
+// 3072 24.
+TEST_P(MatmulGemv, Q8TiledEveryPathAndShape) {
+  for (int64_t N : {16, 112, 2048}) {
+    for (int64_t K : {256, 768, 3072}) {
+      if (N == 2048 && K != 768) continue;
+      const float scale = N == 16 ? 0.02f : 1.0f;
+      Tensor w = rand_weight(DType::Q8_0, N, K, scale);
+      Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+      Tensor rw = ops::prepare_matmul_weight(g, ops::upload(g, w), {8, N - 8});
+      ASSERT_EQ(rw.dtype(), DType::Q8_0R) << "a view of 8 rows cuts a tile";
+      Tensor x1 = up(rand_f32({1, K}, act(), -1.0f, 1.0f));
+      if (!cuda::gemv_mma_supports(g, x1, rw)) {  // volta profile, f32 activations: no Q8_0T
+        EXPECT_EQ(dw.dtype(), DType::Q8_0R);
+        continue;
+      }
+      ASSERT_EQ(dw.dtype(), DType::Q8_0T);
+      EXPECT_EQ(dw.nbytes(), rw.nbytes());
+      for (int64_t T : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) check(w, dw, T, 4.0f, fmt::format("q8_0t scale {}", scale));
+      for (int64_t T : {1, 3, 8}) {
+        Tensor x = rand_f32({T, K}, act(), -4.0f, 4.0f);
+        Tensor dx = up(x);
+        ASSERT_TRUE(cuda::gemv_mma_supports(g, dx, dw));
+        Tensor ref = Tensor::empty(DType::F32, {T, N});
+        ops::matmul(cpu, x, w, ref);
+        Tensor nan = Tensor::empty(DType::F32, {T, N});
+        for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+        for (cuda::GemvMmaShape v : cuda::gemv_mma_shapes(DType::Q8_0T)) {
+          Tensor dy = up(nan), dr = up(nan);
+          cuda::gemv_mma(g, dx, dw, dy, v);
+          cuda::gemv_mma(g, dx, rw, dr, v);
+          const Tensor got = down(dy), row = down(dr);
+          const std::string what = fmt::format("q8_0t N={} K={} T={} tiles {} blocks/SM {} x {}", N, K, T, v.tiles,
+                                               v.min_blocks, v.stage_x ? "staged" : "late");
+          EXPECT_CLOSE(got, ref, 4e-3, what);
+          int64_t differ = 0;
+          for (int64_t i = 0; i < got.numel(); ++i) differ += got.ptr<float>()[i] != row.ptr<float>()[i];
+          EXPECT_EQ(differ, 0) << what << ": outputs that differ from the same shape on Q8_0R";
+        }
+      }
+    }
+  }
+}
+
+// The fused gate|up GEMV + SwiGLU on Q8_0T (gemv_mma_swiglu: half of a gate tile and of its up
+// tile per row tile) against the CPU and bit for bit against Q8_0R; F = 104 (the up half starts
+// inside a tile) runs unfused on Q8_0T, and stays Q8_0R with its views. Row views of whole tiles.
+TEST_P(MatmulGemv, Q8TiledFusedGateUpSwigluAndViews) {
+  for (int64_t F : {96, 104, 4096}) {
+    const int64_t K = F == 4096 ? 256 : 768;
+    Tensor w = rand_weight(DType::Q8_0, 2 * F, K, F == 96 ? 0.02f : 1.0f);
+    Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+    Tensor vw = ops::prepare_matmul_weight(g, ops::upload(g, w), {F, F});
+    if (dw.dtype() != DType::Q8_0T) GTEST_SKIP() << "Q8_0T is made for the native profile with f16 activations";
+    EXPECT_EQ(vw.dtype(), F % 16 == 0 ? DType::Q8_0T : DType::Q8_0R);
+    for (int64_t T : {1, 2, 3, 5, 8, 9}) {
+      check_swiglu(w, dw, T, "q8_0t");
+      check_swiglu(w, vw, T, dtype_name(vw.dtype()));
+    }
+    Tensor rw = ops::prepare_matmul_weight(g, ops::upload(g, w), {8, 2 * F - 8});
+    ASSERT_EQ(rw.dtype(), DType::Q8_0R);
+    for (int64_t T : {1, 4}) {
+      Tensor dx = up(rand_f32({T, K}, act(), -2.0f, 2.0f));
+      if (!cuda::gemv_mma_swiglu_supports(g, dx, dw)) continue;  // F = 104
+      Tensor nan = Tensor::empty(DType::F32, {T, F});
+      for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+      Tensor ht = up(nan), hr = up(nan);
+      cuda::gemv_mma_swiglu(g, dx, dw, ht);
+      cuda::gemv_mma_swiglu(g, dx, rw, hr);
+      const Tensor a = down(ht), b = down(hr);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < a.numel(); ++i) differ += !(a.ptr<float>()[i] == b.ptr<float>()[i]);
+      EXPECT_EQ(differ, 0) << "fused swiglu F=" << F << " T=" << T << ": outputs of Q8_0T and Q8_0R that differ";
+    }
+  }
+  Tensor w = rand_weight(DType::Q8_0, 64, 512);
+  Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+  Tensor part = w.slice_rows(16, 48), dpart = dw.slice_rows(16, 48);
+  for (int64_t T : {1, 4, 9}) check(part, dpart, T, 2.0f, "q8_0t rows 16..47");
+  EXPECT_THROW(dw.slice_rows(8, 24), Error);
 }
 
 // The fused gate|up GEMV + SwiGLU (ops::matmul_swiglu; on the GPU gemv_q4kr_swiglu where the Q4_KR
