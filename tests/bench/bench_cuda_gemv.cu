@@ -258,13 +258,18 @@ int main(int argc, char** argv) {
           if (variants && pn == "native" && sh.N == 34816 && ws[0].dtype() == DType::Q8_0T &&
               vi::cuda::gemv_mma_swiglu_supports(ctx, xt, ws[0])) {
             Tensor h = ops::empty(ctx, DType::F16, {T, sh.N / 2});
-            for (const bool row_copy : {false, true}) {
-              auto call = [&](const Tensor& w) { vi::cuda::gemv_mma_swiglu(ctx, xt, row_copy ? row_layout(w) : w, h); };
-              const float vus = timed_us(call);
-              std::printf("variant swiglu %-20s %7lld %6lld %2lld fused swiglu, %s: %9.1f us %6.1f%%\n", sh.what,
-                          (long long)sh.N, (long long)sh.K, (long long)T, row_copy ? "q8_0r" : "q8_0t", vus,
-                          100.0 * gbs_at(vus) / copy_gbs);
-            }
+            const vi::cuda::GemvMmaShape def = vi::cuda::gemv_mma_default_shape(ws[0], T);
+            for (const bool row_copy : {false, true})
+              for (vi::cuda::GemvMmaShape v : vi::cuda::gemv_mma_shapes(DType::Q8_0T)) {
+                auto call = [&](const Tensor& w) {
+                  vi::cuda::gemv_mma_swiglu(ctx, xt, row_copy ? row_layout(w) : w, h, v);
+                };
+                const float vus = timed_us(call);
+                std::printf("variant swiglu %-20s %7lld %6lld %2lld fused swiglu, %s, tiles %d blocks/SM %d x %s%s: %9.1f us %6.1f%%\n",
+                            sh.what, (long long)sh.N, (long long)sh.K, (long long)T, row_copy ? "q8_0r" : "q8_0t", v.tiles,
+                            v.min_blocks, v.stage_x ? "staged" : "late", v == def ? " (default)" : "", vus,
+                            100.0 * gbs_at(vus) / copy_gbs);
+              }
           }
           if (variants && pn == "native" && vi::cuda::gemv_q4kr_supports(ctx, xt, row_layout(ws[0]))) {
             const vi::cuda::GemvQ4krShape def = vi::cuda::gemv_q4kr_default_shape(ctx, sh.N, sh.K);

@@ -529,14 +529,15 @@ bool gemv_mma_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Te
   return gemv_mma_supports(ctx, x, w) && (w.dtype() != DType::Q8_0T || w.dim(0) % 32 == 0);
 }
 
-void gemv_mma_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h) {
+void gemv_mma_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h, GemvMmaShape shape) {
   VI_CHECK(w.dtype() != DType::Q8_0T || w.dim(0) % 32 == 0,
            "gemv_mma_swiglu: a Q8_0T gate|up weight of {} rows: its halves are not whole 16-row tiles", w.dim(0));
   VI_CHECK(w.dim(0) % 2 == 0 && h.cols() * 2 == w.dim(0) && h.rows() == x.rows(),
            "gemv_mma_swiglu: h [{}, {}] does not match x rows {} and a gate|up weight of {} rows", h.rows(),
            h.cols(), x.rows(), w.dim(0));
   // The step kernel in the shape the unfused GEMV takes for these rows and tokens.
-  const GemvMmaShape s = gemv_mma_default_shape(w, x.rows());
+  const GemvMmaShape s = shape.tiles == 0 ? gemv_mma_default_shape(w, x.rows()) : shape;
+  VI_CHECK(s.depth == 0, "gemv_mma_swiglu: the deep kernel has no fused SwiGLU");
   auto go = [&](auto tag) {
     constexpr DType W = decltype(tag)::value;
     switch (s.tiles * 100 + s.min_blocks * 10 + (s.stage_x ? 1 : 0)) {

@@ -51,6 +51,7 @@ void gemv_mma(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor&
 // Where gemv_mma_swiglu can take the call: gemv_mma_supports, and for Q8_0T halves of whole
 // 16-row tiles (N % 32 == 0).
 bool gemv_mma_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
-void gemv_mma_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h);
+// shape: one of gemv_mma_shapes without depth (the tests and the benchmark); default: as the GEMV.
+void gemv_mma_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h, GemvMmaShape shape = {});
 
 }  // namespace vi::cuda
