@@ -23,8 +23,8 @@ constexpr DTypeInfo kInfo[] = {
     {"q6_k", kQKK, sizeof(BlockQ6_K), true},
     {"q8_0r", 8 * kQK, sizeof(BlockQ8_0R), true},
     {"q4_kr", 4 * kQKK, sizeof(BlockQ4_KR), true},
-    {"q4_kt", kQKK, kQ4ktUnitBytes / kQ4ktRowTile, true, kQ4ktRowTile},
-    {"q8_0t", kQK, sizeof(BlockQ8_0), true, kQ4ktRowTile},
+    {"q4_kt", kQKK, kQ4ktUnitBytes / kTiledRows, true, kTiledRows},
+    {"q8_0t", kQK, sizeof(BlockQ8_0), true, kTiledRows},
 };
 static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(DType::kCount));
 }  // namespace

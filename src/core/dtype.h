@@ -123,7 +123,7 @@ static_assert(sizeof(BlockQ4_KR) == 4 * 148);
 //                 (sc, m of sub-block c; sc, m of sub-block 4 + c), one byte each;
 //   [2304, 2368)  (d, dmin) of rows g and g + 8 (fp16 bits) at 2304 + 8g.
 // 148 bytes per 256 values, as Q4_KR; the rows of a tile are 16 x (K / 256) x 148 bytes on.
-constexpr int kQ4ktRowTile = 16;
+constexpr int kTiledRows = 16;  // the rows of a tile of the tiled layouts (Q4_KT, Q8_0T)
 constexpr int kQ4ktUnitBytes = 16 * 148;
 // Q8_0T: a Q8_0R matrix [N, K] (N % 16 == 0, K % 128 == 0) regrouped the same way for the step
 // GEMV of gemv_mma.cu, whose lane (g, c) reads block c of each 128 values of rows g and g + 8.

@@ -140,8 +140,8 @@ void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y
 }  // namespace
 
 Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w) {
-  VI_CHECK(w.dtype() == DType::Q4_KR && w.ndim() == 2 && w.dim(0) % kQ4ktRowTile == 0,
-           "q4kt_from_q4kr: needs a Q4_KR matrix of whole {}-row tiles, got {} {}", kQ4ktRowTile,
+  VI_CHECK(w.dtype() == DType::Q4_KR && w.ndim() == 2 && w.dim(0) % kTiledRows == 0,
+           "q4kt_from_q4kr: needs a Q4_KR matrix of whole {}-row tiles, got {} {}", kTiledRows,
            dtype_name(w.dtype()), w.shape_str());
   const int64_t N = w.dim(0), K = w.dim(1), units = N / 16 * (K / kQKK);
   Tensor out = ops::empty(ctx, DType::Q4_KT, {N, K});

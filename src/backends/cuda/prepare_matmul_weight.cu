@@ -65,8 +65,8 @@ bool tiled_ok(const ops::Context& ctx, int64_t N, const std::vector<int64_t>& pa
     const char* e = std::getenv("VI_TILED");
     return e != nullptr && std::string(e) == "0";
   }();
-  if (off || !sm80_code(ctx) || ctx.act != DType::F16 || N % kQ4ktRowTile != 0) return false;
-  return std::all_of(parts.begin(), parts.end(), [](int64_t rows) { return rows % kQ4ktRowTile == 0; });
+  if (off || !sm80_code(ctx) || ctx.act != DType::F16 || N % kTiledRows != 0) return false;
+  return std::all_of(parts.begin(), parts.end(), [](int64_t rows) { return rows % kTiledRows == 0; });
 }
 
 Tensor prepare_q8_0(ops::Context& ctx, const Tensor& w, const std::vector<int64_t>& parts) {
