@@ -8,6 +8,7 @@
 #include "core/quant.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
+#include "ops/prepare_matmul_weight.h"
 #include "unit/cpu/cpu_test_util.h"
 
 namespace vi {
@@ -130,6 +131,29 @@ TEST(CpuMatmul, ErrorsNameOpShapesAndDtype) {
   msg = test::error_of([&] { ops::matmul(ctx, xh, w2, yh); });
   EXPECT_NE(msg.find("f16"), std::string::npos) << msg;
   EXPECT_NE(msg.find("f32"), std::string::npos) << msg;
+}
+
+// prepare_matmul_weight on the CPU keeps the file layout (the same tensor); the row counts of the
+// caller's views must add up to the weight's rows. The tiled device layouts have no CPU kernel:
+// a matmul on one says so.
+TEST(CpuMatmul, PrepareKeepsTheFileLayoutAndChecksTheViews) {
+  ops::Context ctx;
+  Tensor w = Tensor::empty(DType::Q4_K, {48, 1024});
+  Tensor p = ops::prepare_matmul_weight(ctx, w, {16, 32});
+  EXPECT_EQ(p.data(), w.data());
+  EXPECT_EQ(p.dtype(), DType::Q4_K);
+  std::string msg = test::error_of([&] { ops::prepare_matmul_weight(ctx, w, {16, 16}); });
+  EXPECT_NE(msg.find("prepare_matmul_weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("32"), std::string::npos) << msg;
+  msg = test::error_of([&] { ops::prepare_matmul_weight(ctx, w, {64, -16}); });
+  EXPECT_NE(msg.find("-16"), std::string::npos) << msg;
+
+  for (DType t : {DType::Q4_KT, DType::Q8_0T}) {
+    Tensor x = Tensor::empty(DType::F32, {1, 1024}), y = Tensor::empty(DType::F32, {1, 48});
+    Tensor wt = Tensor::empty(t, {48, 1024});
+    msg = test::error_of([&] { ops::matmul(ctx, x, wt, y); });
+    EXPECT_NE(msg.find(dtype_name(t)), std::string::npos) << msg;
+  }
 }
 
 // matmul_swiglu without a fused kernel (the CPU has none) is matmul into gu then swiglu_halves:
