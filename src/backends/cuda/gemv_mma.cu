@@ -227,17 +227,18 @@ __global__ void __launch_bounds__(32 * kWarps, MINB)
         if (hh == 0) soff[t] = (2048 + 4 * lane + 2 * rh) - (512 * rh + 16 * lane);
       }
     }
-  }
+  } else {  // the row layouts: rows[t][hh] is the row itself
 #pragma unroll
-  for (int t = 0; t < TILES && W != DType::Q8_0T; ++t) {  // the row layouts
-    if constexpr (SWIGLU) {
-      const int64_t f = min(f0 + 8 * t + g, F - 1);
-      rows[t][0] = w + static_cast<size_t>(f) * row_bytes;
-      rows[t][1] = w + static_cast<size_t>(F + f) * row_bytes;
-    } else {
+    for (int t = 0; t < TILES; ++t) {
+      if constexpr (SWIGLU) {
+        const int64_t f = min(f0 + 8 * t + g, F - 1);
+        rows[t][0] = w + static_cast<size_t>(f) * row_bytes;
+        rows[t][1] = w + static_cast<size_t>(F + f) * row_bytes;
+      } else {
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
-        rows[t][hh] = w + static_cast<size_t>(min(n0 + 16 * t + g + 8 * hh, N - 1)) * row_bytes;
+        for (int hh = 0; hh < 2; ++hh)
+          rows[t][hh] = w + static_cast<size_t>(min(n0 + 16 * t + g + 8 * hh, N - 1)) * row_bytes;
+      }
     }
   }
   const bool tok_ok = g < n_tok;

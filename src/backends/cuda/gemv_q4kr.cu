@@ -157,13 +157,7 @@ __global__ void __launch_bounds__(128, MINB)
     d1 += DEPTH * kQ4krBlkBytes;
     xs += DEPTH * 1024;
   }
-  __shared__ float red[4][4][32];
-  if constexpr (SWIGLU) {  // one tile: red is write_swiglu_sums' [4][1][4][32]
-    stash_tile_sums(acc, red);
-    write_swiglu_sums<4, 1>(reinterpret_cast<const float (*)[1][4][32]>(red), y, int64_t(blockIdx.x) * 8, F, n_tok);
-  } else {
-    store_tile_sums<4>(acc, red, y, n0, N, n_tok);
-  }
+  finish_split_k_tile<SWIGLU>(acc, y, N, n_tok);
 }
 
 // ---- Bulk-copy ring kernel (sm_90, CUDA 12+) ----

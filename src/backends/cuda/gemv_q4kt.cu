@@ -118,14 +118,7 @@ __global__ void __launch_bounds__(128, MINB)
     pdb += kDepth * kStep;
     xs += kDepth * 1024;
   }
-  __shared__ float red[4][4][32];
-  if constexpr (SWIGLU) {  // one tile: red is write_swiglu_sums' [4][1][4][32]
-    stash_tile_sums(acc, red);
-    write_swiglu_sums<4, 1>(reinterpret_cast<const float (*)[1][4][32]>(red), y, int64_t(blockIdx.x) * 8, N / 2,
-                            n_tok);
-  } else {
-    store_tile_sums<4>(acc, red, y, int64_t(blockIdx.x) * 16, N, n_tok);
-  }
+  finish_split_k_tile<SWIGLU>(acc, y, N, n_tok);
 }
 
 template <int MINB, bool SWIGLU>

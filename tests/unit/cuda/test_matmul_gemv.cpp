@@ -36,14 +36,20 @@ Tensor rand_weight(DType t, int64_t rows, int64_t cols, float scale = 1.0f) {
 
 class MatmulGemv : public CudaOpTest {
  protected:
+  // A host f32 tensor of NaN: uploaded as a GEMV's output, every value the kernel fails to
+  // write stays NaN and fails the comparison.
+  static Tensor nan_f32(const std::vector<int64_t>& shape) {
+    Tensor t = Tensor::empty(DType::F32, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = NAN;
+    return t;
+  }
   // y = x · wᵀ on the GPU with the prepared weight, against the CPU on the original.
   void check(const Tensor& w, const Tensor& dw, int64_t T, float x_scale, const std::string& what) {
     const int64_t N = w.dim(0), K = w.dim(1);
     Tensor x = rand_f32({T, K}, act(), -x_scale, x_scale);
     Tensor ref = Tensor::empty(DType::F32, {T, N});
     ops::matmul(cpu, x, w, ref);
-    Tensor nan = Tensor::empty(DType::F32, {T, N});
-    for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+    Tensor nan = nan_f32({T, N});
     Tensor dx = up(x), dy = up(nan);
     ops::matmul(g, dx, dw, dy);
     EXPECT_CLOSE(down(dy), ref, tol(1e-5, 4e-3), fmt::format("{} T={} N={} K={}", what, T, N, K));
@@ -57,9 +63,7 @@ class MatmulGemv : public CudaOpTest {
     Tensor gu = Tensor::empty(DType::F32, {T, 2 * F}), ref = Tensor::empty(DType::F32, {T, F});
     ops::matmul(cpu, x, w, gu);
     ops::swiglu_halves(cpu, gu, ref);
-    Tensor nan_h = Tensor::empty(DType::F32, {T, F}), nan_gu = Tensor::empty(DType::F32, {T, 2 * F});
-    for (int64_t i = 0; i < nan_h.numel(); ++i) nan_h.ptr<float>()[i] = NAN;
-    for (int64_t i = 0; i < nan_gu.numel(); ++i) nan_gu.ptr<float>()[i] = NAN;
+    Tensor nan_h = nan_f32({T, F}), nan_gu = nan_f32({T, 2 * F});
     Tensor dx = up(x), dgu = up(nan_gu), dh = up(nan_h);
     ops::matmul_swiglu(g, dx, dw, dgu, dh);
     EXPECT_CLOSE(down(dh), ref, tol(1e-5, 4e-3), fmt::format("matmul_swiglu {} F={} K={} T={}", what, F, K, T));
@@ -129,8 +133,7 @@ TEST_P(MatmulGemv, EveryWorkShapeOfTheTensorCoreGemv) {
       Tensor ref = Tensor::empty(DType::F32, {T, N});
       ops::matmul(cpu, x, w, ref);
       for (cuda::GemvMmaShape v : cuda::gemv_mma_shapes(dw.dtype())) {
-        Tensor nan = Tensor::empty(DType::F32, {T, N});
-        for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+        Tensor nan = nan_f32({T, N});
         Tensor dy = up(nan);  // poisoned: an unwritten output fails
         cuda::gemv_mma(g, dx, dw, dy, v);
         EXPECT_CLOSE(down(dy), ref, 4e-3,
@@ -165,8 +168,7 @@ TEST_P(MatmulGemv, Q8_0RDeepKernelEveryDepth) {
         ops::matmul(cpu, x, w, ref);
         for (cuda::GemvMmaShape v : cuda::gemv_mma_shapes(DType::Q8_0R)) {
           if (v.depth == 0) continue;  // the step kernel's shapes: EveryWorkShapeOfTheTensorCoreGemv
-          Tensor nan = Tensor::empty(DType::F32, {T, N});
-          for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+          Tensor nan = nan_f32({T, N});
           Tensor dy = up(nan);
           cuda::gemv_mma(g, dx, dw, dy, v);
           EXPECT_CLOSE(down(dy), ref, 4e-3,
@@ -200,8 +202,7 @@ TEST_P(MatmulGemv, Q4KRepackedEveryPathAndWorkShape) {
         Tensor ref = Tensor::empty(DType::F32, {T, N});
         ops::matmul(cpu, x, w, ref);
         for (cuda::GemvQ4krShape v : cuda::gemv_q4kr_shapes(g)) {
-          Tensor nan = Tensor::empty(DType::F32, {T, N});
-          for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+          Tensor nan = nan_f32({T, N});
           Tensor dy = up(nan);
           cuda::gemv_q4kr(g, dx, dw, dy, v);
           EXPECT_CLOSE(down(dy), ref, 4e-3,
@@ -243,8 +244,7 @@ TEST_P(MatmulGemv, Q4KTiledEveryPathAndShape) {
         ASSERT_TRUE(cuda::gemv_q4kt_supports(g, dx, dw));
         Tensor ref = Tensor::empty(DType::F32, {T, N});
         ops::matmul(cpu, x, w, ref);
-        Tensor nan = Tensor::empty(DType::F32, {T, N});
-        for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+        Tensor nan = nan_f32({T, N});
         Tensor deep = up(nan);
         cuda::gemv_q4kr(g, dx, rw, deep, {cuda::GemvQ4krShape::Kernel::kDeep, 2, 3});
         const Tensor deep_h = down(deep);
@@ -300,8 +300,7 @@ TEST_P(MatmulGemv, Q4KTiledFusedGateUpSwiglu) {
     for (int64_t T : {1, 4, 8}) {
       Tensor dx = up(rand_f32({T, K}, act(), -2.0f, 2.0f));
       if (!cuda::gemv_q4kt_swiglu_supports(g, dx, dw)) continue;  // F = 104: no fused Q4_KT kernel
-      Tensor nan = Tensor::empty(DType::F32, {T, F});
-      for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+      Tensor nan = nan_f32({T, F});
       Tensor ht = up(nan), hr = up(nan);
       cuda::gemv_q4kt_swiglu(g, dx, dw, ht);
       cuda::gemv_q4kr_swiglu(g, dx, rw, hr);
@@ -343,8 +342,7 @@ TEST_P(MatmulGemv, Q8TiledEveryPathAndShape) {
         ASSERT_TRUE(cuda::gemv_mma_supports(g, dx, dw));
         Tensor ref = Tensor::empty(DType::F32, {T, N});
         ops::matmul(cpu, x, w, ref);
-        Tensor nan = Tensor::empty(DType::F32, {T, N});
-        for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+        Tensor nan = nan_f32({T, N});
         for (cuda::GemvMmaShape v : cuda::gemv_mma_shapes(DType::Q8_0T)) {
           Tensor dy = up(nan), dr = up(nan);
           cuda::gemv_mma(g, dx, dw, dy, v);
@@ -382,8 +380,7 @@ TEST_P(MatmulGemv, Q8TiledFusedGateUpSwigluAndViews) {
     for (int64_t T : {1, 4}) {
       Tensor dx = up(rand_f32({T, K}, act(), -2.0f, 2.0f));
       if (!cuda::gemv_mma_swiglu_supports(g, dx, dw)) continue;  // F = 104
-      Tensor nan = Tensor::empty(DType::F32, {T, F});
-      for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+      Tensor nan = nan_f32({T, F});
       Tensor ht = up(nan), hr = up(nan);
       cuda::gemv_mma_swiglu(g, dx, dw, ht);
       cuda::gemv_mma_swiglu(g, dx, rw, hr);
@@ -457,8 +454,7 @@ TEST_P(MatmulGemv, Q4KRVoltaTensorCoreEveryShape) {
           Tensor ref = Tensor::empty(DType::F32, {T, N});
           ops::matmul(cpu, x, w, ref);
           for (cuda::GemvQ4krVoltaShape v : cuda::gemv_q4kr_volta_shapes()) {
-            Tensor nan = Tensor::empty(DType::F32, {T, N});
-            for (int64_t i = 0; i < nan.numel(); ++i) nan.ptr<float>()[i] = NAN;
+            Tensor nan = nan_f32({T, N});
             Tensor dy = up(nan);  // poisoned: an unwritten output fails
             cuda::gemv_q4kr_volta(g, dx, dw, dy, v);
             EXPECT_CLOSE(down(dy), ref, 1e-3,
