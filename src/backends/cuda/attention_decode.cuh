@@ -112,6 +112,8 @@ int64_t decode_tc_warps_tiles(const DecodeArgs& a);
 int64_t decode_tc_warps_group_tokens(const DecodeArgs& a);
 int64_t decode_tc_warps_groups(const DecodeArgs& a);
 
+// Rows of the narrow slot step (DecodeTuning::narrow_rows): the mma's n dimension.
+constexpr int64_t kDecodeNarrowRows = 8;
 // Short-context tuning of the split plan, the warp-split kernels and the combine (H200, 27B
 // shape, i8 K/V: at 8K a layer's attention cost ~29 us, kernel 20.7 + combine 8.1, where the
 // K/V stream needs ~4-6; docs/notes/decode_attention.md, "Short contexts"). Each piece can be
@@ -136,14 +138,22 @@ int64_t decode_tc_warps_groups(const DecodeArgs& a);
 //   moved only when a slot's max exceeds it by more than 2^6 (so O is rarely rescaled; the
 //   softmax is the same, P may reach 64). Off: the step measured on 2026-12-01 (H200, 128K
 //   T = 4: 171.7 us); docs/notes/decode_attention.md, "Lean slot step".
+// - narrow_rows: where a block's rows fit in 8 (T * G <= kDecodeNarrowRows, one row tile:
+//   T = 1 of the 27B shape), the one-tile warp-split kernel puts the rows in the mma's n
+//   dimension (S^T = K·Q^T, O^T += V^T·P^T): half the HMMA per key and half O's registers of
+//   the 16-row step; off: the 16-row step for these calls too.
 // Defaults: all on; VI_DECODE_TUNING=0 in the environment (read once per process) turns all
-// of them off (the path measured before, for end-to-end A/B).
+// of them off (the path measured before, for end-to-end A/B), VI_DECODE_NARROW=0 narrow_rows alone.
 struct DecodeTuning {
   bool balanced_splits = true;
   bool fast_combine = true;
   bool pdl = true;
   bool lean_share_step = true;
+  bool narrow_rows = true;
 };
+// Whether the warp-split kernel (where it takes the call) runs it on the narrow step
+// (DecodeTuning::narrow_rows and at most kDecodeNarrowRows rows in one row tile).
+bool decode_tc_narrow_takes(const DecodeArgs& a);
 DecodeTuning decode_tuning();
 void set_decode_tuning(const DecodeTuning& t);  // process-wide (tests, benchmarks)
 

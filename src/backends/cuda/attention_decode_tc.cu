@@ -835,7 +835,7 @@ __device__ __forceinline__ void warp_split_range(const TcParams& P, int split, i
 // The slot-sharing kernel further below runs it. It is the loop body of decode_tc_warps_kernel
 // (next), which keeps its own copy: calling this helper there changed that kernel's register
 // allocation and schedule (and a few integer and move instructions; CUDA 11.8 and 13 ptxas),
-// and its SASS is the one measured at T = 1, 2; fold it in once a run shows no difference.
+// and its SASS is the one measured at T = 2; fold it in once a run shows no difference.
 template <int DP>
 __device__ __forceinline__ void warp_slot_step(const unsigned char* slot, const __half* qa_row, const __half* qb_row,
                                                int g, int c, int key0, int s_end, int pos_a, int pos_b, float& m_a,
@@ -1091,9 +1091,125 @@ __device__ __forceinline__ void warp_slot_step_lean(const unsigned char* slot, c
   }
 }
 
+// The narrow slot step (DecodeTuning::narrow_rows; decode_tc_warps_kernel<DP, true>): up to 8
+// rows, placed in the mma's n dimension (columns) instead of its m dimension.
+// Why: the step above puts the rows in the 16-row m dimension, so at T = 1 of the 27B shape
+// (G 6) 10 of 16 rows are padding, O takes DP / 8 m16n8 tiles (128 floats a lane at DP 256) and
+// a 16-key slot costs 32 + 32 HMMA; at 128K a warp spent ~5000 cycles a slot, two warps per
+// scheduler, 2.5 TB/s. Transposed, S^T = K·Q^T is one 16-key x 8-row tile per k-step
+// (A = K, exactly the bytes the step above converts; B = Q^T from registers) and
+// O^T += V^T·P^T one 16-dim x 8-row tile per 16 dims: 16 + 16 HMMA a slot, O in 64 floats, and
+// four independent S chains instead of two. The same conversions and shared loads.
+// Lane (g, c) after S: keys g (s[0], s[1]) and g + 8 (s[2], s[3]) of rows 2c, 2c + 1. A row's
+// max is reduced over the 8 lanes g of its c (xor 4, 8, 16); lazy max as the lean step. P^T,
+// the B operand of O^T += V^T·P^T, needs keys 2c, 2c + 1 (+8) of row g: the two 8 x 8 f16 tiles
+// of P (keys 0..7 and 8..15 by rows) transposed in registers by movmatrix.
+// V^T as the A operand: row g of tile t is lane-dim t, row g + 8 lane-dim DP / 16 + t, where
+// lane-dim e is dim (DP / 8) g + e (the DP / 8 consecutive dims of chunks VQ g ..); k pairs are
+// keys (2c, 2c + 1) and (2c + 8, 2c + 9), byte-interleaved as in the step above.
+// o[t]: rows 2c (o[t][0], lane-dim t; o[t][2], lane-dim DP / 16 + t) and 2c + 1 (o[t][1], o[t][3]).
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t a) {
+  uint32_t d;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
+#else
+  d = a;
+  __trap();
+#endif
+  return d;
+}
+
+template <int DP>
+__device__ __forceinline__ void warp_slot_step_narrow(const unsigned char* slot, const uint32_t (&qb)[DP / 64][8],
+                                                      int g, int c, int key0, int s_end, const int (&pos)[2],
+                                                      float (&m)[2], float (&l)[2], float (&o)[DP / 16][4]) {
+  using L = WarpLayout<DP>;
+  constexpr int NJ = DP / 64;   // 16-byte K chunks per lane and row: independent S chains
+  constexpr int NO = DP / 16;   // m16n8 tiles of O^T
+  constexpr int VQ = DP / 128;  // V chunks a lane reads per key
+
+  // V first, so its shared loads are in flight through S and the softmax. vw[qq][kk]: chunk
+  // VQ g + qq of key 2c + (kk & 1) + 8 (kk >> 1), offset to unsigned bytes.
+  uint32_t vw[VQ][4][4];
+#pragma unroll
+  for (int qq = 0; qq < VQ; ++qq) {
+    const int ch = VQ * g + qq;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const int r = 2 * c + (kk & 1) + 8 * (kk >> 1);
+      const uint4 w = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r * DP + v_chunk<DP>(r, ch) * 16);
+      vw[qq][kk][0] = w.x ^ 0x80808080u, vw[qq][kk][1] = w.y ^ 0x80808080u;
+      vw[qq][kk][2] = w.z ^ 0x80808080u, vw[qq][kk][3] = w.w ^ 0x80808080u;
+    }
+  }
+  float s[NJ][4];
+#pragma unroll
+  for (int jj = 0; jj < NJ; ++jj) s[jj][0] = s[jj][1] = s[jj][2] = s[jj][3] = 0.0f;
+#pragma unroll
+  for (int jj = 0; jj < NJ; ++jj) {
+    const int ch = c + 4 * jj;
+    const uint4 ka = *reinterpret_cast<const uint4*>(slot + L::kSlotK + g * DP + k_chunk<DP>(g, ch) * 16);
+    const uint4 kb = *reinterpret_cast<const uint4*>(slot + L::kSlotK + (g + 8) * DP + k_chunk<DP>(g + 8, ch) * 16);
+    const uint32_t wa[4] = {ka.x, ka.y, ka.z, ka.w}, wb[4] = {kb.x, kb.y, kb.z, kb.w};
+#pragma unroll
+    for (int j4 = 0; j4 < 4; ++j4) {
+      uint32_t lo_a, hi_a, lo_b, hi_b;
+      i8x4_to_h2(wa[j4], lo_a, hi_a);
+      i8x4_to_h2(wb[j4], lo_b, hi_b);
+      mma_16816(s[jj], lo_a, lo_b, hi_a, hi_b, qb[jj][2 * j4], qb[jj][2 * j4 + 1]);
+    }
+  }
+#pragma unroll
+  for (int jj = 1; jj < NJ; ++jj)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[0][e] += s[jj][e];
+
+  // Scale and mask: s[0][e] key g, row 2c + e; s[0][2 + e] key g + 8.
+  const float* ksc = reinterpret_cast<const float*>(slot + L::kSlotKs);
+  const float* vsc = reinterpret_cast<const float*>(slot + L::kSlotVs);
+  const float ks_a = ksc[g], ks_b = ksc[g + 8], vs_a = vsc[g], vs_b = vsc[g + 8];
+  const int key_a = key0 + g, key_b = key0 + g + 8;
+  float p_a[2], p_b[2], corr[2];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const float xa = key_a > pos[e] || key_a >= s_end ? -INFINITY : s[0][e] * ks_a;
+    const float xb = key_b > pos[e] || key_b >= s_end ? -INFINITY : s[0][2 + e] * ks_b;
+    float mx = fmaxf(xa, xb);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+    const float mn = mx > m[e] + kLazyMaxLog2 ? mx : m[e];
+    const bool none = mn == -INFINITY;
+    corr[e] = none ? 1.0f : exp2f(m[e] - mn);
+    m[e] = mn;
+    p_a[e] = none ? 0.0f : exp2f(xa - mn);
+    p_b[e] = none ? 0.0f : exp2f(xb - mn);
+    l[e] = l[e] * corr[e] + (p_a[e] + p_b[e]);
+  }
+  if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+    for (int t = 0; t < NO; ++t) o[t][0] *= corr[0], o[t][1] *= corr[1], o[t][2] *= corr[0], o[t][3] *= corr[1];
+  }
+  // P · diag(V scale) by rows of keys (key g: rows 2c, 2c + 1), then transposed: row g, keys
+  // 2c, 2c + 1 (b0) and 2c + 8, 2c + 9 (b1).
+  const uint32_t b0 = movmatrix_trans(pack_half2(p_a[0] * vs_a, p_a[1] * vs_a));
+  const uint32_t b1 = movmatrix_trans(pack_half2(p_b[0] * vs_b, p_b[1] * vs_b));
+
+  // O^T += V^T·P^T with the V words loaded above.
+  const __half2 bias = __float2half2_rn(1152.0f);
+  // Lane-dim e of keys (2c, 2c + 1) (kp 0) or (2c + 8, 2c + 9) (kp 1) as an f16 pair.
+  auto pair = [&](int e, int kp) {
+    const int qq = e / 16, wi = (e % 16) / 4, bi = e % 4;
+    const uint32_t il = __byte_perm(vw[qq][2 * kp][wi], vw[qq][2 * kp + 1][wi], bi >> 1 ? 0x7362u : 0x5140u);
+    return as_u32(__hsub2(as_h2(__byte_perm(il, 0x64646464u, bi & 1 ? 0x4342u : 0x4140u)), bias));
+  };
+#pragma unroll
+  for (int t = 0; t < NO; ++t) mma_16816(o[t], pair(t, 0), pair(NO + t, 0), pair(t, 1), pair(NO + t, 1), b0, b1);
+}
+
 // Grid (n_splits * n_groups, Hkv), kWThreads threads. TcParams as above; G <= 16 (rows per
 // group group_tokens * G <= 16), D % 16 == 0, 16-byte aligned i8 pools (the host checks).
-template <int DP>
+template <int DP, bool kNarrow>
 __global__ void __launch_bounds__(kWThreads, 2)
     decode_tc_warps_kernel(const __half* __restrict__ q, const int8_t* __restrict__ k, const int8_t* __restrict__ v,
                            __half* __restrict__ out, TcParams P) {
@@ -1155,9 +1271,53 @@ __global__ void __launch_bounds__(kWThreads, 2)
     if (lane < 16) cp_async4(slot + L::kSlotKs + kr * 4, P.k_scale + srow, ok);
     else cp_async4(slot + L::kSlotVs + kr * 4, P.v_scale + srow, ok);
   };
+  // The narrow kernel's copies where a slot's 16 keys are 16 consecutive pool rows (no table,
+  // or pool blocks of a power of two >= 16 keys: slots start at multiples of 16): one table
+  // load per slot, loaded a step ahead, instead of one per key and chunk with a division
+  // (issue() above is ~400 of a slot step's ~1000 instructions at D 256; ncu, H200). A lane
+  // copies chunk lane % KCH of rows lane / KCH + (32 / KCH) it.
+  const bool runs = !P.table || P.bs_shift >= 4;
+  auto slot_row0 = [&](int i) -> int64_t {  // pool row of the first key of this warp's i-th slot
+    const int key0 = s_begin + (warp + kWW * i) * kSlotKeys;
+    if (!P.table) return key0;
+    return (int64_t(__ldg(P.table + (key0 >> P.bs_shift))) << P.bs_shift) + (key0 & ((1 << P.bs_shift) - 1));
+  };
+  constexpr int kRPI = 32 / KCH;  // rows per copy step of copy_run
+  const int run_ch = lane % KCH, run_r0 = lane / KCH;
+  const int64_t run_col = int64_t(hk) * P.D + run_ch * 16 + int64_t(run_r0) * kv_stride;
+  const int run_rows = run_ch * 16 < P.D ? kSlotKeys : 0;  // rows a lane copies (none past D)
+  const int64_t run_step = kRPI * kv_stride;
+  auto copy_run = [&](int i, int64_t row0) {
+    unsigned char* slot = ring + (i % NSW) * L::kSlotBytes;
+    const int key0 = s_begin + (warp + kWW * i) * kSlotKeys;
+    const int left = min(run_rows, s_end - key0) - run_r0;  // copy step it is valid while kRPI it < left
+    const int8_t* ks = k + row0 * kv_stride + run_col;
+    const int8_t* vs = v + row0 * kv_stride + run_col;
+#pragma unroll
+    for (int it = 0; it < kSlotKeys / kRPI; ++it) {
+      const int r = run_r0 + kRPI * it;
+      const bool ok = kRPI * it < left;
+      // Rows past s_end lie in the same pool block (or past the key bound without a table):
+      // a zero-byte copy (zero fill) reads nothing there.
+      cp_async16(slot + L::kSlotK + r * DP + k_chunk<DP>(r, run_ch) * 16, ks + it * run_step, ok);
+      cp_async16(slot + L::kSlotV + r * DP + v_chunk<DP>(r, run_ch) * 16, vs + it * run_step, ok);
+    }
+    const int kr = lane & 15;
+    const bool ok = key0 + kr < s_end;
+    const int64_t srow = ok ? (row0 + kr) * P.Hkv + hk : 0;
+    if (lane < 16) cp_async4(slot + L::kSlotKs + kr * 4, P.k_scale + srow, ok);
+    else cp_async4(slot + L::kSlotVs + kr * 4, P.v_scale + srow, ok);
+  };
 #pragma unroll 1
   for (int i = 0; i < NSW; ++i) {
-    if (i < n_mine) issue(i);
+    if constexpr (kNarrow) {
+      if (i < n_mine) {
+        if (runs) copy_run(i, slot_row0(i));
+        else issue(i);
+      }
+    } else {
+      if (i < n_mine) issue(i);
+    }
     cp_async_commit();
   }
 
@@ -1217,160 +1377,223 @@ __global__ void __launch_bounds__(kWThreads, 2)
   }
   __syncthreads();  // every warp reads every row of Q
 
-  // Rows g and g + 8 of this lane: position (padding rows see no key), running max (exp2
-  // units; equal on the row's 4 lanes), this lane's part of the running sum.
-  const int pos_a = g < R ? p0 + t0 + g / P.G : -1, pos_b = g + 8 < R ? p0 + t0 + (g + 8) / P.G : -1;
-  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
-  float o[NT][4];
-#pragma unroll
-  for (int t = 0; t < NT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
-  const __half* qa_row = Qs + g * kLdQ;
-  const __half* qb_row = Qs + (g + 8) * kLdQ;
-
-#pragma unroll 1
-  for (int i = 0; i < n_mine; ++i) {
-    // Groups committed: NSW + i; slot i is group i.
-    cp_async_wait<NSW - 1>();
-    __syncwarp();  // the other lanes' copies of the slot are visible
-    const unsigned char* slot = ring + (i % NSW) * L::kSlotBytes;
-    const int key0 = s_begin + (warp + kWW * i) * kSlotKeys;
-
-    float s[2][4];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) s[h][0] = s[h][1] = s[h][2] = s[h][3] = 0.0f;
+  if constexpr (kNarrow) {
+    // Rows 2c, 2c + 1 of this lane (warp_slot_step_narrow): position (padding rows see no
+    // key), running max (equal on the 8 lanes of a c), this lane's part of the running sum.
+    // Q^T's B fragments of every k-step stay in registers: row g, dims 16 (c + 4 jj) + 0..15.
+    constexpr int NO = DP / 16;
+    uint32_t qb[DP / 64][8];
 #pragma unroll
     for (int jj = 0; jj < DP / 64; ++jj) {
-      const int ch = c + 4 * jj;  // i8 chunk of K; halves 16 ch .. of Q
-      const uint4 qa0 = *reinterpret_cast<const uint4*>(qa_row + 16 * ch);
-      const uint4 qa1 = *reinterpret_cast<const uint4*>(qa_row + 16 * ch + 8);
-      const uint4 qb0 = *reinterpret_cast<const uint4*>(qb_row + 16 * ch);
-      const uint4 qb1 = *reinterpret_cast<const uint4*>(qb_row + 16 * ch + 8);
-      const uint32_t qa[8] = {qa0.x, qa0.y, qa0.z, qa0.w, qa1.x, qa1.y, qa1.z, qa1.w};
-      const uint32_t qb[8] = {qb0.x, qb0.y, qb0.z, qb0.w, qb1.x, qb1.y, qb1.z, qb1.w};
+      const uint4 q0 = *reinterpret_cast<const uint4*>(Qs + g * kLdQ + 16 * (c + 4 * jj));
+      const uint4 q1 = *reinterpret_cast<const uint4*>(Qs + g * kLdQ + 16 * (c + 4 * jj) + 8);
+      qb[jj][0] = q0.x, qb[jj][1] = q0.y, qb[jj][2] = q0.z, qb[jj][3] = q0.w;
+      qb[jj][4] = q1.x, qb[jj][5] = q1.y, qb[jj][6] = q1.z, qb[jj][7] = q1.w;
+    }
+    int pos[2];
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int e = 0; e < 2; ++e) pos[e] = 2 * c + e < R ? p0 + t0 + (2 * c + e) / P.G : -1;
+    float o[NO][4];
+#pragma unroll
+    for (int t = 0; t < NO; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+#pragma unroll 1
+    for (int i = 0; i < n_mine; ++i) {
+      const bool refill = i + NSW < n_mine;
+      const int64_t row_next = runs && refill ? slot_row0(i + NSW) : 0;  // in flight through the step
+      cp_async_wait<NSW - 1>();
+      __syncwarp();
+      const unsigned char* slot = ring + (i % NSW) * L::kSlotBytes;
+      warp_slot_step_narrow<DP>(slot, qb, g, c, s_begin + (warp + kWW * i) * kSlotKeys, s_end, pos, m, l, o);
+      __syncwarp();  // every lane is done with the slot before it is refilled
+      if (refill) {
+        if (runs) copy_run(i + NSW, row_next);
+        else issue(i + NSW);
+      }
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done with its ring; the staging goes over the rings
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      l[e] += __shfl_xor_sync(0xffffffffu, l[e], 4);
+      l[e] += __shfl_xor_sync(0xffffffffu, l[e], 8);
+      l[e] += __shfl_xor_sync(0xffffffffu, l[e], 16);
+    }
+    // Rows 8..15 hold no query here: the merge below reads rows < 16, so they are set empty.
+    if (g == 0) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        m_w[warp * 16 + 2 * c + e] = m[e], l_w[warp * 16 + 2 * c + e] = l[e];
+        m_w[warp * 16 + 8 + 2 * c + e] = -INFINITY, l_w[warp * 16 + 8 + 2 * c + e] = 0.0f;
+      }
+    }
+    float* os = reinterpret_cast<float*>(ring_all) + warp * 16 * L::kLdO;
+#pragma unroll
+    for (int t = 0; t < NO; ++t) {
+      const int d = (DP / 8) * g + t;
+      os[(2 * c) * L::kLdO + d] = o[t][0];
+      os[(2 * c + 1) * L::kLdO + d] = o[t][1];
+      os[(2 * c) * L::kLdO + d + NO] = o[t][2];
+      os[(2 * c + 1) * L::kLdO + d + NO] = o[t][3];
+    }
+  } else {
+    // Rows g and g + 8 of this lane: position (padding rows see no key), running max (exp2
+    // units; equal on the row's 4 lanes), this lane's part of the running sum.
+    const int pos_a = g < R ? p0 + t0 + g / P.G : -1, pos_b = g + 8 < R ? p0 + t0 + (g + 8) / P.G : -1;
+    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+    float o[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+    const __half* qa_row = Qs + g * kLdQ;
+    const __half* qb_row = Qs + (g + 8) * kLdQ;
+
+#pragma unroll 1
+    for (int i = 0; i < n_mine; ++i) {
+      // Groups committed: NSW + i; slot i is group i.
+      cp_async_wait<NSW - 1>();
+      __syncwarp();  // the other lanes' copies of the slot are visible
+      const unsigned char* slot = ring + (i % NSW) * L::kSlotBytes;
+      const int key0 = s_begin + (warp + kWW * i) * kSlotKeys;
+
+      float s[2][4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) s[h][0] = s[h][1] = s[h][2] = s[h][3] = 0.0f;
+#pragma unroll
+      for (int jj = 0; jj < DP / 64; ++jj) {
+        const int ch = c + 4 * jj;  // i8 chunk of K; halves 16 ch .. of Q
+        const uint4 qa0 = *reinterpret_cast<const uint4*>(qa_row + 16 * ch);
+        const uint4 qa1 = *reinterpret_cast<const uint4*>(qa_row + 16 * ch + 8);
+        const uint4 qb0 = *reinterpret_cast<const uint4*>(qb_row + 16 * ch);
+        const uint4 qb1 = *reinterpret_cast<const uint4*>(qb_row + 16 * ch + 8);
+        const uint32_t qa[8] = {qa0.x, qa0.y, qa0.z, qa0.w, qa1.x, qa1.y, qa1.z, qa1.w};
+        const uint32_t qb[8] = {qb0.x, qb0.y, qb0.z, qb0.w, qb1.x, qb1.y, qb1.z, qb1.w};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int kr = 8 * h + g;
+          const uint4 kw = *reinterpret_cast<const uint4*>(slot + L::kSlotK + kr * DP + k_chunk<DP>(kr, ch) * 16);
+          const uint32_t kws[4] = {kw.x, kw.y, kw.z, kw.w};
+#pragma unroll
+          for (int j4 = 0; j4 < 4; ++j4) {
+            uint32_t b0, b1;
+            i8x4_to_h2(kws[j4], b0, b1);
+            mma_16816(s[h], qa[2 * j4], qb[2 * j4], qa[2 * j4 + 1], qb[2 * j4 + 1], b0, b1);
+          }
+        }
+      }
+
+      // Scale, mask, online softmax on the fragments: s[h][e] is row g, key 8h + 2c + e;
+      // s[h][2 + e] row g + 8.
+      const float* ksc = reinterpret_cast<const float*>(slot + L::kSlotKs);
+      const float* vsc = reinterpret_cast<const float*>(slot + L::kSlotVs);
+      float vs[2][2];
+      float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int kr = 8 * h + g;
-        const uint4 kw = *reinterpret_cast<const uint4*>(slot + L::kSlotK + kr * DP + k_chunk<DP>(kr, ch) * 16);
-        const uint32_t kws[4] = {kw.x, kw.y, kw.z, kw.w};
+        const float2 kk = *reinterpret_cast<const float2*>(ksc + 8 * h + 2 * c);
+        const float2 vv = *reinterpret_cast<const float2*>(vsc + 8 * h + 2 * c);
+        vs[h][0] = vv.x, vs[h][1] = vv.y;
 #pragma unroll
-        for (int j4 = 0; j4 < 4; ++j4) {
-          uint32_t b0, b1;
-          i8x4_to_h2(kws[j4], b0, b1);
-          mma_16816(s[h], qa[2 * j4], qb[2 * j4], qa[2 * j4 + 1], qb[2 * j4 + 1], b0, b1);
+        for (int e = 0; e < 2; ++e) {
+          const int key = key0 + 8 * h + 2 * c + e;
+          const float ks = e ? kk.y : kk.x;
+          const bool past = key >= s_end;
+          s[h][e] = key > pos_a || past ? -INFINITY : s[h][e] * ks;
+          s[h][2 + e] = key > pos_b || past ? -INFINITY : s[h][2 + e] * ks;
+          mx_a = fmaxf(mx_a, s[h][e]);
+          mx_b = fmaxf(mx_b, s[h][2 + e]);
         }
       }
-    }
-
-    // Scale, mask, online softmax on the fragments: s[h][e] is row g, key 8h + 2c + e;
-    // s[h][2 + e] row g + 8.
-    const float* ksc = reinterpret_cast<const float*>(slot + L::kSlotKs);
-    const float* vsc = reinterpret_cast<const float*>(slot + L::kSlotVs);
-    float vs[2][2];
-    float mx_a = -INFINITY, mx_b = -INFINITY;
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+      // A row that has seen no key yet (new max -inf) adds nothing and keeps O (zero) as it is.
+      const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+      const bool none_a = mn_a == -INFINITY, none_b = mn_b == -INFINITY;
+      const float corr_a = none_a ? 1.0f : exp2f(m_a - mn_a), corr_b = none_b ? 1.0f : exp2f(m_b - mn_b);
+      m_a = mn_a, m_b = mn_b;
+      float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float2 kk = *reinterpret_cast<const float2*>(ksc + 8 * h + 2 * c);
-      const float2 vv = *reinterpret_cast<const float2*>(vsc + 8 * h + 2 * c);
-      vs[h][0] = vv.x, vs[h][1] = vv.y;
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int key = key0 + 8 * h + 2 * c + e;
-        const float ks = e ? kk.y : kk.x;
-        const bool past = key >= s_end;
-        s[h][e] = key > pos_a || past ? -INFINITY : s[h][e] * ks;
-        s[h][2 + e] = key > pos_b || past ? -INFINITY : s[h][2 + e] * ks;
-        mx_a = fmaxf(mx_a, s[h][e]);
-        mx_b = fmaxf(mx_b, s[h][2 + e]);
+        for (int e = 0; e < 2; ++e) {
+          s[h][e] = none_a ? 0.0f : exp2f(s[h][e] - mn_a);
+          s[h][2 + e] = none_b ? 0.0f : exp2f(s[h][2 + e] - mn_b);
+          sum_a += s[h][e], sum_b += s[h][2 + e];
+        }
+      l_a = l_a * corr_a + sum_a;
+      l_b = l_b * corr_b + sum_b;
+      if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) o[t][0] *= corr_a, o[t][1] *= corr_a, o[t][2] *= corr_b, o[t][3] *= corr_b;
       }
-    }
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-    // A row that has seen no key yet (new max -inf) adds nothing and keeps O (zero) as it is.
-    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-    const bool none_a = mn_a == -INFINITY, none_b = mn_b == -INFINITY;
-    const float corr_a = none_a ? 1.0f : exp2f(m_a - mn_a), corr_b = none_b ? 1.0f : exp2f(m_b - mn_b);
-    m_a = mn_a, m_b = mn_b;
-    float sum_a = 0.0f, sum_b = 0.0f;
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        s[h][e] = none_a ? 0.0f : exp2f(s[h][e] - mn_a);
-        s[h][2 + e] = none_b ? 0.0f : exp2f(s[h][2 + e] - mn_b);
-        sum_a += s[h][e], sum_b += s[h][2 + e];
-      }
-    l_a = l_a * corr_a + sum_a;
-    l_b = l_b * corr_b + sum_b;
-    if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) {
-#pragma unroll
-      for (int t = 0; t < NT; ++t) o[t][0] *= corr_a, o[t][1] *= corr_a, o[t][2] *= corr_b, o[t][3] *= corr_b;
-    }
-    // P · diag(V scale) as the A fragment of the 16-key step: keys 2c.. (tile h 0), 2c + 8.. (h 1).
-    const uint32_t pa0 = pack_half2(s[0][0] * vs[0][0], s[0][1] * vs[0][1]);
-    const uint32_t pa1 = pack_half2(s[0][2] * vs[0][0], s[0][3] * vs[0][1]);
-    const uint32_t pa2 = pack_half2(s[1][0] * vs[1][0], s[1][1] * vs[1][1]);
-    const uint32_t pa3 = pack_half2(s[1][2] * vs[1][0], s[1][3] * vs[1][1]);
+      // P · diag(V scale) as the A fragment of the 16-key step: keys 2c.. (tile h 0), 2c + 8.. (h 1).
+      const uint32_t pa0 = pack_half2(s[0][0] * vs[0][0], s[0][1] * vs[0][1]);
+      const uint32_t pa1 = pack_half2(s[0][2] * vs[0][0], s[0][3] * vs[0][1]);
+      const uint32_t pa2 = pack_half2(s[1][0] * vs[1][0], s[1][1] * vs[1][1]);
+      const uint32_t pa3 = pack_half2(s[1][2] * vs[1][0], s[1][3] * vs[1][1]);
 
-    // O += P·V: keys 2c, 2c + 1 (b0) and 2c + 8, 2c + 9 (b1) at dim (DP / 8) g + t.
-    const int r0 = 2 * c, r1 = 2 * c + 1, r2 = 2 * c + 8, r3 = 2 * c + 9;
+      // O += P·V: keys 2c, 2c + 1 (b0) and 2c + 8, 2c + 9 (b1) at dim (DP / 8) g + t.
+      const int r0 = 2 * c, r1 = 2 * c + 1, r2 = 2 * c + 8, r3 = 2 * c + 9;
 #pragma unroll
-    for (int qq = 0; qq < VQ; ++qq) {
-      const int ch = VQ * g + qq;
-      const uint4 v0 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r0 * DP + v_chunk<DP>(r0, ch) * 16);
-      const uint4 v1 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r1 * DP + v_chunk<DP>(r1, ch) * 16);
-      const uint4 v2 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r2 * DP + v_chunk<DP>(r2, ch) * 16);
-      const uint4 v3 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r3 * DP + v_chunk<DP>(r3, ch) * 16);
-      const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
-      const uint32_t w2[4] = {v2.x, v2.y, v2.z, v2.w}, w3[4] = {v3.x, v3.y, v3.z, v3.w};
-      const __half2 bias = __float2half2_rn(1152.0f);
+      for (int qq = 0; qq < VQ; ++qq) {
+        const int ch = VQ * g + qq;
+        const uint4 v0 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r0 * DP + v_chunk<DP>(r0, ch) * 16);
+        const uint4 v1 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r1 * DP + v_chunk<DP>(r1, ch) * 16);
+        const uint4 v2 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r2 * DP + v_chunk<DP>(r2, ch) * 16);
+        const uint4 v3 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r3 * DP + v_chunk<DP>(r3, ch) * 16);
+        const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
+        const uint32_t w2[4] = {v2.x, v2.y, v2.z, v2.w}, w3[4] = {v3.x, v3.y, v3.z, v3.w};
+        const __half2 bias = __float2half2_rn(1152.0f);
 #pragma unroll
-      for (int wi = 0; wi < 4; ++wi) {
-        // Bytes of two keys interleaved: [k0.0, k1.0, k0.1, k1.1] and [k0.2, k1.2, k0.3, k1.3].
-        const uint32_t x0 = w0[wi] ^ 0x80808080u, x1 = w1[wi] ^ 0x80808080u;
-        const uint32_t x2 = w2[wi] ^ 0x80808080u, x3 = w3[wi] ^ 0x80808080u;
-        const uint32_t i01[2] = {__byte_perm(x0, x1, 0x5140u), __byte_perm(x0, x1, 0x7362u)};
-        const uint32_t i23[2] = {__byte_perm(x2, x3, 0x5140u), __byte_perm(x2, x3, 0x7362u)};
+        for (int wi = 0; wi < 4; ++wi) {
+          // Bytes of two keys interleaved: [k0.0, k1.0, k0.1, k1.1] and [k0.2, k1.2, k0.3, k1.3].
+          const uint32_t x0 = w0[wi] ^ 0x80808080u, x1 = w1[wi] ^ 0x80808080u;
+          const uint32_t x2 = w2[wi] ^ 0x80808080u, x3 = w3[wi] ^ 0x80808080u;
+          const uint32_t i01[2] = {__byte_perm(x0, x1, 0x5140u), __byte_perm(x0, x1, 0x7362u)};
+          const uint32_t i23[2] = {__byte_perm(x2, x3, 0x5140u), __byte_perm(x2, x3, 0x7362u)};
 #pragma unroll
-        for (int bi = 0; bi < 4; ++bi) {
-          const uint32_t sel = bi & 1 ? 0x4342u : 0x4140u;
-          const uint32_t b0 = as_u32(__hsub2(as_h2(__byte_perm(i01[bi >> 1], 0x64646464u, sel)), bias));
-          const uint32_t b1 = as_u32(__hsub2(as_h2(__byte_perm(i23[bi >> 1], 0x64646464u, sel)), bias));
-          mma_16816(o[16 * qq + 4 * wi + bi], pa0, pa1, pa2, pa3, b0, b1);
+          for (int bi = 0; bi < 4; ++bi) {
+            const uint32_t sel = bi & 1 ? 0x4342u : 0x4140u;
+            const uint32_t b0 = as_u32(__hsub2(as_h2(__byte_perm(i01[bi >> 1], 0x64646464u, sel)), bias));
+            const uint32_t b1 = as_u32(__hsub2(as_h2(__byte_perm(i23[bi >> 1], 0x64646464u, sel)), bias));
+            mma_16816(o[16 * qq + 4 * wi + bi], pa0, pa1, pa2, pa3, b0, b1);
+          }
         }
       }
+      __syncwarp();  // every lane is done with the slot before it is refilled
+      if (i + NSW < n_mine) issue(i + NSW);
+      cp_async_commit();
     }
-    __syncwarp();  // every lane is done with the slot before it is refilled
-    if (i + NSW < n_mine) issue(i + NSW);
-    cp_async_commit();
+
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done with its ring; the staging goes over the rings
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+    if (c == 0) {
+      m_w[warp * 16 + g] = m_a, m_w[warp * 16 + g + 8] = m_b;
+      l_w[warp * 16 + g] = l_a, l_w[warp * 16 + g + 8] = l_b;
+    }
+    float* Os = reinterpret_cast<float*>(ring_all);  // [kWW][16][kLdO]
+    {
+      float* ow = Os + warp * 16 * L::kLdO;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const int d = NT * 2 * c + t;
+        ow[g * L::kLdO + d] = o[t][0];
+        ow[g * L::kLdO + d + NT] = o[t][1];
+        ow[(g + 8) * L::kLdO + d] = o[t][2];
+        ow[(g + 8) * L::kLdO + d + NT] = o[t][3];
+      }
+    }
   }
-
   // Merge the warps: each row's max over the warps, each warp's O and sum weighed by
   // exp2(its max - that max) (0 for a warp whose row saw no key).
-  cp_async_wait<0>();
-  __syncthreads();  // every warp is done with its ring; the staging goes over the rings
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-  if (c == 0) {
-    m_w[warp * 16 + g] = m_a, m_w[warp * 16 + g + 8] = m_b;
-    l_w[warp * 16 + g] = l_a, l_w[warp * 16 + g + 8] = l_b;
-  }
-  float* Os = reinterpret_cast<float*>(ring_all);  // [kWW][16][kLdO]
-  {
-    float* ow = Os + warp * 16 * L::kLdO;
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const int d = NT * 2 * c + t;
-      ow[g * L::kLdO + d] = o[t][0];
-      ow[g * L::kLdO + d + NT] = o[t][1];
-      ow[(g + 8) * L::kLdO + d] = o[t][2];
-      ow[(g + 8) * L::kLdO + d + NT] = o[t][3];
-    }
-  }
   __syncthreads();
+  const float* Os = reinterpret_cast<const float*>(ring_all);  // [kWW][16][kLdO]
   if (tid < 16) {
     float M = -INFINITY;
     for (int w = 0; w < kWW; ++w) M = fmaxf(M, m_w[w * 16 + tid]);
@@ -1889,6 +2112,11 @@ int64_t decode_tc_warps_groups(const DecodeArgs& a) {
   return tg > 0 ? (a.T + tg - 1) / tg : 0;
 }
 
+bool decode_tc_narrow_takes(const DecodeArgs& a) {
+  const int64_t G = a.Hkv > 0 ? a.Hq / a.Hkv : 0;
+  return decode_tuning().narrow_rows && decode_tc_warps_tiles(a) == 1 && a.T * G <= kDecodeNarrowRows;
+}
+
 bool decode_tc_warps_fits(const ops::Context& ctx, const DecodeArgs& a) {
   const DecodeTcWarps mode = decode_tc_warps();
   if (mode == DecodeTcWarps::kNever || (mode == DecodeTcWarps::kAuto && !kDecodeTcWarpsByDefault)) return false;
@@ -2005,9 +2233,12 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
         else launch_at(decode_tc_warps_share_kernel<256, 4, kLean>, wgrid, kWThreads, smem, k, v, pdl);
       }
     };
-    if (RT == 1) {
-      if (DP == 128) launch_at(decode_tc_warps_kernel<128>, wgrid, kWThreads, smem, k, v, pdl);
-      else launch_at(decode_tc_warps_kernel<256>, wgrid, kWThreads, smem, k, v, pdl);
+    if (RT == 1 && decode_tc_narrow_takes(a)) {
+      if (DP == 128) launch_at(decode_tc_warps_kernel<128, true>, wgrid, kWThreads, smem, k, v, pdl);
+      else launch_at(decode_tc_warps_kernel<256, true>, wgrid, kWThreads, smem, k, v, pdl);
+    } else if (RT == 1) {
+      if (DP == 128) launch_at(decode_tc_warps_kernel<128, false>, wgrid, kWThreads, smem, k, v, pdl);
+      else launch_at(decode_tc_warps_kernel<256, false>, wgrid, kWThreads, smem, k, v, pdl);
     } else if (tuning.lean_share_step) {
       share(std::true_type{});
     } else {

@@ -119,8 +119,10 @@ class AttentionDecode : public CudaOpTest {
     const bool tc = T * (s.Hq / s.Hkv) >= tc_rows && cuda::decode_tc_fits(a);
     const bool tc_warps = tc && cuda::decode_tc_warps_fits(g, a);
     const bool tc_ring = tc && !tc_warps && cuda::decode_tc_ring_fits(g, a);
-    const std::string path = tc_warps ? fmt::format("tensor cores, warp-split, {} row tiles per block, {} row groups",
-                                                    cuda::decode_tc_warps_tiles(a), cuda::decode_tc_warps_groups(a))
+    last_narrow = tc_warps && cuda::decode_tc_narrow_takes(a);
+    const std::string path = tc_warps ? fmt::format("tensor cores, warp-split, {} row tiles per block, {} row groups{}",
+                                                    cuda::decode_tc_warps_tiles(a), cuda::decode_tc_warps_groups(a),
+                                                    last_narrow ? ", narrow step" : "")
                              : tc_ring ? "tensor cores, ring"
                              : tc      ? "tensor cores, registers"
                                        : "CUDA cores";
@@ -131,6 +133,11 @@ class AttentionDecode : public CudaOpTest {
                              extra, q_amp));
     return tc_warps;
   }
+
+  // TensorCoreWarpSplit's calls under the current DecodeTuning (defined below the tests).
+  void check_warp_split(bool narrow);
+  // Whether the last check_split ran the warp-split kernel's narrow step.
+  bool last_narrow = false;
 
   // Float pools (the activation dtype): T query tokens at q_pos0 against the pool.
   void check_float(const Shape& s, int64_t T, int64_t q_pos0) {
@@ -295,27 +302,51 @@ TEST_P(AttentionDecode, SplitKernelsForcedSplits) {
 // split whose first key lies after the first query's position), one long split (2000+ keys:
 // each warp's ring wraps many times). Pool rows past the last position hold NaN.
 TEST_P(AttentionDecode, TensorCoreWarpSplit) {
+  for (bool narrow : {true, false}) {
+    cuda::DecodeTuning t = cuda::decode_tuning();
+    t.narrow_rows = narrow;
+    const Tuning tuning(t);
+    SCOPED_TRACE(narrow ? "narrow rows (<= 8 rows in the mma's n dimension)" : "16-row step");
+    check_warp_split(narrow);
+  }
+}
+
+// The calls of TensorCoreWarpSplit under the current DecodeTuning; with narrow_rows the calls of
+// at most 8 rows must take the narrow step, without it none.
+void AttentionDecode::check_warp_split(bool narrow) {
   const Shape shapes[] = {{24, 4, 256, 16}, {8, 4, 256, 16}, {4, 4, 256, 16}, {16, 8, 128, 7},
                           {6, 3, 80, 16},   {12, 4, 64, 7},  {4, 2, 96, 16}};
-  int ran = 0, calls = 0;
+  int ran = 0, calls = 0, narrow_calls = 0;
+  auto run = [&](const Shape& s, int64_t T, int64_t p0, DType kdt, DType vdt, int tc_rows, int n_splits,
+                 int64_t extra) {
+    ran += check_split(s, T, p0, kdt, vdt, tc_rows, n_splits, extra, true, true), ++calls;
+    narrow_calls += last_narrow;
+  };
   for (const Shape& s : shapes) {
     const int64_t G = s.Hq / s.Hkv;
     for (auto [T, p0] : {TP{1, 0}, TP{2, 45}, TP{4, 1000}, TP{8, 3001}, TP{4, 131}, TP{8, 0}, TP{1, 17}, TP{2, 4099}}) {
       if (T * G > 16) continue;
-      ran += check_split(s, T, p0, DType::I8, DType::I8, 1, 0, T == 4 ? 300 : 0, true, true), ++calls;
-      ran += check_split(s, T, p0, DType::I8, DType::I8, 1, 1, 0, true, true), ++calls;
+      run(s, T, p0, DType::I8, DType::I8, 1, 0, T == 4 ? 300 : 0);
+      run(s, T, p0, DType::I8, DType::I8, 1, 1, 0);
     }
     for (int64_t T : {1, 2, 8}) {
       if (T * G > 16) continue;
-      ran += check_split(s, T, 2017, DType::I8, DType::I8, 1, 1, 0, true, true), ++calls;
-      ran += check_split(s, T, 5100 - T, DType::I8, DType::I8, 1, 3, 64, true, true), ++calls;
-      ran += check_split(s, T, 4099, DType::I8, DType::I8, 1, 33, 0, true, true), ++calls;
-      ran += check_split(s, T, 95, DType::I8, DType::I8, 1, 4, 0, true, true), ++calls;
-      ran += check_split(s, T, 95, DType::I8, DType::I8, 1, 10, 200, true, true), ++calls;
+      run(s, T, 2017, DType::I8, DType::I8, 1, 1, 0);
+      run(s, T, 5100 - T, DType::I8, DType::I8, 1, 3, 64);
+      run(s, T, 4099, DType::I8, DType::I8, 1, 33, 0);
+      run(s, T, 95, DType::I8, DType::I8, 1, 4, 0);
+      run(s, T, 95, DType::I8, DType::I8, 1, 10, 200);
     }
   }
   if (GetParam().profile == ops::KernelProfile::kVolta) EXPECT_EQ(ran, 0);
-  else std::printf("warp-split kernel ran in %d of %d calls (0: no sm_80 code)\n", ran, calls);
+  else std::printf("warp-split kernel ran in %d of %d calls, %d of them at <= 8 rows (0: no sm_80 code)\n", ran,
+                   calls, narrow_calls);
+  if (narrow && ran > 0) {
+    EXPECT_GT(narrow_calls, 0);
+  }
+  if (!narrow) {
+    EXPECT_EQ(narrow_calls, 0);
+  }
 }
 
 // Row groups of the warp-split kernel forced, one row tile per block (more than 16 rows: T = 3, 4, 5, 8): G 6 (the
@@ -431,13 +462,13 @@ TEST_P(AttentionDecode, RoundedUpKeyBound) {
     return b - S;
   };
   using cuda::DecodeTuning;
-  const DecodeTuning modes[] = {DecodeTuning{true, true, true, true}, DecodeTuning{false, false, false, false},
-                                DecodeTuning{true, false, false, true}, DecodeTuning{false, true, true, false},
-                                DecodeTuning{true, true, true, false}};
+  const DecodeTuning modes[] = {DecodeTuning{true, true, true, true, true},   DecodeTuning{false, false, false, false, false},
+                                DecodeTuning{true, false, false, true, true},  DecodeTuning{false, true, true, false, true},
+                                DecodeTuning{true, true, true, false, false}};
   for (const DecodeTuning& m : modes) {
     const Tuning tuning(m);
-    const std::string what = fmt::format("balanced {} fast combine {} pdl {} lean step {}", m.balanced_splits,
-                                         m.fast_combine, m.pdl, m.lean_share_step);
+    const std::string what = fmt::format("balanced {} fast combine {} pdl {} lean step {} narrow rows {}",
+                                         m.balanced_splits, m.fast_combine, m.pdl, m.lean_share_step, m.narrow_rows);
     SCOPED_TRACE(what);
     int ran = 0, calls = 0;
     for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{24, 4, 256, 7}}) {
