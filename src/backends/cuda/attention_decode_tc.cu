@@ -832,10 +832,8 @@ __device__ __forceinline__ void warp_split_range(const TcParams& P, int split, i
 // S = Q·Kᵀ for the warp's 16 rows (rows g and g + 8 of the lane read at qa_row / qb_row),
 // the K scale and the mask (keys past s_end or past the row's position), the online softmax
 // on the fragments (running max m_*, this lane's part of the running sum l_*), O += P·V.
-// The slot-sharing kernel further below runs it. It is the loop body of decode_tc_warps_kernel
-// (next), which keeps its own copy: calling this helper there changed that kernel's register
-// allocation and schedule (and a few integer and move instructions; CUDA 11.8 and 13 ptxas),
-// and its SASS is the one measured at T = 2; fold it in once a run shows no difference.
+// The one-tile kernel below (decode_tc_warps_kernel<DP, false>: T * G in 9..16, or any T * G
+// <= 16 with DecodeTuning::narrow_rows off) and the slot-sharing kernel further below run it.
 template <int DP>
 __device__ __forceinline__ void warp_slot_step(const unsigned char* slot, const __half* qa_row, const __half* qb_row,
                                                int g, int c, int key0, int s_end, int pos_a, int pos_b, float& m_a,
@@ -1091,6 +1089,33 @@ __device__ __forceinline__ void warp_slot_step_lean(const unsigned char* slot, c
   }
 }
 
+// The end of a 16-row warp's keys (the one-tile and slot-sharing kernels): its rows' running
+// max (m_w) and sum (l_w, this lane's parts added over the row's 4 lanes), by warp and row, and
+// its O into the staging Os [kWW][16][DP + 4] f32 over the drained rings, for the block's merge.
+template <int DP>
+__device__ __forceinline__ void stash_tile_partial(float m_a, float m_b, float l_a, float l_b,
+                                                   const float (&o)[DP / 8][4], float* m_w, float* l_w, float* Os,
+                                                   int warp, int g, int c) {
+  constexpr int NT = DP / 8, kLdO = WarpLayout<DP>::kLdO;
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+  if (c == 0) {
+    m_w[warp * 16 + g] = m_a, m_w[warp * 16 + g + 8] = m_b;
+    l_w[warp * 16 + g] = l_a, l_w[warp * 16 + g + 8] = l_b;
+  }
+  float* ow = Os + warp * 16 * kLdO;
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const int d = NT * 2 * c + t;
+    ow[g * kLdO + d] = o[t][0];
+    ow[g * kLdO + d + NT] = o[t][1];
+    ow[(g + 8) * kLdO + d] = o[t][2];
+    ow[(g + 8) * kLdO + d + NT] = o[t][3];
+  }
+}
+
 // The narrow slot step (DecodeTuning::narrow_rows; decode_tc_warps_kernel<DP, true>): up to 8
 // rows, placed in the mma's n dimension (columns) instead of its m dimension.
 // Why: the step above puts the rows in the 16-row m dimension, so at T = 1 of the 27B shape
@@ -1218,7 +1243,6 @@ __global__ void __launch_bounds__(kWThreads, 2)
   constexpr int NSW = L::kNSW, kLdQ = L::kLdQ;
   constexpr int NT = DP / 8;      // m16n8 tiles of O (columns: dim (DP / 8) n + t)
   constexpr int KCH = DP / 16;    // 16-byte chunks per i8 row
-  constexpr int VQ = DP / 128;    // V chunks a lane reads per key
   extern __shared__ __align__(128) unsigned char smem[];
   float* m_w = reinterpret_cast<float*>(smem + L::kOffRow);  // [kWW][16]
   float* l_w = m_w + kWW * 16;                                // [kWW][16]
@@ -1455,113 +1479,7 @@ __global__ void __launch_bounds__(kWThreads, 2)
       __syncwarp();  // the other lanes' copies of the slot are visible
       const unsigned char* slot = ring + (i % NSW) * L::kSlotBytes;
       const int key0 = s_begin + (warp + kWW * i) * kSlotKeys;
-
-      float s[2][4];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) s[h][0] = s[h][1] = s[h][2] = s[h][3] = 0.0f;
-#pragma unroll
-      for (int jj = 0; jj < DP / 64; ++jj) {
-        const int ch = c + 4 * jj;  // i8 chunk of K; halves 16 ch .. of Q
-        const uint4 qa0 = *reinterpret_cast<const uint4*>(qa_row + 16 * ch);
-        const uint4 qa1 = *reinterpret_cast<const uint4*>(qa_row + 16 * ch + 8);
-        const uint4 qb0 = *reinterpret_cast<const uint4*>(qb_row + 16 * ch);
-        const uint4 qb1 = *reinterpret_cast<const uint4*>(qb_row + 16 * ch + 8);
-        const uint32_t qa[8] = {qa0.x, qa0.y, qa0.z, qa0.w, qa1.x, qa1.y, qa1.z, qa1.w};
-        const uint32_t qb[8] = {qb0.x, qb0.y, qb0.z, qb0.w, qb1.x, qb1.y, qb1.z, qb1.w};
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int kr = 8 * h + g;
-          const uint4 kw = *reinterpret_cast<const uint4*>(slot + L::kSlotK + kr * DP + k_chunk<DP>(kr, ch) * 16);
-          const uint32_t kws[4] = {kw.x, kw.y, kw.z, kw.w};
-#pragma unroll
-          for (int j4 = 0; j4 < 4; ++j4) {
-            uint32_t b0, b1;
-            i8x4_to_h2(kws[j4], b0, b1);
-            mma_16816(s[h], qa[2 * j4], qb[2 * j4], qa[2 * j4 + 1], qb[2 * j4 + 1], b0, b1);
-          }
-        }
-      }
-
-      // Scale, mask, online softmax on the fragments: s[h][e] is row g, key 8h + 2c + e;
-      // s[h][2 + e] row g + 8.
-      const float* ksc = reinterpret_cast<const float*>(slot + L::kSlotKs);
-      const float* vsc = reinterpret_cast<const float*>(slot + L::kSlotVs);
-      float vs[2][2];
-      float mx_a = -INFINITY, mx_b = -INFINITY;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float2 kk = *reinterpret_cast<const float2*>(ksc + 8 * h + 2 * c);
-        const float2 vv = *reinterpret_cast<const float2*>(vsc + 8 * h + 2 * c);
-        vs[h][0] = vv.x, vs[h][1] = vv.y;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = key0 + 8 * h + 2 * c + e;
-          const float ks = e ? kk.y : kk.x;
-          const bool past = key >= s_end;
-          s[h][e] = key > pos_a || past ? -INFINITY : s[h][e] * ks;
-          s[h][2 + e] = key > pos_b || past ? -INFINITY : s[h][2 + e] * ks;
-          mx_a = fmaxf(mx_a, s[h][e]);
-          mx_b = fmaxf(mx_b, s[h][2 + e]);
-        }
-      }
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-      // A row that has seen no key yet (new max -inf) adds nothing and keeps O (zero) as it is.
-      const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-      const bool none_a = mn_a == -INFINITY, none_b = mn_b == -INFINITY;
-      const float corr_a = none_a ? 1.0f : exp2f(m_a - mn_a), corr_b = none_b ? 1.0f : exp2f(m_b - mn_b);
-      m_a = mn_a, m_b = mn_b;
-      float sum_a = 0.0f, sum_b = 0.0f;
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          s[h][e] = none_a ? 0.0f : exp2f(s[h][e] - mn_a);
-          s[h][2 + e] = none_b ? 0.0f : exp2f(s[h][2 + e] - mn_b);
-          sum_a += s[h][e], sum_b += s[h][2 + e];
-        }
-      l_a = l_a * corr_a + sum_a;
-      l_b = l_b * corr_b + sum_b;
-      if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) {
-#pragma unroll
-        for (int t = 0; t < NT; ++t) o[t][0] *= corr_a, o[t][1] *= corr_a, o[t][2] *= corr_b, o[t][3] *= corr_b;
-      }
-      // P · diag(V scale) as the A fragment of the 16-key step: keys 2c.. (tile h 0), 2c + 8.. (h 1).
-      const uint32_t pa0 = pack_half2(s[0][0] * vs[0][0], s[0][1] * vs[0][1]);
-      const uint32_t pa1 = pack_half2(s[0][2] * vs[0][0], s[0][3] * vs[0][1]);
-      const uint32_t pa2 = pack_half2(s[1][0] * vs[1][0], s[1][1] * vs[1][1]);
-      const uint32_t pa3 = pack_half2(s[1][2] * vs[1][0], s[1][3] * vs[1][1]);
-
-      // O += P·V: keys 2c, 2c + 1 (b0) and 2c + 8, 2c + 9 (b1) at dim (DP / 8) g + t.
-      const int r0 = 2 * c, r1 = 2 * c + 1, r2 = 2 * c + 8, r3 = 2 * c + 9;
-#pragma unroll
-      for (int qq = 0; qq < VQ; ++qq) {
-        const int ch = VQ * g + qq;
-        const uint4 v0 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r0 * DP + v_chunk<DP>(r0, ch) * 16);
-        const uint4 v1 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r1 * DP + v_chunk<DP>(r1, ch) * 16);
-        const uint4 v2 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r2 * DP + v_chunk<DP>(r2, ch) * 16);
-        const uint4 v3 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r3 * DP + v_chunk<DP>(r3, ch) * 16);
-        const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
-        const uint32_t w2[4] = {v2.x, v2.y, v2.z, v2.w}, w3[4] = {v3.x, v3.y, v3.z, v3.w};
-        const __half2 bias = __float2half2_rn(1152.0f);
-#pragma unroll
-        for (int wi = 0; wi < 4; ++wi) {
-          // Bytes of two keys interleaved: [k0.0, k1.0, k0.1, k1.1] and [k0.2, k1.2, k0.3, k1.3].
-          const uint32_t x0 = w0[wi] ^ 0x80808080u, x1 = w1[wi] ^ 0x80808080u;
-          const uint32_t x2 = w2[wi] ^ 0x80808080u, x3 = w3[wi] ^ 0x80808080u;
-          const uint32_t i01[2] = {__byte_perm(x0, x1, 0x5140u), __byte_perm(x0, x1, 0x7362u)};
-          const uint32_t i23[2] = {__byte_perm(x2, x3, 0x5140u), __byte_perm(x2, x3, 0x7362u)};
-#pragma unroll
-          for (int bi = 0; bi < 4; ++bi) {
-            const uint32_t sel = bi & 1 ? 0x4342u : 0x4140u;
-            const uint32_t b0 = as_u32(__hsub2(as_h2(__byte_perm(i01[bi >> 1], 0x64646464u, sel)), bias));
-            const uint32_t b1 = as_u32(__hsub2(as_h2(__byte_perm(i23[bi >> 1], 0x64646464u, sel)), bias));
-            mma_16816(o[16 * qq + 4 * wi + bi], pa0, pa1, pa2, pa3, b0, b1);
-          }
-        }
-      }
+      warp_slot_step<DP>(slot, qa_row, qb_row, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, o);
       __syncwarp();  // every lane is done with the slot before it is refilled
       if (i + NSW < n_mine) issue(i + NSW);
       cp_async_commit();
@@ -1569,26 +1487,7 @@ __global__ void __launch_bounds__(kWThreads, 2)
 
     cp_async_wait<0>();
     __syncthreads();  // every warp is done with its ring; the staging goes over the rings
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-    if (c == 0) {
-      m_w[warp * 16 + g] = m_a, m_w[warp * 16 + g + 8] = m_b;
-      l_w[warp * 16 + g] = l_a, l_w[warp * 16 + g + 8] = l_b;
-    }
-    float* Os = reinterpret_cast<float*>(ring_all);  // [kWW][16][kLdO]
-    {
-      float* ow = Os + warp * 16 * L::kLdO;
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        const int d = NT * 2 * c + t;
-        ow[g * L::kLdO + d] = o[t][0];
-        ow[g * L::kLdO + d + NT] = o[t][1];
-        ow[(g + 8) * L::kLdO + d] = o[t][2];
-        ow[(g + 8) * L::kLdO + d + NT] = o[t][3];
-      }
-    }
+    stash_tile_partial<DP>(m_a, m_b, l_a, l_b, o, m_w, l_w, reinterpret_cast<float*>(ring_all), warp, g, c);
   }
   // Merge the warps: each row's max over the warps, each warp's O and sum weighed by
   // exp2(its max - that max) (0 for a warp whose row saw no key).
@@ -1679,6 +1578,7 @@ struct WarpShareLayout {
   static_assert(kNSS >= 3, "a stream keeps slots loading while it computes one");
   static_assert(kWW * 16 * kLdO * 4 <= kStreams * kNSS * WL::kSlotBytes, "the output staging fits over the rings");
   static_assert((3 * kWW * 16 + 2 * kRows) * 4 <= kOffQ, "the row area");
+  static_assert(kLdO == WL::kLdO, "stash_tile_partial stages O with the one-tile kernel's row pitch");
 };
 
 // Waits until the kThreads threads (whole warps) of stream `stream` (0 or 1) have arrived at
@@ -1967,26 +1867,8 @@ __global__ void __launch_bounds__(kWThreads, 2)
   // Merge the streams: for each row, its tile's warp in every stream, as above.
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring; the staging goes over the rings
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-  if (c == 0) {
-    m_w[warp * 16 + g] = m_a, m_w[warp * 16 + g + 8] = m_b;
-    l_w[warp * 16 + g] = l_a, l_w[warp * 16 + g + 8] = l_b;
-  }
   float* Os = reinterpret_cast<float*>(ring_all);  // [kWW][16][kLdO]
-  {
-    float* ow = Os + warp * 16 * L::kLdO;
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const int d = NT * 2 * c + t;
-      ow[g * L::kLdO + d] = o[t][0];
-      ow[g * L::kLdO + d + NT] = o[t][1];
-      ow[(g + 8) * L::kLdO + d] = o[t][2];
-      ow[(g + 8) * L::kLdO + d + NT] = o[t][3];
-    }
-  }
+  stash_tile_partial<DP>(m_a, m_b, l_a, l_b, o, m_w, l_w, Os, warp, g, c);
   __syncthreads();
   if (tid < kRows) {  // row tid: tile tid / 16, whose warp in stream s2 is s2 * RT + tid / 16
     const int rr = tid % 16, w0 = tid / 16;
