@@ -300,7 +300,9 @@ TEST_P(AttentionDecode, SplitKernelsForcedSplits) {
 // and a key bound 300 past the true length (empty splits, warps with no slot), forced splits
 // (1: the block writes the output; 3; 33: a last split of a few keys, warps without slots; a
 // split whose first key lies after the first query's position), one long split (2000+ keys:
-// each warp's ring wraps many times). Pool rows past the last position hold NaN.
+// each warp's ring wraps many times). Pool rows past the last position hold NaN. All of it
+// twice: with the narrow step (calls of <= 8 rows: the rows in the mma's n dimension; blocks of
+// 16 copy a slot from one table load, blocks of 7 row by row) and with the 16-row step only.
 TEST_P(AttentionDecode, TensorCoreWarpSplit) {
   for (bool narrow : {true, false}) {
     cuda::DecodeTuning t = cuda::decode_tuning();
@@ -462,9 +464,10 @@ TEST_P(AttentionDecode, RoundedUpKeyBound) {
     return b - S;
   };
   using cuda::DecodeTuning;
-  const DecodeTuning modes[] = {DecodeTuning{true, true, true, true, true},   DecodeTuning{false, false, false, false, false},
-                                DecodeTuning{true, false, false, true, true},  DecodeTuning{false, true, true, false, true},
-                                DecodeTuning{true, true, true, false, false}};
+  const DecodeTuning modes[] = {
+      DecodeTuning{true, true, true, true, true},  DecodeTuning{false, false, false, false, false},
+      DecodeTuning{true, false, false, true, true}, DecodeTuning{false, true, true, false, true},
+      DecodeTuning{true, true, true, false, false}};
   for (const DecodeTuning& m : modes) {
     const Tuning tuning(m);
     const std::string what = fmt::format("balanced {} fast combine {} pdl {} lean step {} narrow rows {}",
