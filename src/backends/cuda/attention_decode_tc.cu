@@ -1234,6 +1234,9 @@ __device__ __forceinline__ void warp_slot_step_narrow(const unsigned char* slot,
 
 // Grid (n_splits * n_groups, Hkv), kWThreads threads. TcParams as above; G <= 16 (rows per
 // group group_tokens * G <= 16), D % 16 == 0, 16-byte aligned i8 pools (the host checks).
+// kNarrow: the rows (at most 8, decode_tc_narrow_takes) through warp_slot_step_narrow, and the
+// slots copied by copy_run where they are runs of pool rows; else the 16-row warp_slot_step and
+// issue(). The Q staging, the split range and the merge of the warps are shared.
 template <int DP, bool kNarrow>
 __global__ void __launch_bounds__(kWThreads, 2)
     decode_tc_warps_kernel(const __half* __restrict__ q, const int8_t* __restrict__ k, const int8_t* __restrict__ v,
