@@ -803,6 +803,65 @@ __device__ __forceinline__ void i8x4_to_h2(uint32_t w, uint32_t& lo, uint32_t& h
   hi = as_u32(__hsub2(as_h2(__byte_perm(x, 0x64646464u, 0x4342u)), bias));
 }
 
+// Q of the warp-split kernels, scaled and rotated like the keys, in f16: row r of a block's row
+// group (token t0 + r / G, query head hk G + r % G), this lane's DP / 32 consecutive dims from
+// lane * DP / 32, as DP / 64 f16 pairs. The Hadamard transform works on power-of-two blocks of D
+// (as hadamard_rows_smem): butterflies inside a lane, then across lanes by shuffles; a block
+// starts at a multiple of its size and is >= 16 dims (D % 16 == 0), so a lane's partner lies in
+// its own block, and lanes past D hold zeros. Rows >= R (padding) are zeros without shuffles,
+// so the whole warp must take the same r.
+template <int DP>
+__device__ __forceinline__ void q_row_halves(const __half* __restrict__ q, const TcParams& P, int hk, int t0, int R,
+                                             int r, int lane, uint32_t (&hw)[DP / 64]) {
+  constexpr int EPL = DP / 32;
+  const int d0 = lane * EPL;
+  int blk = 0;  // this lane's block size (0: past D)
+  for (int b0 = 0, rem = P.D; rem > 0;) {
+    int n = 1;
+    while (n * 2 <= rem) n *= 2;
+    if (d0 >= b0 && d0 < b0 + n) blk = n;
+    b0 += n, rem -= n;
+  }
+  float x[EPL];
+  const int t = t0 + r / P.G, gq = r % P.G;
+  const __half* qrow = q + (int64_t(t) * P.Hq + hk * P.G + gq) * P.D;
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) x[e] = r < R && d0 + e < P.D ? __half2float(qrow[d0 + e]) * P.qscale : 0.0f;
+  if (P.rotate_q && r < R) {
+#pragma unroll
+    for (int h = 1; h < EPL; h *= 2)
+#pragma unroll
+      for (int e = 0; e < EPL; ++e)
+        if ((e & h) == 0) {
+          const float a = x[e], b = x[e + h];
+          x[e] = a + b, x[e + h] = a - b;
+        }
+#pragma unroll
+    for (int h = EPL; h < DP; h *= 2) {
+      const int lm = h / EPL;
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) {
+        const float o = __shfl_xor_sync(0xffffffffu, x[e], lm);
+        if (h < blk) x[e] = (lane & lm) ? o - x[e] : x[e] + o;
+      }
+    }
+    if (blk > 0) {
+      const float norm = 1.0f / sqrtf(static_cast<float>(blk));  // as the CPU computes it
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) x[e] *= norm;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < EPL / 2; ++e) hw[e] = pack_half2(x[2 * e], x[2 * e + 1]);
+}
+// Stores q_row_halves' pairs as row r of a row-major Q with kLdQ halves per row.
+template <int DP>
+__device__ __forceinline__ void store_q_row(__half* Qs, int kLdQ, int r, int lane, const uint32_t (&hw)[DP / 64]) {
+  __half* dst = Qs + r * kLdQ + lane * (DP / 32);
+  if constexpr (DP == 256) *reinterpret_cast<uint4*>(dst) = make_uint4(hw[0], hw[1], hw[2], hw[3]);
+  else *reinterpret_cast<uint2*>(dst) = make_uint2(hw[0], hw[1]);
+}
+
 // Keys [s_begin, s_end) of split `split` for a row group whose last token sees keys < n_keys
 // (empty where s_end <= s_begin). Static (DecodeTuning::balanced_splits off): split s takes
 // keys_per_split keys of the host's key bound, so with a bound well past the true length
@@ -1348,59 +1407,13 @@ __global__ void __launch_bounds__(kWThreads, 2)
     cp_async_commit();
   }
 
-  // Q, scaled, rotated like the keys, in f16: warp w takes rows w, w + kWW, ..; a lane holds
-  // DP / 32 consecutive dims. The Hadamard transform works on power-of-two blocks of D (as
-  // hadamard_rows_smem): butterflies inside a lane, then across lanes by shuffles; a block
-  // starts at a multiple of its size and is >= 16 dims (D % 16 == 0), so a lane's partner
-  // lies in its own block, and lanes past D hold zeros.
-  {
-    constexpr int EPL = DP / 32;
-    const int d0 = lane * EPL;
-    int blk = 0;  // this lane's block size (0: past D)
-    for (int b0 = 0, rem = P.D; rem > 0;) {
-      int n = 1;
-      while (n * 2 <= rem) n *= 2;
-      if (d0 >= b0 && d0 < b0 + n) blk = n;
-      b0 += n, rem -= n;
-    }
-    for (int r = warp; r < 16; r += kWW) {
-      float x[EPL];
-      const int t = t0 + r / P.G, gq = r % P.G;
-      const __half* qrow = q + (int64_t(t) * P.Hq + hk * P.G + gq) * P.D;
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) x[e] = r < R && d0 + e < P.D ? __half2float(qrow[d0 + e]) * P.qscale : 0.0f;
-      // Padding rows stay zero (warp-uniform): at T = 1 of the 27B shape 10 of the 16 rows,
-      // whose butterflies (40 shuffles a row at D 256) each warp used to run.
-      if (P.rotate_q && r < R) {
-#pragma unroll
-        for (int h = 1; h < EPL; h *= 2)
-#pragma unroll
-          for (int e = 0; e < EPL; ++e)
-            if ((e & h) == 0) {
-              const float a = x[e], b = x[e + h];
-              x[e] = a + b, x[e + h] = a - b;
-            }
-#pragma unroll
-        for (int h = EPL; h < DP; h *= 2) {
-          const int lm = h / EPL;
-#pragma unroll
-          for (int e = 0; e < EPL; ++e) {
-            const float o = __shfl_xor_sync(0xffffffffu, x[e], lm);
-            if (h < blk) x[e] = (lane & lm) ? o - x[e] : x[e] + o;
-          }
-        }
-        if (blk > 0) {
-          const float norm = 1.0f / sqrtf(static_cast<float>(blk));  // as the CPU computes it
-#pragma unroll
-          for (int e = 0; e < EPL; ++e) x[e] *= norm;
-        }
-      }
-      uint32_t hw[EPL / 2];
-#pragma unroll
-      for (int e = 0; e < EPL / 2; ++e) hw[e] = pack_half2(x[2 * e], x[2 * e + 1]);
-      if constexpr (EPL == 8) *reinterpret_cast<uint4*>(Qs + r * kLdQ + d0) = make_uint4(hw[0], hw[1], hw[2], hw[3]);
-      else *reinterpret_cast<uint2*>(Qs + r * kLdQ + d0) = make_uint2(hw[0], hw[1]);
-    }
+  // Q (q_row_halves): warp w takes rows w, w + kWW, ... Padding rows stay zero without the
+  // rotation: at T = 1 of the 27B shape 10 of the 16 rows, whose butterflies (40 shuffles a row
+  // at D 256) each warp used to run.
+  for (int r = warp; r < 16; r += kWW) {
+    uint32_t hw[DP / 64];
+    q_row_halves<DP>(q, P, hk, t0, R, r, lane, hw);
+    store_q_row<DP>(Qs, kLdQ, r, lane, hw);
   }
   __syncthreads();  // every warp reads every row of Q
 
@@ -1757,67 +1770,24 @@ __global__ void __launch_bounds__(kWThreads, 2)
     cp_async_commit();
   }
 
-  // Q, scaled, rotated like the keys, in f16, as in the kernel above over kRows rows.
-  {
-    constexpr int EPL = DP / 32;
-    const int d0 = lane * EPL;
-    int blk = 0;  // this lane's block size (0: past D)
-    for (int b0 = 0, rem = P.D; rem > 0;) {
-      int n = 1;
-      while (n * 2 <= rem) n *= 2;
-      if (d0 >= b0 && d0 < b0 + n) blk = n;
-      b0 += n, rem -= n;
-    }
-    for (int r = warp; r < kRows; r += kWW) {
-      float x[EPL];
-      const int t = t0 + r / P.G, gq = r % P.G;
-      const __half* qrow = q + (int64_t(t) * P.Hq + hk * P.G + gq) * P.D;
+  // Q (q_row_halves) over kRows rows.
+  for (int r = warp; r < kRows; r += kWW) {
+    uint32_t hw[DP / 64];
+    q_row_halves<DP>(q, P, hk, t0, R, r, lane, hw);
+    if constexpr (kLean) {
+      // Fragment order (warp_slot_step_lean): tile r / 16 holds 2 DP uint4, entry
+      // 32 (4 jj + j4) + lane' is lane' = (g', c')'s A fragment of k-step (jj, j4),
+      // {row g' dims 16 ch + 4 j4 + 0, 1 | row g' + 8, same | row g', + 2, 3 | row g' + 8,
+      // same} with ch = c' + 4 jj: the head-dim order in which a K chunk feeds its k-steps.
+      uint32_t* qw = reinterpret_cast<uint32_t*>(Qs) + (r >> 4) * (8 * DP);
+      const int rr = r & 15, gr = rr & 7, hb = rr >> 3, d0 = lane * (DP / 32);
 #pragma unroll
-      for (int e = 0; e < EPL; ++e) x[e] = r < R && d0 + e < P.D ? __half2float(qrow[d0 + e]) * P.qscale : 0.0f;
-      if (P.rotate_q && r < R) {  // padding rows stay zero (warp-uniform: no shuffles for them)
-#pragma unroll
-        for (int h = 1; h < EPL; h *= 2)
-#pragma unroll
-          for (int e = 0; e < EPL; ++e)
-            if ((e & h) == 0) {
-              const float a = x[e], b = x[e + h];
-              x[e] = a + b, x[e + h] = a - b;
-            }
-#pragma unroll
-        for (int h = EPL; h < DP; h *= 2) {
-          const int lm = h / EPL;
-#pragma unroll
-          for (int e = 0; e < EPL; ++e) {
-            const float o = __shfl_xor_sync(0xffffffffu, x[e], lm);
-            if (h < blk) x[e] = (lane & lm) ? o - x[e] : x[e] + o;
-          }
-        }
-        if (blk > 0) {
-          const float norm = 1.0f / sqrtf(static_cast<float>(blk));  // as the CPU computes it
-#pragma unroll
-          for (int e = 0; e < EPL; ++e) x[e] *= norm;
-        }
+      for (int e = 0; e < DP / 64; ++e) {
+        const int d = d0 + 2 * e, ch = d >> 4, j4 = (d >> 2) & 3, e2 = (d >> 1) & 1;
+        qw[((((ch >> 2) * 4 + j4) * 32 + gr * 4 + (ch & 3)) * 4) + e2 * 2 + hb] = hw[e];
       }
-      uint32_t hw[EPL / 2];
-#pragma unroll
-      for (int e = 0; e < EPL / 2; ++e) hw[e] = pack_half2(x[2 * e], x[2 * e + 1]);
-      if constexpr (kLean) {
-        // Fragment order (warp_slot_step_lean): tile r / 16 holds 2 DP uint4, entry
-        // 32 (4 jj + j4) + lane' is lane' = (g', c')'s A fragment of k-step (jj, j4),
-        // {row g' dims 16 ch + 4 j4 + 0, 1 | row g' + 8, same | row g', + 2, 3 | row g' + 8,
-        // same} with ch = c' + 4 jj: the head-dim order in which a K chunk feeds its k-steps.
-        uint32_t* qw = reinterpret_cast<uint32_t*>(Qs) + (r >> 4) * (8 * DP);
-        const int rr = r & 15, gr = rr & 7, hb = rr >> 3;
-#pragma unroll
-        for (int e = 0; e < EPL / 2; ++e) {
-          const int d = d0 + 2 * e, ch = d >> 4, j4 = (d >> 2) & 3, e2 = (d >> 1) & 1;
-          qw[((((ch >> 2) * 4 + j4) * 32 + gr * 4 + (ch & 3)) * 4) + e2 * 2 + hb] = hw[e];
-        }
-      } else if constexpr (EPL == 8) {
-        *reinterpret_cast<uint4*>(Qs + r * kLdQ + d0) = make_uint4(hw[0], hw[1], hw[2], hw[3]);
-      } else {
-        *reinterpret_cast<uint2*>(Qs + r * kLdQ + d0) = make_uint2(hw[0], hw[1]);
-      }
+    } else {
+      store_q_row<DP>(Qs, kLdQ, r, lane, hw);
     }
   }
   __syncthreads();  // every warp reads its tile's rows of Q
@@ -1915,6 +1885,427 @@ __global__ void __launch_bounds__(kWThreads, 2)
 #endif
 }
 
+// ---------------------------------------------------------------------------------------
+// sm_80+ (native profile), i8 K and V, D in 129..256, 9..24 rows (T = 2..4 of the 27B shape,
+// G 6): the narrow step's transposed products on warp pairs that split the head dims.
+//
+// Why: at T = 4 (24 rows) the shared-slot kernel above runs two 16-row warps per stream, each
+// converting the whole slot (int8 -> f16: ~390 of a step's ~750 math instructions) for its own
+// tile, 8 of its 32 rows padding: at 128K it took 157 us a layer against 81 for T = 1. Here a
+// stream is a pair of warps and warp h of the pair owns head dims [128 h, 128 h + 128) for
+// both products, so each int8 byte of a slot is converted once per stream:
+//   S^T = K·Q^T: each warp multiplies its 128 dims of K (A = K, 16 keys x 16 dims, the narrow
+//     step's conversion) with Q^T for all rows (B, 8 rows per n-tile, NR n-tiles, from
+//     registers), and the pair adds its two partial sums through shared memory (own + other:
+//     IEEE addition is commutative, so both warps hold the same S and run the same softmax);
+//   O^T += V^T·P^T: each warp its 128 dims (8 m-tiles of 16 dims) x NR n-tiles of rows.
+// So per slot a warp converts half of the slot's 8 KB of int8 and runs 8 NR + 8 NR HMMA; O takes
+// 32 NR floats a lane. Softmax, lazy max and the P transpose (movmatrix) are the narrow step's, per n-tile.
+// Block: kWW warps = 2 streams x 2 halves; stream st takes slots st, st + 2, .. of the split,
+// its 64 threads fill its ring (the lean kernel's copies; one table load per slot where a slot
+// is a run of pool rows) and meet at named barrier 1 + st once a slot (see pair_s_partial). The
+// streams' O is merged at the end as in the kernels above.
+// ---------------------------------------------------------------------------------------
+
+constexpr int kPairDims = 128;  // head dims per warp of a pair (DP 256)
+
+template <int NR>
+struct PairLayout {
+  using WL = WarpLayout<256>;  // the slot: K, V [16][256] int8 (K swizzled by k_chunk, V by pv_chunk), scales
+  static constexpr int kRows = 8 * NR;
+  static constexpr int kLdQ = 256 + 8;  // halves per Q row
+  // Block: per-stream row max and sum and merge factor, per-row max and sum, the S exchange
+  // [2 streams][2 slot parities][2 halves][NR][32 lanes] float4, Q [kRows][kLdQ] half, then the
+  // rings (stream s's slots at s * kNSS); the output staging [2][kRows][kLdO] f32 goes over them.
+  static constexpr int kOffRow = 0;  // f32 m_s, l_s, fac [2][kRows]; M, L [kRows]
+  static constexpr int kOffX = 1024;
+  static constexpr int kOffQ = kOffX + 2 * 2 * 2 * NR * 32 * 16;
+  static constexpr int kOffRing = (kOffQ + kRows * kLdQ * 2 + 127) / 128 * 128;
+  static constexpr int kNSS0 = (kBudget2 - kOffRing) / (2 * WL::kSlotBytes);
+  static constexpr int kNSS = kNSS0 < 10 ? kNSS0 : 10;  // slots per stream
+  static constexpr int kBytes = kOffRing + 2 * kNSS * WL::kSlotBytes;
+  static constexpr int kLdO = 256 + 4;
+  static_assert(kNSS >= 4, "a stream computes on two slots while others load");
+  static_assert(2 * kRows * kLdO * 4 <= 2 * kNSS * WL::kSlotBytes, "the output staging fits over the rings");
+  static_assert((3 * 2 * kRows + 2 * kRows) * 4 <= kOffX, "the row area");
+};
+
+// V's 16-byte chunk ch of key row r in a pair kernel's slot: warp half h's lane (g, c) reads
+// chunk 8 h + g of keys 2c, 2c + 1, 2c + 8, 2c + 9, so each quarter warp (g in {2j, 2j + 1},
+// c = 0..3) meets 8 distinct 16-byte bank groups: (g ^ 2c) mod 8.
+__device__ __forceinline__ int pv_chunk(int r, int ch) { return ch ^ (((r >> 1) & 3) << 1); }
+
+// The two halves of a warp's pair step. The kernel runs them skewed by a slot: a warp adds the
+// pair's S sums of slot i (its own, kept in registers, and the partner's, through shared memory),
+// runs the softmax and O^T += V^T·P^T on slot i, then multiplies K of slot i + 1 for the next
+// sums, so one stream barrier a slot makes both the slot and the sums visible, and the O and S
+// products of neighbouring slots are independent work for the scheduler.
+//
+// pair_s_partial: S^T over this warp's dims (h: its half; chunks c + 4 jj of keys g, g + 8,
+// jj = 2h, 2h + 1: two chains per n-tile), A = K (the narrow step's conversion), B = qb[n][j],
+// Q^T's fragments of n-tile n (rows 8n ..) for dims 16 (c + 4 (2h + j)) ...
+// sp[n][e]: key g, row 8n + 2c + e; sp[n][2 + e]: key g + 8.
+template <int NR>
+__device__ __forceinline__ void pair_s_partial(const unsigned char* slot, const uint32_t (&qb)[NR][2][8], int h,
+                                               int g, int c, float (&sp)[NR][4]) {
+  using WL = WarpLayout<256>;
+  constexpr int DP = 256;
+  float s[NR][2][4];
+#pragma unroll
+  for (int n = 0; n < NR; ++n)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) s[n][j][0] = s[n][j][1] = s[n][j][2] = s[n][j][3] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int ch = c + 4 * (2 * h + j);
+    const uint4 ka = *reinterpret_cast<const uint4*>(slot + WL::kSlotK + g * DP + k_chunk<DP>(g, ch) * 16);
+    const uint4 kb = *reinterpret_cast<const uint4*>(slot + WL::kSlotK + (g + 8) * DP + k_chunk<DP>(g + 8, ch) * 16);
+    const uint32_t wa[4] = {ka.x, ka.y, ka.z, ka.w}, wb[4] = {kb.x, kb.y, kb.z, kb.w};
+#pragma unroll
+    for (int j4 = 0; j4 < 4; ++j4) {
+      uint32_t lo_a, hi_a, lo_b, hi_b;
+      i8x4_to_h2(wa[j4], lo_a, hi_a);
+      i8x4_to_h2(wb[j4], lo_b, hi_b);
+#pragma unroll
+      for (int n = 0; n < NR; ++n) mma_16816(s[n][j], lo_a, lo_b, hi_a, hi_b, qb[n][j][2 * j4], qb[n][j][2 * j4 + 1]);
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < NR; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) sp[n][e] = s[n][0][e] + s[n][1][e];
+}
+
+// pair_softmax_pv: slot keys key0 ..; sf: the pair's S sums (same layout as sp, the same floats
+// on both warps: own + partner's, and IEEE addition is commutative); pos[n][e], m[n][e],
+// l[n][e]: row 8n + 2c + e (position, running max in exp2 units, this lane's part of the running
+// sum); o[t][n]: O^T of dims 16 (8h + g) + t (o[t][n][0..1]: rows 8n + 2c, + 1) and + 8 + t
+// (o[t][n][2..3]). Scale, mask, lazy max and the P transpose as warp_slot_step_narrow, per n-tile.
+template <int NR>
+__device__ __forceinline__ void pair_softmax_pv(const unsigned char* slot, const float (&sf)[NR][4], int h, int g,
+                                                int c, int key0, int s_end, const int (&pos)[NR][2],
+                                                float (&m)[NR][2], float (&l)[NR][2], float (&o)[8][NR][4]) {
+  using WL = WarpLayout<256>;
+  constexpr int DP = 256;
+  // vw[kk]: V chunk 8h + g of key 2c + (kk & 1) + 8 (kk >> 1), offset to unsigned bytes.
+  uint32_t vw[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const int r = 2 * c + (kk & 1) + 8 * (kk >> 1);
+    const uint4 w = *reinterpret_cast<const uint4*>(slot + WL::kSlotV + r * DP + pv_chunk(r, 8 * h + g) * 16);
+    vw[kk][0] = w.x ^ 0x80808080u, vw[kk][1] = w.y ^ 0x80808080u;
+    vw[kk][2] = w.z ^ 0x80808080u, vw[kk][3] = w.w ^ 0x80808080u;
+  }
+  const float* ksc = reinterpret_cast<const float*>(slot + WL::kSlotKs);
+  const float* vsc = reinterpret_cast<const float*>(slot + WL::kSlotVs);
+  const float ks_a = ksc[g], ks_b = ksc[g + 8], vs_a = vsc[g], vs_b = vsc[g + 8];
+  const int key_a = key0 + g, key_b = key0 + g + 8;
+  uint32_t b0[NR], b1[NR];
+  bool rescale = false;
+  float corr[NR][2];
+#pragma unroll
+  for (int n = 0; n < NR; ++n) {
+    float p_a[2], p_b[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float xa = key_a > pos[n][e] || key_a >= s_end ? -INFINITY : sf[n][e] * ks_a;
+      const float xb = key_b > pos[n][e] || key_b >= s_end ? -INFINITY : sf[n][2 + e] * ks_b;
+      float mx = fmaxf(xa, xb);
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+      const float mn = mx > m[n][e] + kLazyMaxLog2 ? mx : m[n][e];
+      const bool none = mn == -INFINITY;
+      corr[n][e] = none ? 1.0f : exp2f(m[n][e] - mn);
+      rescale |= corr[n][e] != 1.0f;
+      m[n][e] = mn;
+      p_a[e] = none ? 0.0f : exp2f(xa - mn);
+      p_b[e] = none ? 0.0f : exp2f(xb - mn);
+      l[n][e] = l[n][e] * corr[n][e] + (p_a[e] + p_b[e]);
+    }
+    b0[n] = movmatrix_trans(pack_half2(p_a[0] * vs_a, p_a[1] * vs_a));
+    b1[n] = movmatrix_trans(pack_half2(p_b[0] * vs_b, p_b[1] * vs_b));
+  }
+  if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+#pragma unroll
+      for (int n = 0; n < NR; ++n)
+        o[t][n][0] *= corr[n][0], o[t][n][1] *= corr[n][1], o[t][n][2] *= corr[n][0], o[t][n][3] *= corr[n][1];
+  }
+  // Lane-dim e (dim 16 (8h + g) + e) of keys (2c, 2c + 1) (kp 0) or (2c + 8, 2c + 9) (kp 1) as
+  // an f16 pair, as in the narrow step.
+  const __half2 bias = __float2half2_rn(1152.0f);
+  auto pair = [&](int e, int kp) {
+    const int wi = e / 4, bi = e % 4;
+    const uint32_t il = __byte_perm(vw[2 * kp][wi], vw[2 * kp + 1][wi], bi >> 1 ? 0x7362u : 0x5140u);
+    return as_u32(__hsub2(as_h2(__byte_perm(il, 0x64646464u, bi & 1 ? 0x4342u : 0x4140u)), bias));
+  };
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    const uint32_t a0 = pair(t, 0), a1 = pair(8 + t, 0), a2 = pair(t, 1), a3 = pair(8 + t, 1);
+#pragma unroll
+    for (int n = 0; n < NR; ++n) mma_16816(o[t][n], a0, a1, a2, a3, b0[n], b1[n]);
+  }
+}
+
+// Grid (n_splits * n_groups, Hkv), kWThreads threads. TcParams as above; rows per group
+// group_tokens * G <= 8 NR, D in 129..256 with D % 16 == 0, 16-byte aligned i8 pools (the host
+// checks: decode_tc_pair_takes).
+template <int NR>
+__global__ void __launch_bounds__(kWThreads, 2)
+    decode_tc_pair_kernel(const __half* __restrict__ q, const int8_t* __restrict__ k, const int8_t* __restrict__ v,
+                          __half* __restrict__ out, TcParams P) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using L = PairLayout<NR>;
+  using WL = WarpLayout<256>;
+  constexpr int DP = 256, NSS = L::kNSS, kRows = L::kRows, KCH = DP / 16;
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* m_s = reinterpret_cast<float*>(smem + L::kOffRow);  // [2][kRows]
+  float* l_s = m_s + 2 * kRows;                               // [2][kRows]
+  float* fac = l_s + 2 * kRows;                               // [2][kRows]
+  float* M_s = fac + 2 * kRows;                               // [kRows]
+  float* L_s = M_s + kRows;                                   // [kRows]
+  float4* xch = reinterpret_cast<float4*>(smem + L::kOffX);   // [2][2][2][NR][32]
+  __half* Qs = reinterpret_cast<__half*>(smem + L::kOffQ);
+  unsigned char* ring_all = smem + L::kOffRing;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+  const int st = warp >> 1, h = warp & 1, stid = h * 32 + lane;  // stream, half of the dims, thread of the stream
+  const int split = blockIdx.x / P.n_groups, gi = blockIdx.x % P.n_groups, hk = blockIdx.y;
+  const int t0 = gi * P.group_tokens, Tg = min(P.group_tokens, P.T - t0);
+  const int R = Tg * P.G;
+
+  pdl_wait();  // as in the kernels above
+  pdl_trigger();
+  const int p0 = P.q_pos ? P.q_pos[0] : P.q_pos0;
+  const int n_keys = p0 + t0 + Tg;
+  int s_begin, s_end;
+  warp_split_range(P, split, p0, n_keys, s_begin, s_end);
+  const int n_slots = s_end > s_begin ? (s_end - s_begin + kSlotKeys - 1) / kSlotKeys : 0;
+  const int n_mine = n_slots > st ? (n_slots - st + 1) / 2 : 0;  // uniform over the stream
+  const int64_t kv_stride = int64_t(P.Hkv) * P.D;
+  unsigned char* ring = ring_all + st * NSS * WL::kSlotBytes;
+
+  // The lean kernel's copies (its comment above), for 64 threads a stream: thread stid copies
+  // chunk my_ch of rows my_r0 + 4 j, j < 4, of K and V; warp half 0 the scale rows. Where a
+  // slot's 16 keys are consecutive pool rows (no table, or pool blocks of a power of two >= 16)
+  // one table load per slot replaces the four per row.
+  constexpr int kRowsPass = 64 / KCH, kPer = kSlotKeys / kRowsPass;
+  const int my_ch = stid % KCH, my_r0 = stid / KCH;
+  const bool my_ch_ok = my_ch * 16 < P.D;
+  const bool runs = !P.table || P.bs_shift >= 4;
+  const int64_t mstride = P.table ? int64_t(P.bs) * kv_stride : 0;
+  const int64_t sstride = P.table ? int64_t(P.bs) * P.Hkv : 0;
+  const int64_t chunk_off = int64_t(hk) * P.D + my_ch * 16;
+  struct Refill {
+    int rv[kPer];
+    int64_t add[kPer];
+    unsigned ok;
+    int srv;
+    int64_t sadd;
+  };
+  auto place = [&](int s, int& rv, int& w) {
+    rv = 0, w = s;
+    if (P.table) {
+      const int b = P.bs_shift >= 0 ? s >> P.bs_shift : s / P.bs;
+      rv = __ldg(P.table + b);
+      w = s - b * P.bs;
+    }
+  };
+  auto lookup = [&](int i, Refill& f) {
+    const int key0 = s_begin + (st + 2 * i) * kSlotKeys;
+    int rv0 = 0, w0 = key0;
+    if (runs) place(key0, rv0, w0);  // the slot's block; keys key0 .. key0 + 15 are rows w0 .. of it
+    f.ok = 0;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int r = my_r0 + kRowsPass * j, s = key0 + r;
+      f.rv[j] = 0, f.add[j] = 0;
+      if (s < s_end && my_ch_ok) {
+        int w;
+        if (runs) f.rv[j] = rv0, w = w0 + r;
+        else place(s, f.rv[j], w);
+        f.add[j] = int64_t(w) * kv_stride + chunk_off;
+        f.ok |= 1u << j;
+      }
+    }
+    f.srv = 0, f.sadd = 0;
+    if (h == 0) {
+      const int r = lane & 15, s = key0 + r;
+      if (s < s_end) {
+        int w;
+        if (runs) f.srv = rv0, w = w0 + r;
+        else place(s, f.srv, w);
+        f.sadd = int64_t(w) * P.Hkv + hk;
+        f.ok |= 1u << 31;
+      }
+    }
+  };
+  auto copy = [&](int i, const Refill& f) {
+    unsigned char* slot = ring + (i % NSS) * WL::kSlotBytes;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int r = my_r0 + kRowsPass * j;
+      const bool ok = (f.ok >> j) & 1u;
+      const int64_t off = int64_t(f.rv[j]) * mstride + f.add[j];  // 0 where !ok
+      cp_async16(slot + WL::kSlotK + r * DP + k_chunk<DP>(r, my_ch) * 16, k + off, ok);
+      cp_async16(slot + WL::kSlotV + r * DP + pv_chunk(r, my_ch) * 16, v + off, ok);
+    }
+    if (h == 0) {
+      const int kr = lane & 15;
+      const bool ok = f.ok >> 31;
+      const int64_t srow = int64_t(f.srv) * sstride + f.sadd;  // 0 where !ok
+      if (lane < 16) cp_async4(slot + WL::kSlotKs + kr * 4, P.k_scale + srow, ok);
+      else cp_async4(slot + WL::kSlotVs + kr * 4, P.v_scale + srow, ok);
+    }
+  };
+  // Slot n of the stream is cp.async group n, as in the shared-slot kernel.
+#pragma unroll 1
+  for (int i = 0; i < NSS; ++i) {
+    if (i < n_mine) {
+      Refill f;
+      lookup(i, f);
+      copy(i, f);
+    }
+    cp_async_commit();
+  }
+
+  // Q (q_row_halves), then each lane's B fragments of Q^T: row 8n + g, dims 16 (c + 4 (2h + j)) ...
+  for (int r = warp; r < kRows; r += kWW) {
+    uint32_t hw[DP / 64];
+    q_row_halves<DP>(q, P, hk, t0, R, r, lane, hw);
+    store_q_row<DP>(Qs, L::kLdQ, r, lane, hw);
+  }
+  __syncthreads();
+  uint32_t qb[NR][2][8];
+#pragma unroll
+  for (int n = 0; n < NR; ++n)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const __half* src = Qs + (8 * n + g) * L::kLdQ + 16 * (c + 4 * (2 * h + j));
+      const uint4 q0 = *reinterpret_cast<const uint4*>(src), q1 = *reinterpret_cast<const uint4*>(src + 8);
+      qb[n][j][0] = q0.x, qb[n][j][1] = q0.y, qb[n][j][2] = q0.z, qb[n][j][3] = q0.w;
+      qb[n][j][4] = q1.x, qb[n][j][5] = q1.y, qb[n][j][6] = q1.z, qb[n][j][7] = q1.w;
+    }
+  int pos[NR][2];
+  float m[NR][2], l[NR][2], o[8][NR][4];
+#pragma unroll
+  for (int n = 0; n < NR; ++n)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = 8 * n + 2 * c + e;
+      pos[n][e] = r < R ? p0 + t0 + r / P.G : -1;
+      m[n][e] = -INFINITY, l[n][e] = 0.0f;
+    }
+#pragma unroll
+  for (int t = 0; t < 8; ++t)
+#pragma unroll
+    for (int n = 0; n < NR; ++n) o[t][n][0] = o[t][n][1] = o[t][n][2] = o[t][n][3] = 0.0f;
+  // The S exchange, double-buffered by slot parity: xch[((st * 2 + buf) * 2 + h) * NR * 32 + ..].
+  auto xbuf = [&](int buf, int half) { return xch + ((st * 2 + buf) * 2 + half) * NR * 32; };
+  float sp[NR][4];  // this warp's partial S of the next slot
+  auto stash = [&](int buf) {
+    float4* x = xbuf(buf, h);
+#pragma unroll
+    for (int n = 0; n < NR; ++n) x[n * 32 + lane] = make_float4(sp[n][0], sp[n][1], sp[n][2], sp[n][3]);
+  };
+  if (n_mine > 0) {
+    cp_async_wait<NSS - 2>();  // slot 0 (and 1) copied
+    stream_barrier<64>(st);
+    pair_s_partial<NR>(ring, qb, h, g, c, sp);
+    stash(0);
+  }
+#pragma unroll 1
+  for (int i = 0; i < n_mine; ++i) {
+    const int nxt = i - 1 + NSS;  // the slot that refills ring slot (i - 1) % NSS
+    const bool refill = i > 0 && nxt < n_mine;
+    Refill f;
+    if (refill) lookup(nxt, f);  // its table loads fly while the stream meets
+    // Groups committed: NSS before the loop, one per iteration after the first, so NSS + i - 1
+    // here for i >= 1: slot i + 1 (group i + 1) is done when NSS - 3 remain.
+    cp_async_wait<NSS - 3>();
+    // Slot i + 1's copies are visible, and both warps' sums of slot i; both warps are done with
+    // slot i - 1 and with the sums of slot i - 1 (the buffer stash() fills next).
+    stream_barrier<64>(st);
+    if (i > 0) {
+      if (refill) copy(nxt, f);
+      cp_async_commit();
+    }
+    float sf[NR][4];
+    const float4* xp = xbuf(i & 1, h ^ 1);
+#pragma unroll
+    for (int n = 0; n < NR; ++n) {
+      const float4 other = xp[n * 32 + lane];
+      sf[n][0] = sp[n][0] + other.x, sf[n][1] = sp[n][1] + other.y;
+      sf[n][2] = sp[n][2] + other.z, sf[n][3] = sp[n][3] + other.w;
+    }
+    const unsigned char* slot = ring + (i % NSS) * WL::kSlotBytes;
+    pair_softmax_pv<NR>(slot, sf, h, g, c, s_begin + (st + 2 * i) * kSlotKeys, s_end, pos, m, l, o);
+    if (i + 1 < n_mine) {
+      pair_s_partial<NR>(ring + ((i + 1) % NSS) * WL::kSlotBytes, qb, h, g, c, sp);
+      stash((i + 1) & 1);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with its ring; the staging goes over the rings
+
+  // This stream's rows: running max and sum (the same on both warps of the pair; half 0
+  // writes them) and O by rows into the staging Os [2][kRows][kLdO].
+#pragma unroll
+  for (int n = 0; n < NR; ++n)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      l[n][e] += __shfl_xor_sync(0xffffffffu, l[n][e], 4);
+      l[n][e] += __shfl_xor_sync(0xffffffffu, l[n][e], 8);
+      l[n][e] += __shfl_xor_sync(0xffffffffu, l[n][e], 16);
+      if (h == 0 && g == 0) {
+        m_s[st * kRows + 8 * n + 2 * c + e] = m[n][e];
+        l_s[st * kRows + 8 * n + 2 * c + e] = l[n][e];
+      }
+    }
+  float* Os = reinterpret_cast<float*>(ring_all);
+#pragma unroll
+  for (int t = 0; t < 8; ++t)
+#pragma unroll
+    for (int n = 0; n < NR; ++n) {
+      const int d = kPairDims * h + 16 * g + t, r = 8 * n + 2 * c;
+      float* row = Os + (st * kRows + r) * L::kLdO;
+      row[d] = o[t][n][0];
+      row[L::kLdO + d] = o[t][n][1];
+      row[d + 8] = o[t][n][2];
+      row[L::kLdO + d + 8] = o[t][n][3];
+    }
+  __syncthreads();
+  if (tid < kRows) {
+    const float ma = m_s[tid], mb = m_s[kRows + tid], M = fmaxf(ma, mb);
+    const float fa = ma == -INFINITY ? 0.0f : exp2f(ma - M), fb = mb == -INFINITY ? 0.0f : exp2f(mb - M);
+    fac[tid] = fa, fac[kRows + tid] = fb;
+    M_s[tid] = M, L_s[tid] = l_s[tid] * fa + l_s[kRows + tid] * fb;
+  }
+  __syncthreads();
+  const int64_t n_rows = int64_t(P.T) * P.Hq;
+  for (int idx = tid; idx < R * P.D; idx += kWThreads) {
+    const int r = idx / P.D, d = idx % P.D, t = t0 + r / P.G, gq = r % P.G;
+    const int64_t orow = int64_t(t) * P.Hq + hk * P.G + gq;
+    const float a = fac[r] * Os[r * L::kLdO + d] + fac[kRows + r] * Os[(kRows + r) * L::kLdO + d];
+    if (P.part_acc == nullptr) {
+      out[orow * P.D + d] = __float2half_rn(a / L_s[r]);
+    } else {
+      P.part_acc[(int64_t(split) * n_rows + orow) * P.D + d] = a;
+      if (d == 0) {
+        const float mm = M_s[r];
+        P.part_ml[(int64_t(split) * n_rows + orow) * 2] = mm == -INFINITY ? -INFINITY : mm * kLn2;
+        P.part_ml[(int64_t(split) * n_rows + orow) * 2 + 1] = L_s[r];
+      }
+    }
+  }
+#else
+  (void)q, (void)k, (void)v, (void)out, (void)P;
+  __trap();  // decode_split_tc takes this kernel only where sm80_code() holds
+#endif
+}
+
 int padded_dim(int64_t D) { return D <= 128 ? 128 : 256; }
 
 int smem_bytes(int DP, int MTM) {
@@ -2000,6 +2391,12 @@ int64_t decode_tc_warps_groups(const DecodeArgs& a) {
 bool decode_tc_narrow_takes(const DecodeArgs& a) {
   const int64_t G = a.Hkv > 0 ? a.Hq / a.Hkv : 0;
   return decode_tuning().narrow_rows && decode_tc_warps_tiles(a) == 1 && a.T * G <= kDecodeNarrowRows;
+}
+
+bool decode_tc_pair_takes(const DecodeArgs& a) {
+  const int64_t G = a.Hkv > 0 ? a.Hq / a.Hkv : 0, R = a.T * G;
+  return decode_tuning().pair_rows && decode_tc_warps_tiles_mode() == DecodeTcWarpsTiles::kAuto && a.D > 128 &&
+         a.D <= 256 && R > kDecodeNarrowRows && R <= kDecodePairRows;
 }
 
 bool decode_tc_warps_fits(const ops::Context& ctx, const DecodeArgs& a) {
@@ -2118,7 +2515,11 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
         else launch_at(decode_tc_warps_share_kernel<256, 4, kLean>, wgrid, kWThreads, smem, k, v, pdl);
       }
     };
-    if (RT == 1 && decode_tc_narrow_takes(a)) {
+    if (decode_tc_pair_takes(a)) {  // one row group: at most 24 rows take 1 or 2 tiles, as many as the rows need
+      const int64_t R = a.T * (a.Hq / a.Hkv);
+      if (R <= 16) launch_at(decode_tc_pair_kernel<2>, wgrid, kWThreads, PairLayout<2>::kBytes, k, v, pdl);
+      else launch_at(decode_tc_pair_kernel<3>, wgrid, kWThreads, PairLayout<3>::kBytes, k, v, pdl);
+    } else if (RT == 1 && decode_tc_narrow_takes(a)) {
       if (DP == 128) launch_at(decode_tc_warps_kernel<128, true>, wgrid, kWThreads, smem, k, v, pdl);
       else launch_at(decode_tc_warps_kernel<256, true>, wgrid, kWThreads, smem, k, v, pdl);
     } else if (RT == 1) {
