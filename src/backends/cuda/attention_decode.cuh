@@ -142,29 +142,18 @@ constexpr int64_t kDecodeNarrowRows = 8;
 //   T = 1 of the 27B shape), the one-tile warp-split kernel puts the rows in the mma's n
 //   dimension (S^T = K·Q^T, O^T += V^T·P^T): half the HMMA per key and half O's registers of
 //   the 16-row step; off: the 16-row step for these calls too.
-// - pair_rows: where a block has kDecodeNarrowRows + 1 .. kDecodePairRows rows (T = 2..4 of the
-//   27B shape) and D in 129..256, and the row tiles are not forced (decode_tc_warps_tiles_mode()
-//   kAuto), the pair kernel: the narrow step's transposed products on pairs of warps that split
-//   the head dims, so each int8 byte of a slot is converted once per stream (the shared-slot
-//   kernel converts it once per 16-row warp). Off: the one-tile and shared-slot kernels.
 // Defaults: all on; VI_DECODE_TUNING=0 in the environment (read once per process) turns all
-// of them off (the path measured before, for end-to-end A/B), VI_DECODE_NARROW=0 narrow_rows
-// alone, VI_DECODE_PAIR=0 pair_rows alone.
+// of them off (the path measured before, for end-to-end A/B), VI_DECODE_NARROW=0 narrow_rows alone.
 struct DecodeTuning {
   bool balanced_splits = true;
   bool fast_combine = true;
   bool pdl = true;
   bool lean_share_step = true;
   bool narrow_rows = true;
-  bool pair_rows = true;
 };
 // Whether the warp-split kernel (where it takes the call) runs it on the narrow step
 // (DecodeTuning::narrow_rows and at most kDecodeNarrowRows rows in one row tile).
 bool decode_tc_narrow_takes(const DecodeArgs& a);
-// Rows of the pair kernel (DecodeTuning::pair_rows): up to 3 n-tiles of 8.
-constexpr int64_t kDecodePairRows = 24;
-// Whether the warp-split path (where it takes the call) runs the pair kernel.
-bool decode_tc_pair_takes(const DecodeArgs& a);
 DecodeTuning decode_tuning();
 void set_decode_tuning(const DecodeTuning& t);  // process-wide (tests, benchmarks)
 

@@ -119,13 +119,10 @@ class AttentionDecode : public CudaOpTest {
     const bool tc = T * (s.Hq / s.Hkv) >= tc_rows && cuda::decode_tc_fits(a);
     const bool tc_warps = tc && cuda::decode_tc_warps_fits(g, a);
     const bool tc_ring = tc && !tc_warps && cuda::decode_tc_ring_fits(g, a);
-    last_pair = tc_warps && cuda::decode_tc_pair_takes(a);
-    last_narrow = tc_warps && !last_pair && cuda::decode_tc_narrow_takes(a);
+    last_narrow = tc_warps && cuda::decode_tc_narrow_takes(a);
     const std::string path = tc_warps ? fmt::format("tensor cores, warp-split, {} row tiles per block, {} row groups{}",
                                                     cuda::decode_tc_warps_tiles(a), cuda::decode_tc_warps_groups(a),
-                                                    last_pair     ? ", pair kernel"
-                                                    : last_narrow ? ", narrow step"
-                                                                  : "")
+                                                    last_narrow ? ", narrow step" : "")
                              : tc_ring ? "tensor cores, ring"
                              : tc      ? "tensor cores, registers"
                                        : "CUDA cores";
@@ -139,9 +136,8 @@ class AttentionDecode : public CudaOpTest {
 
   // TensorCoreWarpSplit's calls under the current DecodeTuning (defined below the tests).
   void check_warp_split(bool narrow);
-  // Whether the last check_split ran the warp-split kernel's narrow step / the pair kernel.
+  // Whether the last check_split ran the warp-split kernel's narrow step.
   bool last_narrow = false;
-  bool last_pair = false;
 
   // Float pools (the activation dtype): T query tokens at q_pos0 against the pool.
   void check_float(const Shape& s, int64_t T, int64_t q_pos0) {
@@ -306,13 +302,11 @@ TEST_P(AttentionDecode, SplitKernelsForcedSplits) {
 // split whose first key lies after the first query's position), one long split (2000+ keys:
 // each warp's ring wraps many times). Pool rows past the last position hold NaN. All of it
 // twice: with the narrow step (calls of <= 8 rows: the rows in the mma's n dimension; blocks of
-// 16 copy a slot from one table load, blocks of 7 row by row) and the pair kernel (9..16 rows at
-// D > 128), and with the 16-row step only.
+// 16 copy a slot from one table load, blocks of 7 row by row) and with the 16-row step only.
 TEST_P(AttentionDecode, TensorCoreWarpSplit) {
   for (bool narrow : {true, false}) {
     cuda::DecodeTuning t = cuda::decode_tuning();
     t.narrow_rows = narrow;
-    t.pair_rows = narrow;
     const Tuning tuning(t);
     SCOPED_TRACE(narrow ? "narrow rows (<= 8 rows in the mma's n dimension)" : "16-row step");
     check_warp_split(narrow);
@@ -454,57 +448,6 @@ TEST_P(AttentionDecode, TensorCoreWarpSplitSharedSlots) {
   }
 }
 
-// The pair kernel (DecodeTuning::pair_rows: 9..24 rows at D 129..256 with the row tiles not
-// forced; each warp of a pair converts and multiplies half of the head dims, the pair adds its S
-// sums through shared memory) against the CPU op: G 6 at T = 2..4 (12, 18, 24 rows: 2 and 3
-// n-tiles of 8, padding rows in the last), G 5 at T = 2..4 (10, 15, 20 rows), G 12 at T = 1, 2
-// (one token's rows over two n-tiles), D 256 with blocks of 16 (one table load a slot) and of 7
-// (row by row), D 160 (Hadamard blocks 128 + 32; warp half 1 partly past D); the kernel's own
-// split count with a key bound past the end (empty splits, streams with no slot), one split
-// (the block writes the output), and on the 27B shape forced splits (a split past the first
-// tokens' positions, a last split of a few keys, one long split where the rings wrap many
-// times) and queries of twice the range (the lazy max moves after the first slots). With the
-// flag every call takes the pair kernel, without it none. NaN in the pool rows past the length.
-TEST_P(AttentionDecode, TensorCorePairKernel) {
-  const Shape shapes[] = {{24, 4, 256, 16}, {24, 4, 256, 7}, {20, 4, 256, 16}, {24, 2, 256, 16}, {24, 4, 160, 16}};
-  for (bool pair : {true, false}) {
-    cuda::DecodeTuning t = cuda::decode_tuning();
-    t.pair_rows = pair;
-    const Tuning tuning(t);
-    SCOPED_TRACE(pair ? "pair kernel" : "pair kernel off");
-    int ran = 0, calls = 0, pair_calls = 0;
-    for (const Shape& s : shapes) {
-      const int64_t G = s.Hq / s.Hkv;
-      auto run = [&](int64_t T, int64_t p0, int n_splits, int64_t extra, float amp) {
-        ran += check_split(s, T, p0, DType::I8, DType::I8, 1, n_splits, extra, true, true, amp), ++calls;
-        pair_calls += last_pair;
-      };
-      for (int64_t T = 1; T <= 4; ++T) {
-        if (T * G <= cuda::kDecodeNarrowRows || T * G > cuda::kDecodePairRows) continue;
-        run(T, 1000 + 37 * T, 0, 300, 2.0f);
-        run(T, 45, 1, 0, 2.0f);
-        if (s.bs == 16 && s.D == 256 && G == 6) {
-          run(T, 95, 4, 0, 2.0f);
-          run(T, 94, 4, 0, 2.0f);
-          run(T, 2017, 1, 0, 4.0f);
-          run(T, 5100 - T, 3, 64, 2.0f);
-          run(T, 4099, 33, 0, 2.0f);
-        }
-      }
-    }
-    if (GetParam().profile == ops::KernelProfile::kVolta) {
-      EXPECT_EQ(ran, 0);
-    } else {
-      std::printf("%s: warp-split path ran in %d of %d calls, the pair kernel in %d (0: no sm_80 code)\n",
-                  pair ? "pair on" : "pair off", ran, calls, pair_calls);
-    }
-    if (ran > 0) {
-      EXPECT_EQ(ran, calls);
-      EXPECT_EQ(pair_calls, pair ? ran : 0);
-    }
-  }
-}
-
 // A recorded step's key bound: the length rounded up to a power of two (BatchPlan::stage),
 // so a context just past a power of two launches splits for twice its keys. Every
 // combination of the tuning (balanced splits over the true length or splits of the bound;
@@ -522,14 +465,13 @@ TEST_P(AttentionDecode, RoundedUpKeyBound) {
   };
   using cuda::DecodeTuning;
   const DecodeTuning modes[] = {
-      DecodeTuning{true, true, true, true, true, true},   DecodeTuning{false, false, false, false, false, false},
-      DecodeTuning{true, false, false, true, true, false}, DecodeTuning{false, true, true, false, true, true},
-      DecodeTuning{true, true, true, false, false, true}};
+      DecodeTuning{true, true, true, true, true},  DecodeTuning{false, false, false, false, false},
+      DecodeTuning{true, false, false, true, true}, DecodeTuning{false, true, true, false, true},
+      DecodeTuning{true, true, true, false, false}};
   for (const DecodeTuning& m : modes) {
     const Tuning tuning(m);
-    const std::string what =
-        fmt::format("balanced {} fast combine {} pdl {} lean step {} narrow rows {} pair rows {}", m.balanced_splits,
-                    m.fast_combine, m.pdl, m.lean_share_step, m.narrow_rows, m.pair_rows);
+    const std::string what = fmt::format("balanced {} fast combine {} pdl {} lean step {} narrow rows {}",
+                                         m.balanced_splits, m.fast_combine, m.pdl, m.lean_share_step, m.narrow_rows);
     SCOPED_TRACE(what);
     int ran = 0, calls = 0;
     for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{24, 4, 256, 7}}) {
