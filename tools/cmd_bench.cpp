@@ -228,7 +228,7 @@ void Bench::prefill_test(const std::string& style, int64_t P) {
 }
 
 void Bench::decode_test(const std::string& style, int64_t depth) {
-  std::vector<double> round_ms_rep, tps_rep, mbu_rep;
+  std::vector<double> round_ms_rep, tps_rep, mbu_rep, host_ms_rep;
   double bytes_round = 0;
   std::map<int64_t, std::vector<double>> verify_ms;
   for (int rep = 0; rep < a_.reps; ++rep) {
@@ -261,10 +261,14 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
       tok = picked[0].token;
     }
     ops::synchronize(L_.ctx);
+    // host_ms: until forward() returns: the step's host work (plan, staging and upload, the
+    // launch), which the device waits for after the previous round's token came back.
+    std::vector<double> host_ms;
     Timer all;
     for (int64_t i = 0; i < a_.n_gen; ++i) {
       Timer t;
       L_.model->forward(L_.ctx, {&tok, 1}, *seq, logits, false, LogitsOn::kDevice);
+      host_ms.push_back(t.ms());
       picked.resize(1);
       ops::sample(L_.ctx, logits, greedy, {}, picked);  // ends with the token on the host
       ms.push_back(t.ms());
@@ -272,13 +276,14 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
     }
     const double total_s = all.s();
     const double mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
+    host_ms_rep.push_back(std::accumulate(host_ms.begin(), host_ms.end(), 0.0) / host_ms.size());
     const double pct = mbu(bytes_round, mean_ms / 1e3);
     round_ms_rep.push_back(mean_ms);
     tps_rep.push_back(a_.n_gen / total_s);
     mbu_rep.push_back(pct);
     emit({{"test", "decode"}, {"fill", a_.fill}, {"prompt_style", style}, {"context", depth}, {"rounds", a_.n_gen},
           {"rep", rep}, {"round_ms", ms}, {"round_ms_mean", mean_ms}, {"round_ms_median", median(ms)},
-          {"tok_s", a_.n_gen / total_s}, {"bytes_per_round", bytes_round},
+          {"tok_s", a_.n_gen / total_s}, {"bytes_per_round", bytes_round}, {"host_ms_mean", host_ms_rep.back()},
           {"mbu_pct", pct <= 100 ? json(pct) : json(nullptr)},
           {"mbu_error", pct <= 100 ? json(nullptr) : json(fmt::format("computed {:.1f}% > 100%", pct))}});
 
@@ -331,8 +336,10 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
     if (a_.trace_kernels && rep == 0) trace_test(depth, *seq, tok, logits, mean_ms);
   }
   Stats r = summarize(round_ms_rep), m = summarize(mbu_rep);
-  std::string extra = fmt::format("{:.2f} ms/round ({:.2f}–{:.2f}); {:.4g} GB/round; MBU {}", r.mean, r.min, r.max,
-                                  bytes_round / 1e9, m.max > 100 ? mbu_text(m.max) : fmt::format("{:.1f}% ({:.1f}–{:.1f})", m.mean, m.min, m.max));
+  std::string extra = fmt::format("{:.2f} ms/round ({:.2f}–{:.2f}); {:.4g} GB/round; MBU {}; host {:.3f} ms/round",
+                                  r.mean, r.min, r.max, bytes_round / 1e9,
+                                  m.max > 100 ? mbu_text(m.max) : fmt::format("{:.1f}% ({:.1f}–{:.1f})", m.mean, m.min, m.max),
+                                  summarize(host_ms_rep).mean);
   row(fmt::format("decode {} @{}", a_.n_gen, depth), a_.fill == "synthetic" ? "synthetic" : style, tps_rep, "tok/s",
       extra);
   for (auto& [T, v] : verify_ms) {

@@ -235,15 +235,16 @@ int main(int argc, char** argv) {
                                           : path == "tensor-core" ? vi::cuda::DecodeTcWarps::kAuto
                                                                   : vi::cuda::DecodeTcWarps::kNever);
           };
-          // The call's shape as the routing sees it (whether the warp-split kernel fits).
+          // The call's shape as the routing sees it (whether the warp-split kernel fits), and
+          // whether the default routing (every switch at its default here) takes tensor cores.
           vi::cuda::DecodeArgs shape;
           shape.q_dtype = DType::F16, shape.k_dtype = kv, shape.v_dtype = kv;
           shape.k = ks[0].data.data(), shape.v = vs[0].data.data();
           shape.T = T, shape.Hq = Hq, shape.Hkv = Hkv, shape.D = D, shape.block_size = bs;
+          shape.kv_bound = bound;
+          const bool auto_tc = vi::cuda::decode_tc_takes(g, shape);
           force("cuda-core");
           const std::vector<double> ref = out_host();
-          const bool auto_tc = T * (Hq / Hkv) >= vi::cuda::kDecodeTcMinRowsDefault ||
-                               ctx >= vi::cuda::kDecodeTcMinKeysDefault;
           std::vector<const char*> paths = {"cuda-core", "tc-registers", "tc-ring", "tc-warps", "tensor-core"};
           if (variants) paths.insert(paths.end(), {"tc-warps-x1", "tc-warps-x2", "tc-warps-x4"});
           if (!only_paths.empty())
@@ -337,7 +338,7 @@ int main(int argc, char** argv) {
                                .c_str());
           }
           vi::cuda::set_decode_tc_min_rows(vi::cuda::kDecodeTcMinRowsDefault);
-          vi::cuda::set_decode_tc_min_keys(vi::cuda::kDecodeTcMinKeysDefault);
+          vi::cuda::reset_decode_tc_min_keys();
           vi::cuda::set_decode_tc_ring(vi::cuda::DecodeTcRing::kAuto);
           vi::cuda::set_decode_tc_warps(vi::cuda::DecodeTcWarps::kAuto);
           vi::cuda::set_decode_tc_warps_tiles(vi::cuda::DecodeTcWarpsTiles::kAuto);

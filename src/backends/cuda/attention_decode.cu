@@ -434,7 +434,18 @@ std::atomic<uint8_t>& tuning_bits() {
   return bits;
 }
 std::atomic<int> g_tc_min_rows{kDecodeTcMinRowsDefault};
-std::atomic<int64_t> g_tc_min_keys{kDecodeTcMinKeysDefault};
+// VI_DECODE_TC_MIN_KEYS=N in the environment (read once, at the first use) replaces both
+// default key thresholds (A/B runs).
+int64_t env_tc_min_keys(int64_t fallback) {
+  const char* e = std::getenv("VI_DECODE_TC_MIN_KEYS");
+  if (e == nullptr || *e == '\0') return fallback;
+  char* end = nullptr;
+  const long long v = std::strtoll(e, &end, 10);
+  VI_CHECK(end != nullptr && *end == '\0' && v >= 0, "VI_DECODE_TC_MIN_KEYS='{}' is not a key count", e);
+  return static_cast<int64_t>(v);
+}
+std::atomic<int64_t> g_tc_min_keys{env_tc_min_keys(kDecodeTcMinKeysDefault)};
+std::atomic<int64_t> g_tc_min_keys_warps{env_tc_min_keys(kDecodeTcMinKeysWarpsDefault)};
 }  // namespace
 
 DecodeTuning decode_tuning() {
@@ -446,9 +457,25 @@ void set_decode_tuning(const DecodeTuning& t) {
 }
 
 int decode_tc_min_rows() { return g_tc_min_rows.load(std::memory_order_relaxed); }
-int64_t decode_tc_min_keys() { return g_tc_min_keys.load(std::memory_order_relaxed); }
+int64_t decode_tc_min_keys(bool warps) {
+  return (warps ? g_tc_min_keys_warps : g_tc_min_keys).load(std::memory_order_relaxed);
+}
 void set_decode_tc_min_rows(int rows) { g_tc_min_rows.store(rows, std::memory_order_relaxed); }
-void set_decode_tc_min_keys(int64_t keys) { g_tc_min_keys.store(keys, std::memory_order_relaxed); }
+void set_decode_tc_min_keys(int64_t keys) {
+  g_tc_min_keys.store(keys, std::memory_order_relaxed);
+  g_tc_min_keys_warps.store(keys, std::memory_order_relaxed);
+}
+void reset_decode_tc_min_keys() {
+  g_tc_min_keys.store(env_tc_min_keys(kDecodeTcMinKeysDefault), std::memory_order_relaxed);
+  g_tc_min_keys_warps.store(env_tc_min_keys(kDecodeTcMinKeysWarpsDefault), std::memory_order_relaxed);
+}
+
+bool decode_tc_takes(const ops::Context& ctx, const DecodeArgs& a) {
+  if (!decode_tc_fits(a)) return false;
+  const int64_t R = a.T * (a.Hq / a.Hkv);
+  const int64_t n_keys = a.kv_bound > 0 ? a.kv_bound : a.q_pos0 + a.T;  // the launch's bound
+  return R >= decode_tc_min_rows() || n_keys >= decode_tc_min_keys(decode_tc_warps_fits(ctx, a));
+}
 
 bool decode_attention_fits(int64_t T, int64_t Hq, int64_t Hkv, int64_t D) {
   return T >= 1 && T <= kDecodeMaxT && Hkv > 0 && Hq % Hkv == 0 && T * (Hq / Hkv) <= kDecodeMaxRows &&
@@ -466,7 +493,7 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
   const int64_t n_keys = a.kv_bound > 0 ? a.kv_bound : a.q_pos0 + a.T;  // the launch's bound
   VI_CHECK(n_keys >= a.T && n_keys < INT32_MAX, "decode attention on cuda: {} keys do not fit 32-bit positions",
            n_keys);
-  const bool tc = (R >= decode_tc_min_rows() || n_keys >= decode_tc_min_keys()) && decode_tc_fits(a);
+  const bool tc = decode_tc_takes(ctx, a);
 
   // Splits: about two blocks per SM over all KV heads, but each split long enough that its
   // partial (R * D floats written, then read) stays a few percent of the K/V it reads. The

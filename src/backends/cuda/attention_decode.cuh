@@ -45,19 +45,30 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a);
 // Tensor-core split kernel (attention_decode_tc.cu): f16 queries, f16 or i8 K/V, the same
 // semantics as the CUDA-core one. decode_attention sends a call there when it fits and
 // either T * (Hq / Hkv) >= decode_tc_min_rows() (verification: the CUDA-core kernel's cost
-// grows with the rows) or the key bound is >= decode_tc_min_keys() (plain decode from 8K
-// keys: on the H200, GPU time at 8K, T = 1, native profile: i8 54.1 -> 43.4 us, f16 49.0 ->
-// 30.6 us; the volta profile's i8 register kernel measured 56.4 there, 4% slower); the rest
-// stays on CUDA cores (exact fp32 math, which the f32-activation wiring checks rely on).
-// Measured: docs/notes/decode_attention.md.
+// grows with the rows) or the key bound is >= decode_tc_min_keys(warps): with the warp-split
+// kernel (warps: decode_tc_warps_fits) from kDecodeTcMinKeysWarpsDefault keys, i.e. always
+// (H200, 27B shape, i8, T = 1: 11.8 / 13.3 / 14.2 us a layer at 512 / 2048 / 4096 keys against
+// 48.8 / 50.5 / 51.1 for the CUDA-core kernel; the decode round at those contexts 6.80 -> 6.18
+// ms), else from kDecodeTcMinKeysDefault (the register and ring kernels; at 8K, T = 1, native:
+// i8 54.1 -> 43.4 us, f16 49.0 -> 30.6 us; the volta profile's i8 register kernel measured
+// 56.4 there, 4% slower, and 41 against 49 us below 8K on the H200, not measured on a V100);
+// the rest stays on CUDA cores (exact fp32 math, which the f32-activation wiring checks rely
+// on). Measured: docs/notes/decode_attention.md.
 constexpr int kDecodeTcMinRowsDefault = 9;
 constexpr int64_t kDecodeTcMinKeysDefault = 8192;
+constexpr int64_t kDecodeTcMinKeysWarpsDefault = 0;
 int decode_tc_min_rows();
-int64_t decode_tc_min_keys();
+int64_t decode_tc_min_keys(bool warps);
 // Tests and benchmarks: force a path (rows 1: every call that fits; rows INT_MAX and keys
-// INT64_MAX: none). Process-wide.
+// INT64_MAX: none). set_decode_tc_min_keys sets both key thresholds; reset_decode_tc_min_keys
+// restores their defaults (VI_DECODE_TC_MIN_KEYS=N in the environment, read once, replaces
+// both defaults: N = 8192 is the routing before the warp-split kernel took short contexts).
+// Process-wide.
 void set_decode_tc_min_rows(int rows);
 void set_decode_tc_min_keys(int64_t keys);
+void reset_decode_tc_min_keys();
+// Whether decode_attention runs this call on a tensor-core split kernel (else CUDA cores).
+bool decode_tc_takes(const ops::Context& ctx, const DecodeArgs& a);
 bool decode_tc_fits(const DecodeArgs& a);
 // Which tensor-core split kernel: the cp.async ring kernel (sm_80 instructions: only on the
 // native profile with sm_80 code, sm80_code(); 16-byte aligned pools, D a multiple of 16 for

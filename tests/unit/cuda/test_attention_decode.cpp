@@ -46,7 +46,7 @@ struct TcRows {
   }
   ~TcRows() {
     cuda::set_decode_tc_min_rows(cuda::kDecodeTcMinRowsDefault);
-    cuda::set_decode_tc_min_keys(cuda::kDecodeTcMinKeysDefault);
+    cuda::reset_decode_tc_min_keys();
     cuda::set_decode_tc_ring(cuda::DecodeTcRing::kAuto);
     cuda::set_decode_tc_warps(cuda::DecodeTcWarps::kAuto);
   }
@@ -666,6 +666,29 @@ TEST_P(AttentionDecode, TensorCoreFits) {
   a.k_dtype = a.v_dtype = DType::I8;
   EXPECT_FALSE(cuda::decode_tc_ring_fits(g, a));
   cuda::set_decode_tc_ring(cuda::DecodeTcRing::kAuto);
+
+  // Plain decode (T = 1, 6 rows) by key bound: where the warp-split kernel fits (native profile,
+  // sm_80 code, i8 K and V) tensor cores from kDecodeTcMinKeysWarpsDefault keys, i.e. at any
+  // context; else from kDecodeTcMinKeysDefault; f32 queries never. Verification rows (T = 2: 12
+  // rows) take tensor cores at any bound. Forcing a key threshold moves both; reset restores.
+  a.T = 1, a.q_pos0 = 0;
+  for (int64_t bound : {256, 512, 4096, 8191, 8192, 131072}) {
+    a.kv_bound = bound;
+    const bool warps = cuda::decode_tc_warps_fits(g, a);
+    EXPECT_EQ(warps, ring_here) << "bound " << bound;  // fits wherever sm_80 code runs
+    const int64_t from = warps ? cuda::kDecodeTcMinKeysWarpsDefault : cuda::kDecodeTcMinKeysDefault;
+    EXPECT_EQ(cuda::decode_tc_takes(g, a), bound >= from) << "bound " << bound << (warps ? ", warp-split" : "");
+    a.T = 2;
+    EXPECT_TRUE(cuda::decode_tc_takes(g, a)) << "bound " << bound;
+    a.q_dtype = DType::F32;
+    EXPECT_FALSE(cuda::decode_tc_takes(g, a)) << "bound " << bound;
+    a.q_dtype = DType::F16, a.T = 1;
+  }
+  a.kv_bound = 512;
+  cuda::set_decode_tc_min_keys(INT64_MAX);
+  EXPECT_FALSE(cuda::decode_tc_takes(g, a));
+  cuda::reset_decode_tc_min_keys();
+  EXPECT_EQ(cuda::decode_tc_takes(g, a), ring_here);
 }
 
 VI_CUDA_INSTANTIATE(AttentionDecode);
