@@ -444,8 +444,13 @@ int64_t env_tc_min_keys(int64_t fallback) {
   VI_CHECK(end != nullptr && *end == '\0' && v >= 0, "VI_DECODE_TC_MIN_KEYS='{}' is not a key count", e);
   return static_cast<int64_t>(v);
 }
-std::atomic<int64_t> g_tc_min_keys{env_tc_min_keys(kDecodeTcMinKeysDefault)};
-std::atomic<int64_t> g_tc_min_keys_warps{env_tc_min_keys(kDecodeTcMinKeysWarpsDefault)};
+// The key thresholds (decode_tc_min_keys): initialised at the first use, so a malformed
+// VI_DECODE_TC_MIN_KEYS fails that call with its message rather than the program's start.
+std::atomic<int64_t>& tc_min_keys(bool warps) {
+  static std::atomic<int64_t> keys{env_tc_min_keys(kDecodeTcMinKeysDefault)};
+  static std::atomic<int64_t> keys_warps{env_tc_min_keys(kDecodeTcMinKeysWarpsDefault)};
+  return warps ? keys_warps : keys;
+}
 }  // namespace
 
 DecodeTuning decode_tuning() {
@@ -457,17 +462,15 @@ void set_decode_tuning(const DecodeTuning& t) {
 }
 
 int decode_tc_min_rows() { return g_tc_min_rows.load(std::memory_order_relaxed); }
-int64_t decode_tc_min_keys(bool warps) {
-  return (warps ? g_tc_min_keys_warps : g_tc_min_keys).load(std::memory_order_relaxed);
-}
+int64_t decode_tc_min_keys(bool warps) { return tc_min_keys(warps).load(std::memory_order_relaxed); }
 void set_decode_tc_min_rows(int rows) { g_tc_min_rows.store(rows, std::memory_order_relaxed); }
 void set_decode_tc_min_keys(int64_t keys) {
-  g_tc_min_keys.store(keys, std::memory_order_relaxed);
-  g_tc_min_keys_warps.store(keys, std::memory_order_relaxed);
+  tc_min_keys(false).store(keys, std::memory_order_relaxed);
+  tc_min_keys(true).store(keys, std::memory_order_relaxed);
 }
 void reset_decode_tc_min_keys() {
-  g_tc_min_keys.store(env_tc_min_keys(kDecodeTcMinKeysDefault), std::memory_order_relaxed);
-  g_tc_min_keys_warps.store(env_tc_min_keys(kDecodeTcMinKeysWarpsDefault), std::memory_order_relaxed);
+  tc_min_keys(false).store(env_tc_min_keys(kDecodeTcMinKeysDefault), std::memory_order_relaxed);
+  tc_min_keys(true).store(env_tc_min_keys(kDecodeTcMinKeysWarpsDefault), std::memory_order_relaxed);
 }
 
 bool decode_tc_takes(const ops::Context& ctx, const DecodeArgs& a) {
