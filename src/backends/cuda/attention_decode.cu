@@ -475,9 +475,9 @@ void reset_decode_tc_min_keys() {
 
 bool decode_tc_takes(const ops::Context& ctx, const DecodeArgs& a) {
   if (!decode_tc_fits(a)) return false;
-  const int64_t R = a.T * (a.Hq / a.Hkv);
+  if (a.T * (a.Hq / a.Hkv) >= decode_tc_min_rows()) return true;  // verification rows, any bound
   const int64_t n_keys = a.kv_bound > 0 ? a.kv_bound : a.q_pos0 + a.T;  // the launch's bound
-  return R >= decode_tc_min_rows() || n_keys >= decode_tc_min_keys(decode_tc_warps_fits(ctx, a));
+  return n_keys >= decode_tc_min_keys(decode_tc_warps_fits(ctx, a));
 }
 
 bool decode_attention_fits(int64_t T, int64_t Hq, int64_t Hkv, int64_t D) {

@@ -147,7 +147,7 @@ constexpr int64_t kDecodeNarrowRows = 8;
 //   k-step, no register moves), each thread's block-table loads for a refill issued before
 //   the stream barrier and its copies unrolled without guards, and a row's running max
 //   moved only when a slot's max exceeds it by more than 2^6 (so O is rarely rescaled; the
-//   softmax is the same, P may reach 64). Off: the step measured on 2026-12-01 (H200, 128K
+//   softmax is the same, P may reach 64). Off: the step measured on 2026-11-30 (H200, 128K
 //   T = 4: 171.7 us); docs/notes/decode_attention.md, "Lean slot step".
 // - narrow_rows: where a block's rows fit in 8 (T * G <= kDecodeNarrowRows, one row tile:
 //   T = 1 of the 27B shape), the one-tile warp-split kernel puts the rows in the mma's n
