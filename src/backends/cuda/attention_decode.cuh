@@ -153,22 +153,14 @@ constexpr int64_t kDecodeNarrowRows = 8;
 //   T = 1 of the 27B shape), the one-tile warp-split kernel puts the rows in the mma's n
 //   dimension (S^T = K·Q^T, O^T += V^T·P^T): half the HMMA per key and half O's registers of
 //   the 16-row step; off: the 16-row step for these calls too.
-// - i8_scores: the narrow and the lean slot steps compute the scores Q·Kᵀ with the int8 mma
-//   (m16n8k32, s32 sums) straight from the K cache's bytes instead of converting every byte
-//   to f16 first (about a fifth of a step's instructions). The query row goes in as two int8
-//   terms, x = (254 hi + lo) · max|x| / (127 · 254), which holds it to max|x| / 64516: finer
-//   than the f16 query of the other paths (2^-11 of each value), and the sums are exact.
-//   Off: the f16 scores of those steps.
 // Defaults: all on; VI_DECODE_TUNING=0 in the environment (read once per process) turns all
-// of them off (the path measured before, for end-to-end A/B), VI_DECODE_NARROW=0 narrow_rows
-// alone, VI_DECODE_I8_SCORES=0 i8_scores alone.
+// of them off (the path measured before, for end-to-end A/B), VI_DECODE_NARROW=0 narrow_rows alone.
 struct DecodeTuning {
   bool balanced_splits = true;
   bool fast_combine = true;
   bool pdl = true;
   bool lean_share_step = true;
   bool narrow_rows = true;
-  bool i8_scores = true;
 };
 // Whether the warp-split kernel (where it takes the call) runs it on the narrow step
 // (DecodeTuning::narrow_rows and at most kDecodeNarrowRows rows in one row tile).

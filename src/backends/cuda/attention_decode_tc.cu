@@ -803,16 +803,16 @@ __device__ __forceinline__ void i8x4_to_h2(uint32_t w, uint32_t& lo, uint32_t& h
   hi = as_u32(__hsub2(as_h2(__byte_perm(x, 0x64646464u, 0x4342u)), bias));
 }
 
-// Q of the warp-split kernels, scaled and rotated like the keys, in f32: row r of a block's row
+// Q of the warp-split kernels, scaled and rotated like the keys, in f16: row r of a block's row
 // group (token t0 + r / G, query head hk G + r % G), this lane's DP / 32 consecutive dims from
-// lane * DP / 32 (q_row_halves and q_row_i8 below pack them for the mma). The Hadamard transform works on power-of-two blocks of D
+// lane * DP / 32, as DP / 64 f16 pairs. The Hadamard transform works on power-of-two blocks of D
 // (as hadamard_rows_smem): butterflies inside a lane, then across lanes by shuffles; a block
 // starts at a multiple of its size and is >= 16 dims (D % 16 == 0), so a lane's partner lies in
 // its own block, and lanes past D hold zeros. Rows >= R (padding) are zeros without shuffles,
 // so the whole warp must take the same r.
 template <int DP>
-__device__ __forceinline__ void q_row_f32(const __half* __restrict__ q, const TcParams& P, int hk, int t0, int R,
-                                          int r, int lane, float (&x)[DP / 32]) {
+__device__ __forceinline__ void q_row_halves(const __half* __restrict__ q, const TcParams& P, int hk, int t0, int R,
+                                             int r, int lane, uint32_t (&hw)[DP / 64]) {
   constexpr int EPL = DP / 32;
   const int d0 = lane * EPL;
   int blk = 0;  // this lane's block size (0: past D)
@@ -822,6 +822,7 @@ __device__ __forceinline__ void q_row_f32(const __half* __restrict__ q, const Tc
     if (d0 >= b0 && d0 < b0 + n) blk = n;
     b0 += n, rem -= n;
   }
+  float x[EPL];
   const int t = t0 + r / P.G, gq = r % P.G;
   const __half* qrow = q + (int64_t(t) * P.Hq + hk * P.G + gq) * P.D;
 #pragma unroll
@@ -850,51 +851,8 @@ __device__ __forceinline__ void q_row_f32(const __half* __restrict__ q, const Tc
       for (int e = 0; e < EPL; ++e) x[e] *= norm;
     }
   }
-}
-// q_row_f32's values as DP / 64 f16 pairs.
-template <int DP>
-__device__ __forceinline__ void q_row_halves(const __half* __restrict__ q, const TcParams& P, int hk, int t0, int R,
-                                             int r, int lane, uint32_t (&hw)[DP / 64]) {
-  float x[DP / 32];
-  q_row_f32<DP>(q, P, hk, t0, R, r, lane, x);
 #pragma unroll
-  for (int e = 0; e < DP / 64; ++e) hw[e] = pack_half2(x[2 * e], x[2 * e + 1]);
-}
-// q_row_f32's values as two int8 terms for the int8 score mma (DecodeTuning::i8_scores):
-// x = (254 hi + lo) * step with step = max|x| / (127 * 254) over the row, hi = round(x /
-// (254 step)) and lo = round of the rest (|lo| <= 127), so the row is held to max|x| / 64516,
-// finer than f16's 2^-11 relative rounding of the row's largest values. The score of a key
-// of int8 bytes kb is then step * (254 Σ hi kb + Σ lo kb), both sums exact in s32 (|254 Σ hi
-// kb| <= 254 * 127 * 127 * 256 < 2^31). hi, lo: this lane's DP / 32 values, 4 per word,
-// lowest dim in the lowest byte. The whole warp must take the same r.
-template <int DP>
-__device__ __forceinline__ void q_row_i8(const __half* __restrict__ q, const TcParams& P, int hk, int t0, int R,
-                                         int r, int lane, uint32_t (&hi)[DP / 128], uint32_t (&lo)[DP / 128],
-                                         float& step) {
-  constexpr int EPL = DP / 32;
-  float x[EPL];
-  q_row_f32<DP>(q, P, hk, t0, R, r, lane, x);
-  float amax = 0.0f;
-#pragma unroll
-  for (int e = 0; e < EPL; ++e) amax = fmaxf(amax, fabsf(x[e]));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  step = amax / (127.0f * 254.0f);
-  const float hstep = 254.0f * step;
-  const float inv_hi = amax > 0.0f ? 127.0f / amax : 0.0f, inv_lo = amax > 0.0f ? 1.0f / step : 0.0f;
-#pragma unroll
-  for (int w = 0; w < EPL / 4; ++w) {
-    uint32_t wh = 0, wl = 0;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const float xv = x[4 * w + b];
-      const float h = fminf(fmaxf(rintf(xv * inv_hi), -127.0f), 127.0f);
-      const float l = fminf(fmaxf(rintf(fmaf(-h, hstep, xv) * inv_lo), -127.0f), 127.0f);
-      wh |= (static_cast<uint32_t>(static_cast<int>(h)) & 0xffu) << (8 * b);
-      wl |= (static_cast<uint32_t>(static_cast<int>(l)) & 0xffu) << (8 * b);
-    }
-    hi[w] = wh, lo[w] = wl;
-  }
+  for (int e = 0; e < EPL / 2; ++e) hw[e] = pack_half2(x[2 * e], x[2 * e + 1]);
 }
 // Stores q_row_halves' pairs as row r of a row-major Q with kLdQ halves per row.
 template <int DP>
@@ -1068,85 +1026,47 @@ __device__ __forceinline__ void warp_slot_step(const unsigned char* slot, const 
 //   P times the V scale (<= 65504 / 127 for an f16 source) stays below 65504 in f16.
 constexpr float kLazyMaxLog2 = 6.0f;
 
-// kI8 (DecodeTuning::i8_scores): S by the int8 mma straight from the K bytes. qf then holds the
-// tile's two int8 terms (q_row_i8) in the A-fragment order of the k32-steps: entry 32 (2 kk +
-// hl) for k-step kk = 2 jj + u and term hl (0 hi, 1 lo), {row g dims 16 ch + 8 u + 0..3 | row
-// g + 8, same | row g, + 4..7 | row g + 8, same} with ch = c + 4 jj, the dims the K words
-// 2u, 2u + 1 of chunk ch hold (as in warp_slot_step_narrow); qs_a, qs_b the steps of rows g,
-// g + 8.
-template <int DP, bool kI8 = false>
-__device__ __forceinline__ void warp_slot_step_lean(const unsigned char* slot, const uint4* qf, float qs_a, float qs_b,
-                                                    int g, int c, int key0, int s_end, int pos_a, int pos_b,
-                                                    float& m_a, float& m_b, float& l_a, float& l_b,
-                                                    float (&o)[DP / 8][4]) {
+template <int DP>
+__device__ __forceinline__ void warp_slot_step_lean(const unsigned char* slot, const uint4* qf, int g, int c,
+                                                    int key0, int s_end, int pos_a, int pos_b, float& m_a, float& m_b,
+                                                    float& l_a, float& l_b, float (&o)[DP / 8][4]) {
   using L = WarpLayout<DP>;
   constexpr int NT = DP / 8;    // m16n8 tiles of O (columns: dim (DP / 8) n + t)
   constexpr int VQ = DP / 128;  // V chunks a lane reads per key
 
-  float s[2][4];
-  if constexpr (kI8) {
-    // One chain per 8-key tile and term: DP / 32 dependent mmas each, four chains.
-    int sh[2][4] = {}, sl[2][4] = {};
+  // S in two accumulators per 8-key tile (even and odd jj), added at the end: two chains of
+  // DP / 32 dependent HMMA per tile instead of one of DP / 16.
+  float s[2][4], s2[2][4];
 #pragma unroll
-    for (int jj = 0; jj < DP / 64; ++jj) {
-      const int ch = c + 4 * jj;  // i8 chunk of K
-      uint32_t kws[2][4];
+  for (int h = 0; h < 2; ++h) {
+    s[h][0] = s[h][1] = s[h][2] = s[h][3] = 0.0f;
+    s2[h][0] = s2[h][1] = s2[h][2] = s2[h][3] = 0.0f;
+  }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int kr = 8 * h + g;
-        const uint4 kw = *reinterpret_cast<const uint4*>(slot + L::kSlotK + kr * DP + k_chunk<DP>(kr, ch) * 16);
-        kws[h][0] = kw.x, kws[h][1] = kw.y, kws[h][2] = kw.z, kws[h][3] = kw.w;
-      }
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const uint4 ah = qf[32 * (2 * (2 * jj + u))];
-        const uint4 al = qf[32 * (2 * (2 * jj + u) + 1)];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          mma_s8_16832(sh[h], ah.x, ah.y, ah.z, ah.w, kws[h][2 * u], kws[h][2 * u + 1]);
-          mma_s8_16832(sl[h], al.x, al.y, al.z, al.w, kws[h][2 * u], kws[h][2 * u + 1]);
-        }
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[h][e] = static_cast<float>(254 * sh[h][e] + sl[h][e]) * (e < 2 ? qs_a : qs_b);
-  } else {
-    // S in two accumulators per 8-key tile (even and odd jj), added at the end: two chains of
-    // DP / 32 dependent HMMA per tile instead of one of DP / 16.
-    float s2[2][4];
+  for (int jj = 0; jj < DP / 64; ++jj) {
+    const int ch = c + 4 * jj;  // i8 chunk of K
+    uint32_t kws[2][4];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      s[h][0] = s[h][1] = s[h][2] = s[h][3] = 0.0f;
-      s2[h][0] = s2[h][1] = s2[h][2] = s2[h][3] = 0.0f;
+      const int kr = 8 * h + g;
+      const uint4 kw = *reinterpret_cast<const uint4*>(slot + L::kSlotK + kr * DP + k_chunk<DP>(kr, ch) * 16);
+      kws[h][0] = kw.x, kws[h][1] = kw.y, kws[h][2] = kw.z, kws[h][3] = kw.w;
     }
 #pragma unroll
-    for (int jj = 0; jj < DP / 64; ++jj) {
-      const int ch = c + 4 * jj;  // i8 chunk of K
-      uint32_t kws[2][4];
+    for (int j4 = 0; j4 < 4; ++j4) {
+      const uint4 a = qf[32 * (4 * jj + j4)];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int kr = 8 * h + g;
-        const uint4 kw = *reinterpret_cast<const uint4*>(slot + L::kSlotK + kr * DP + k_chunk<DP>(kr, ch) * 16);
-        kws[h][0] = kw.x, kws[h][1] = kw.y, kws[h][2] = kw.z, kws[h][3] = kw.w;
-      }
-#pragma unroll
-      for (int j4 = 0; j4 < 4; ++j4) {
-        const uint4 a = qf[32 * (4 * jj + j4)];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          uint32_t b0, b1;
-          i8x4_to_h2(kws[h][j4], b0, b1);
-          mma_16816(jj & 1 ? s2[h] : s[h], a.x, a.y, a.z, a.w, b0, b1);
-        }
+        uint32_t b0, b1;
+        i8x4_to_h2(kws[h][j4], b0, b1);
+        mma_16816(jj & 1 ? s2[h] : s[h], a.x, a.y, a.z, a.w, b0, b1);
       }
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[h][e] += s2[h][e];
   }
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[h][e] += s2[h][e];
 
   // Scale and mask as in warp_slot_step: s[h][e] is row g, key 8h + 2c + e; s[h][2 + e] row g + 8.
   const float* ksc = reinterpret_cast<const float*>(slot + L::kSlotKs);
@@ -1283,16 +1203,10 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t a) {
   return d;
 }
 
-// kI8 (DecodeTuning::i8_scores): S^T by the int8 mma straight from the K bytes, no conversion.
-// qb[jj] then holds row g's two int8 terms (q_row_i8) of the 16 dims of chunk c + 4 jj, hi in
-// words 0..3 and lo in 4..7, and qstep the steps of rows 2c, 2c + 1. A k32-step (jj, u) takes
-// dims 16 ch + 8 u .. + 7 of the chunk: mma k 4c + i is dim 16 ch + 8 u + i and k 16 + 4c + i
-// dim 16 ch + 8 u + 4 + i, the same on both operands (k's c picks the lane of either).
-template <int DP, bool kI8>
+template <int DP>
 __device__ __forceinline__ void warp_slot_step_narrow(const unsigned char* slot, const uint32_t (&qb)[DP / 64][8],
-                                                      const float (&qstep)[2], int g, int c, int key0, int s_end,
-                                                      const int (&pos)[2], float (&m)[2], float (&l)[2],
-                                                      float (&o)[DP / 16][4]) {
+                                                      int g, int c, int key0, int s_end, const int (&pos)[2],
+                                                      float (&m)[2], float (&l)[2], float (&o)[DP / 16][4]) {
   using L = WarpLayout<DP>;
   constexpr int NJ = DP / 64;   // 16-byte K chunks per lane and row: independent S chains
   constexpr int NO = DP / 16;   // m16n8 tiles of O^T
@@ -1313,47 +1227,26 @@ __device__ __forceinline__ void warp_slot_step_narrow(const unsigned char* slot,
     }
   }
   float s[NJ][4];
-  if constexpr (kI8) {
-    // Two chains per term (even and odd jj), added exactly at the end.
-    int sh[2][4] = {}, sl[2][4] = {};
 #pragma unroll
-    for (int jj = 0; jj < NJ; ++jj) {
-      const int ch = c + 4 * jj;
-      const uint4 ka = *reinterpret_cast<const uint4*>(slot + L::kSlotK + g * DP + k_chunk<DP>(g, ch) * 16);
-      const uint4 kb = *reinterpret_cast<const uint4*>(slot + L::kSlotK + (g + 8) * DP + k_chunk<DP>(g + 8, ch) * 16);
-      const uint32_t wa[4] = {ka.x, ka.y, ka.z, ka.w}, wb[4] = {kb.x, kb.y, kb.z, kb.w};
+  for (int jj = 0; jj < NJ; ++jj) s[jj][0] = s[jj][1] = s[jj][2] = s[jj][3] = 0.0f;
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        mma_s8_16832(sh[jj & 1], wa[2 * u], wb[2 * u], wa[2 * u + 1], wb[2 * u + 1], qb[jj][2 * u], qb[jj][2 * u + 1]);
-        mma_s8_16832(sl[jj & 1], wa[2 * u], wb[2 * u], wa[2 * u + 1], wb[2 * u + 1], qb[jj][4 + 2 * u],
-                     qb[jj][5 + 2 * u]);
-      }
+  for (int jj = 0; jj < NJ; ++jj) {
+    const int ch = c + 4 * jj;
+    const uint4 ka = *reinterpret_cast<const uint4*>(slot + L::kSlotK + g * DP + k_chunk<DP>(g, ch) * 16);
+    const uint4 kb = *reinterpret_cast<const uint4*>(slot + L::kSlotK + (g + 8) * DP + k_chunk<DP>(g + 8, ch) * 16);
+    const uint32_t wa[4] = {ka.x, ka.y, ka.z, ka.w}, wb[4] = {kb.x, kb.y, kb.z, kb.w};
+#pragma unroll
+    for (int j4 = 0; j4 < 4; ++j4) {
+      uint32_t lo_a, hi_a, lo_b, hi_b;
+      i8x4_to_h2(wa[j4], lo_a, hi_a);
+      i8x4_to_h2(wb[j4], lo_b, hi_b);
+      mma_16816(s[jj], lo_a, lo_b, hi_a, hi_b, qb[jj][2 * j4], qb[jj][2 * j4 + 1]);
     }
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      s[0][e] = static_cast<float>(254 * (sh[0][e] + sh[1][e]) + (sl[0][e] + sl[1][e])) * qstep[e & 1];
-  } else {
-#pragma unroll
-    for (int jj = 0; jj < NJ; ++jj) s[jj][0] = s[jj][1] = s[jj][2] = s[jj][3] = 0.0f;
-#pragma unroll
-    for (int jj = 0; jj < NJ; ++jj) {
-      const int ch = c + 4 * jj;
-      const uint4 ka = *reinterpret_cast<const uint4*>(slot + L::kSlotK + g * DP + k_chunk<DP>(g, ch) * 16);
-      const uint4 kb = *reinterpret_cast<const uint4*>(slot + L::kSlotK + (g + 8) * DP + k_chunk<DP>(g + 8, ch) * 16);
-      const uint32_t wa[4] = {ka.x, ka.y, ka.z, ka.w}, wb[4] = {kb.x, kb.y, kb.z, kb.w};
-#pragma unroll
-      for (int j4 = 0; j4 < 4; ++j4) {
-        uint32_t lo_a, hi_a, lo_b, hi_b;
-        i8x4_to_h2(wa[j4], lo_a, hi_a);
-        i8x4_to_h2(wb[j4], lo_b, hi_b);
-        mma_16816(s[jj], lo_a, lo_b, hi_a, hi_b, qb[jj][2 * j4], qb[jj][2 * j4 + 1]);
-      }
-    }
-#pragma unroll
-    for (int jj = 1; jj < NJ; ++jj)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[0][e] += s[jj][e];
   }
+#pragma unroll
+  for (int jj = 1; jj < NJ; ++jj)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[0][e] += s[jj][e];
 
   // Scale and mask: s[0][e] key g, row 2c + e; s[0][2 + e] key g + 8.
   const float* ksc = reinterpret_cast<const float*>(slot + L::kSlotKs);
@@ -1403,9 +1296,7 @@ __device__ __forceinline__ void warp_slot_step_narrow(const unsigned char* slot,
 // kNarrow: the rows (at most 8, decode_tc_narrow_takes) through warp_slot_step_narrow, and the
 // slots copied by copy_run where they are runs of pool rows; else the 16-row warp_slot_step and
 // issue(). The Q staging, the split range and the merge of the warps are shared.
-// kI8 (with kNarrow only): S^T by the int8 mma (warp_slot_step_narrow<DP, true>); Q is staged
-// as its two int8 terms, rows of DP bytes (hi rows 0..15, then lo rows), then the rows' steps.
-template <int DP, bool kNarrow, bool kI8 = false>
+template <int DP, bool kNarrow>
 __global__ void __launch_bounds__(kWThreads, 2)
     decode_tc_warps_kernel(const __half* __restrict__ q, const int8_t* __restrict__ k, const int8_t* __restrict__ v,
                            __half* __restrict__ out, TcParams P) {
@@ -1519,28 +1410,10 @@ __global__ void __launch_bounds__(kWThreads, 2)
   // Q (q_row_halves): warp w takes rows w, w + kWW, ... Padding rows stay zero without the
   // rotation: at T = 1 of the 27B shape 10 of the 16 rows, whose butterflies (40 shuffles a row
   // at D 256) each warp used to run.
-  static_assert(!kI8 || kNarrow, "the int8 scores are a narrow-step path");
-  unsigned char* Q8 = reinterpret_cast<unsigned char*>(Qs);        // kI8: hi [16][DP], lo [16][DP] s8
-  float* Q8_step = reinterpret_cast<float*>(Q8 + 2 * 16 * DP);     // kI8: [16]
-  static_assert(2 * 16 * DP + 16 * 4 <= 16 * kLdQ * 2, "the int8 Q fits where the f16 Q goes");
-  for (int r = warp; r < (kI8 ? int(kDecodeNarrowRows) : 16); r += kWW) {
-    if constexpr (kI8) {
-      uint32_t hi[DP / 128], lo[DP / 128];
-      float step;
-      q_row_i8<DP>(q, P, hk, t0, R, r, lane, hi, lo, step);
-      if constexpr (DP == 256) {
-        *reinterpret_cast<uint2*>(Q8 + r * DP + 8 * lane) = make_uint2(hi[0], hi[1]);
-        *reinterpret_cast<uint2*>(Q8 + (16 + r) * DP + 8 * lane) = make_uint2(lo[0], lo[1]);
-      } else {
-        *reinterpret_cast<uint32_t*>(Q8 + r * DP + 4 * lane) = hi[0];
-        *reinterpret_cast<uint32_t*>(Q8 + (16 + r) * DP + 4 * lane) = lo[0];
-      }
-      if (lane == 0) Q8_step[r] = step;
-    } else {
-      uint32_t hw[DP / 64];
-      q_row_halves<DP>(q, P, hk, t0, R, r, lane, hw);
-      store_q_row<DP>(Qs, kLdQ, r, lane, hw);
-    }
+  for (int r = warp; r < 16; r += kWW) {
+    uint32_t hw[DP / 64];
+    q_row_halves<DP>(q, P, hk, t0, R, r, lane, hw);
+    store_q_row<DP>(Qs, kLdQ, r, lane, hw);
   }
   __syncthreads();  // every warp reads every row of Q
 
@@ -1549,23 +1422,14 @@ __global__ void __launch_bounds__(kWThreads, 2)
     // key), running max (equal on the 8 lanes of a c), this lane's part of the running sum.
     // Q^T's B fragments of every k-step stay in registers: row g, dims 16 (c + 4 jj) + 0..15.
     constexpr int NO = DP / 16;
-    // kI8: row g's int8 terms of chunk c + 4 jj, hi then lo, and the steps of rows 2c, 2c + 1.
     uint32_t qb[DP / 64][8];
-    float qstep[2] = {1.0f, 1.0f};
 #pragma unroll
     for (int jj = 0; jj < DP / 64; ++jj) {
-      uint4 q0, q1;
-      if constexpr (kI8) {
-        q0 = *reinterpret_cast<const uint4*>(Q8 + g * DP + 16 * (c + 4 * jj));
-        q1 = *reinterpret_cast<const uint4*>(Q8 + (16 + g) * DP + 16 * (c + 4 * jj));
-      } else {
-        q0 = *reinterpret_cast<const uint4*>(Qs + g * kLdQ + 16 * (c + 4 * jj));
-        q1 = *reinterpret_cast<const uint4*>(Qs + g * kLdQ + 16 * (c + 4 * jj) + 8);
-      }
+      const uint4 q0 = *reinterpret_cast<const uint4*>(Qs + g * kLdQ + 16 * (c + 4 * jj));
+      const uint4 q1 = *reinterpret_cast<const uint4*>(Qs + g * kLdQ + 16 * (c + 4 * jj) + 8);
       qb[jj][0] = q0.x, qb[jj][1] = q0.y, qb[jj][2] = q0.z, qb[jj][3] = q0.w;
       qb[jj][4] = q1.x, qb[jj][5] = q1.y, qb[jj][6] = q1.z, qb[jj][7] = q1.w;
     }
-    if constexpr (kI8) qstep[0] = Q8_step[2 * c], qstep[1] = Q8_step[2 * c + 1];
     int pos[2];
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -1580,8 +1444,7 @@ __global__ void __launch_bounds__(kWThreads, 2)
       cp_async_wait<NSW - 1>();
       __syncwarp();
       const unsigned char* slot = ring + (i % NSW) * L::kSlotBytes;
-      warp_slot_step_narrow<DP, kI8>(slot, qb, qstep, g, c, s_begin + (warp + kWW * i) * kSlotKeys, s_end, pos, m,
-                                     l, o);
+      warp_slot_step_narrow<DP>(slot, qb, g, c, s_begin + (warp + kWW * i) * kSlotKeys, s_end, pos, m, l, o);
       __syncwarp();  // every lane is done with the slot before it is refilled
       if (refill) {
         if (runs) copy_run(i + NSW, row_next);
@@ -1749,9 +1612,7 @@ __device__ __forceinline__ void stream_barrier(int stream) {
 // kLean (DecodeTuning::lean_share_step): Q in mma fragment order and warp_slot_step_lean,
 // and the copies of a refill split in two: the block-table loads before the stream barrier
 // (they fly while the stream waits), the cp.async after it, unrolled without guards.
-// kI8 (with kLean only): S by the int8 mma (warp_slot_step_lean<DP, true>); each tile's Q
-// area holds its two int8 terms in fragment order, the rows' steps after all tiles.
-template <int DP, int RT, bool kLean, bool kI8 = false>
+template <int DP, int RT, bool kLean>
 __global__ void __launch_bounds__(kWThreads, 2)
     decode_tc_warps_share_kernel(const __half* __restrict__ q, const int8_t* __restrict__ k,
                                  const int8_t* __restrict__ v, __half* __restrict__ out, TcParams P) {
@@ -1910,28 +1771,7 @@ __global__ void __launch_bounds__(kWThreads, 2)
   }
 
   // Q (q_row_halves) over kRows rows.
-  static_assert(!kI8 || kLean, "the int8 scores are a lean-step path");
-  float* Q8_step = reinterpret_cast<float*>(smem + L::kOffQ + RT * 32 * DP);  // kI8: [kRows]
-  static_assert(RT * 32 * DP + kRows * 4 <= kRows * kLdQ * 2, "the int8 Q fits where the f16 Q goes");
   for (int r = warp; r < kRows; r += kWW) {
-    if constexpr (kI8) {
-      // Fragment order of warp_slot_step_lean<DP, true>: word w of this lane holds dims d ..
-      // d + 3 (d = lane DP / 32 + 4 w) of row r.
-      uint32_t hi[DP / 128], lo[DP / 128];
-      float step;
-      q_row_i8<DP>(q, P, hk, t0, R, r, lane, hi, lo, step);
-      uint32_t* qw = reinterpret_cast<uint32_t*>(Qs) + (r >> 4) * (8 * DP);
-      const int rr = r & 15, gr = rr & 7, hb = rr >> 3;
-#pragma unroll
-      for (int w = 0; w < DP / 128; ++w) {
-        const int d = lane * (DP / 32) + 4 * w, ch = d >> 4, u = (d >> 3) & 1, half = (d >> 2) & 1;
-        const int entry = (2 * (2 * (ch >> 2) + u)) * 32 + gr * 4 + (ch & 3);
-        qw[entry * 4 + half * 2 + hb] = hi[w];
-        qw[(entry + 32) * 4 + half * 2 + hb] = lo[w];
-      }
-      if (lane == 0) Q8_step[r] = step;
-      continue;
-    }
     uint32_t hw[DP / 64];
     q_row_halves<DP>(q, P, hk, t0, R, r, lane, hw);
     if constexpr (kLean) {
@@ -1962,7 +1802,6 @@ __global__ void __launch_bounds__(kWThreads, 2)
   const __half* qa_row = Qs + ra * kLdQ;
   const __half* qb_row = Qs + rb * kLdQ;
   const uint4* qf = reinterpret_cast<const uint4*>(Qs) + rt * (2 * DP) + lane;  // kLean: this lane's fragments
-  const float qs_a = kI8 ? Q8_step[ra] : 1.0f, qs_b = kI8 ? Q8_step[rb] : 1.0f;  // kI8: the rows' steps
 
 #pragma unroll 1
   for (int i = 0; i < n_mine; ++i) {
@@ -1992,7 +1831,7 @@ __global__ void __launch_bounds__(kWThreads, 2)
       const unsigned char* slot = ring + (i % NSS) * WL::kSlotBytes;
       const int key0 = s_begin + (st + NST * i) * kSlotKeys;
       if constexpr (kLean)
-        warp_slot_step_lean<DP, kI8>(slot, qf, qs_a, qs_b, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, o);
+        warp_slot_step_lean<DP>(slot, qf, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, o);
       else
         warp_slot_step<DP>(slot, qa_row, qb_row, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, o);
     }
@@ -2239,33 +2078,26 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
     const int smem = warps_smem(DP, RT);
     const DecodeTuning tuning = decode_tuning();
     const bool pdl = tuning.pdl;
-    auto share = [&](auto lean, auto i8) {
-      constexpr bool kLean = decltype(lean)::value, kI8 = decltype(i8)::value;
+    auto share = [&](auto lean) {
+      constexpr bool kLean = decltype(lean)::value;
       if (DP == 128) {
-        if (RT == 2) launch_at(decode_tc_warps_share_kernel<128, 2, kLean, kI8>, wgrid, kWThreads, smem, k, v, pdl);
-        else launch_at(decode_tc_warps_share_kernel<128, 4, kLean, kI8>, wgrid, kWThreads, smem, k, v, pdl);
+        if (RT == 2) launch_at(decode_tc_warps_share_kernel<128, 2, kLean>, wgrid, kWThreads, smem, k, v, pdl);
+        else launch_at(decode_tc_warps_share_kernel<128, 4, kLean>, wgrid, kWThreads, smem, k, v, pdl);
       } else {
-        if (RT == 2) launch_at(decode_tc_warps_share_kernel<256, 2, kLean, kI8>, wgrid, kWThreads, smem, k, v, pdl);
-        else launch_at(decode_tc_warps_share_kernel<256, 4, kLean, kI8>, wgrid, kWThreads, smem, k, v, pdl);
+        if (RT == 2) launch_at(decode_tc_warps_share_kernel<256, 2, kLean>, wgrid, kWThreads, smem, k, v, pdl);
+        else launch_at(decode_tc_warps_share_kernel<256, 4, kLean>, wgrid, kWThreads, smem, k, v, pdl);
       }
     };
-    auto narrow = [&](auto i8) {
-      constexpr bool kI8 = decltype(i8)::value;
-      if (DP == 128) launch_at(decode_tc_warps_kernel<128, true, kI8>, wgrid, kWThreads, smem, k, v, pdl);
-      else launch_at(decode_tc_warps_kernel<256, true, kI8>, wgrid, kWThreads, smem, k, v, pdl);
-    };
     if (RT == 1 && decode_tc_narrow_takes(a)) {
-      if (tuning.i8_scores) narrow(std::true_type{});
-      else narrow(std::false_type{});
+      if (DP == 128) launch_at(decode_tc_warps_kernel<128, true>, wgrid, kWThreads, smem, k, v, pdl);
+      else launch_at(decode_tc_warps_kernel<256, true>, wgrid, kWThreads, smem, k, v, pdl);
     } else if (RT == 1) {
       if (DP == 128) launch_at(decode_tc_warps_kernel<128, false>, wgrid, kWThreads, smem, k, v, pdl);
       else launch_at(decode_tc_warps_kernel<256, false>, wgrid, kWThreads, smem, k, v, pdl);
-    } else if (tuning.lean_share_step && tuning.i8_scores) {
-      share(std::true_type{}, std::true_type{});
     } else if (tuning.lean_share_step) {
-      share(std::true_type{}, std::false_type{});
+      share(std::true_type{});
     } else {
-      share(std::false_type{}, std::false_type{});
+      share(std::false_type{});
     }
     return;
   }

@@ -32,22 +32,6 @@ __device__ __forceinline__ void mma_16816(float d[4], uint32_t a0, uint32_t a1, 
 #endif
 }
 
-// d += a · b for one m16n8k32 tile of int8 (a: 16 x 32 s8 row-major fragment, lane (g, c): a0
-// row g bytes 4c..4c+3, a1 row g + 8, a2 and a3 the same rows at 16 + 4c; b: 32 x 8 s8, b0 column
-// g bytes 4c.., b1 at 16 + 4c), exact in s32. sm_80+ as mma_16816.
-__device__ __forceinline__ void mma_s8_16832(int d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-  __trap();
-#endif
-}
-
 // d = a · b for one m16n8k16 tile, from zero (no zeroed accumulator registers to set first).
 __device__ __forceinline__ void mma_16816_z(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                             uint32_t b0, uint32_t b1) {

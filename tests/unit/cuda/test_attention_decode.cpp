@@ -11,9 +11,7 @@
 // Tolerances (relative L2): f32 K/V 2e-5; f16 3e-3; i8 K/V (same quantized rows on both
 // sides, so only the summation order differs) 2e-5 / 3e-3 like the float pools. The
 // tensor-core kernel rounds its operands to f16 (queries, dequantized i8 rows, P), one
-// 2^-11 rounding each, like the prefill kernel, within the same 3e-3; the int8 scores of the
-// narrow and lean steps (DecodeTuning::i8_scores) hold the query to max|q| / 64516 instead
-// and sum exactly, within the same bound.
+// 2^-11 rounding each, like the prefill kernel, within the same 3e-3.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -306,14 +304,11 @@ TEST_P(AttentionDecode, SplitKernelsForcedSplits) {
 // twice: with the narrow step (calls of <= 8 rows: the rows in the mma's n dimension; blocks of
 // 16 copy a slot from one table load, blocks of 7 row by row) and with the 16-row step only.
 TEST_P(AttentionDecode, TensorCoreWarpSplit) {
-  for (auto [narrow, i8] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, false}}) {
+  for (bool narrow : {true, false}) {
     cuda::DecodeTuning t = cuda::decode_tuning();
     t.narrow_rows = narrow;
-    t.i8_scores = i8;
     const Tuning tuning(t);
-    SCOPED_TRACE(!narrow ? "16-row step"
-                 : i8    ? "narrow rows (<= 8 rows in the mma's n dimension), int8 scores"
-                         : "narrow rows, f16 scores");
+    SCOPED_TRACE(narrow ? "narrow rows (<= 8 rows in the mma's n dimension)" : "16-row step");
     check_warp_split(narrow);
   }
 }
@@ -470,14 +465,13 @@ TEST_P(AttentionDecode, RoundedUpKeyBound) {
   };
   using cuda::DecodeTuning;
   const DecodeTuning modes[] = {
-      DecodeTuning{true, true, true, true, true, true},   DecodeTuning{false, false, false, false, false, false},
-      DecodeTuning{true, false, false, true, true, false}, DecodeTuning{false, true, true, false, true, true},
-      DecodeTuning{true, true, true, false, false, false}, DecodeTuning{true, true, true, true, true, false}};
+      DecodeTuning{true, true, true, true, true},  DecodeTuning{false, false, false, false, false},
+      DecodeTuning{true, false, false, true, true}, DecodeTuning{false, true, true, false, true},
+      DecodeTuning{true, true, true, false, false}};
   for (const DecodeTuning& m : modes) {
     const Tuning tuning(m);
-    const std::string what =
-        fmt::format("balanced {} fast combine {} pdl {} lean step {} narrow rows {} i8 scores {}", m.balanced_splits,
-                    m.fast_combine, m.pdl, m.lean_share_step, m.narrow_rows, m.i8_scores);
+    const std::string what = fmt::format("balanced {} fast combine {} pdl {} lean step {} narrow rows {}",
+                                         m.balanced_splits, m.fast_combine, m.pdl, m.lean_share_step, m.narrow_rows);
     SCOPED_TRACE(what);
     int ran = 0, calls = 0;
     for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{24, 4, 256, 7}}) {
@@ -520,12 +514,11 @@ TEST_P(AttentionDecode, TensorCoreLeanSlotStep) {
     return b - S;
   };
   using cuda::DecodeTcWarpsTiles;
-  for (auto [lean, i8] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, false}}) {
+  for (bool lean : {true, false}) {
     cuda::DecodeTuning t = cuda::decode_tuning();
     t.lean_share_step = lean;
-    t.i8_scores = i8;
     const Tuning tuning(t);
-    SCOPED_TRACE(!lean ? "old slot step" : i8 ? "lean slot step, int8 scores" : "lean slot step, f16 scores");
+    SCOPED_TRACE(lean ? "lean slot step" : "old slot step");
     int ran = 0, calls = 0;
     for (DecodeTcWarpsTiles tiles : {DecodeTcWarpsTiles::k2, DecodeTcWarpsTiles::k4}) {
       const WarpTiles forced(tiles);
@@ -551,8 +544,8 @@ TEST_P(AttentionDecode, TensorCoreLeanSlotStep) {
         check_split(Shape{24, 4, 256, 16}, T, 900, kv, DType::F16, 1, 0, 0, true, false);
       }
     if (GetParam().profile == ops::KernelProfile::kVolta) EXPECT_EQ(ran, 0);
-    else std::printf("%s slot step%s: shared-slot kernels ran in %d of %d calls (0: no sm_80 code)\n",
-                     lean ? "lean" : "old", i8 ? ", int8 scores" : "", ran, calls);
+    else std::printf("%s slot step: shared-slot kernels ran in %d of %d calls (0: no sm_80 code)\n",
+                     lean ? "lean" : "old", ran, calls);
     if (ran > 0) {
       EXPECT_EQ(ran, calls);
     }
