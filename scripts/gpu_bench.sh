@@ -18,7 +18,8 @@
 #
 # Knobs (environment): CONFIGS (weights:KV pairs, "q4_k:int8 q8_0:int8"; add q4_k:f16 for the
 # f16 cache), PROFILES (native volta; "native:nograph" adds a run with --no-cuda-graphs), DEPTHS (512,8192,32768,131072), PREFILL (2048), TRACE (1: the
-# kernel trace, with libcupti from the toolkit or the Python package nvidia-cuda-cupti; 0: none), STYLES
+# kernel trace, with libcupti from the toolkit or the Python package nvidia-cuda-cupti; 0: none),
+# TRACE_TOKENS (1: decode rounds; "1,4" adds a table of the 4-token verify round), STYLES
 # (code,zh), VERIFY (1,2,4,8), NGEN (16), REPS (2), STEP_TIMEOUT (seconds per bench, 75), BUDGET
 # (no bench starts that could end after this many seconds, 300), KEEP_MODELS (set: the models
 # stay in MODEL_DIR, default /tmp/vi_models, for a later run of another binary). With the defaults: about 4
@@ -57,7 +58,7 @@ run() {
   local ngen=${NGEN:-16} reps=${REPS:-2} step_timeout=${STEP_TIMEOUT:-75}
   local trace_flag=()
   if [ "${TRACE:-1}" = 1 ]; then
-    trace_flag=(--trace-kernels)
+    trace_flag=(--trace-kernels --trace-tokens "${TRACE_TOKENS:-1}")
     if [ -z "${VI_CUPTI:-}" ]; then  # else the loader's search (bench says what it tried)
       VI_CUPTI=$(ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so /usr/local/cuda/lib64/libcupti.so 2>/dev/null | head -1)
       [ -n "$VI_CUPTI" ] || VI_CUPTI=$(python3 -c 'import glob, site

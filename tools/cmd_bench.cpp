@@ -8,7 +8,8 @@
 //   verify   --verify 1,2,4,8   ms for a round that feeds T tokens at once (MTP verification)
 //   --profile-ops               per-op tables of a decode round and a prefill (ops/profiler.h)
 //   --trace-kernels             per-kernel table of decode rounds from a CUPTI trace: the GPU's
-//                               own kernel times in the replayed step (tools/bench_trace.h)
+//                               own kernel times in the replayed step (tools/bench_trace.h);
+//                               --trace-tokens 4 traces verify rounds of 4 tokens instead
 // Every configuration runs -r times; the markdown table gives mean and min–max, --json
 // writes every raw sample as a JSON line. An MBU above 100% is refused as a measurement
 // error, never printed as a result.
@@ -53,6 +54,7 @@ struct BenchArgs {
   int profile_rounds = 8;
   bool trace_kernels = false;
   int trace_rounds = 8;
+  std::vector<int64_t> trace_tokens = {1};  // tokens per traced round: one table per entry
   double bandwidth_gbs = 0, peak_tflops = 0;
 };
 
@@ -91,9 +93,10 @@ class Bench {
   std::vector<int32_t> prompt_tokens(const std::string& style, int64_t n, int shift);
   void prefill_test(const std::string& style, int64_t P);
   void decode_test(const std::string& style, int64_t depth);
-  // The per-kernel table of decode rounds at this depth (--trace-kernels); untraced_ms: the
+  // The per-kernel table of rounds of T tokens (1: decode, more: verify) at this depth
+  // (--trace-kernels, --trace-tokens); untraced_ms: the
   // timed rounds' mean, to show what tracing costs.
-  void trace_test(int64_t depth, SequenceState& seq, int32_t& tok, Tensor& logits, double untraced_ms);
+  void trace_test(int64_t depth, int64_t T, SequenceState& seq, int32_t& tok, Tensor& logits, double untraced_ms);
   // A fresh sequence holding `depth` tokens of context (synthetic or prefilled).
   std::unique_ptr<SequenceState> filled_sequence(const std::string& style, int64_t depth, int rep, int32_t& next);
   json conditions() const;
@@ -333,7 +336,11 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
       emit({{"test", "profile"}, {"fill", a_.fill}, {"context", depth}, {"rounds", s.rounds},
             {"round_wall_us", s.wall_us}, {"round_device_us", s.device_us}, {"op_us", s.op_us}, {"ops", rows}});
     }
-    if (a_.trace_kernels && rep == 0) trace_test(depth, *seq, tok, logits, mean_ms);
+    if (a_.trace_kernels && rep == 0)
+      for (int64_t T : a_.trace_tokens) {
+        const double untraced = T == 1 ? mean_ms : verify_ms.count(T) ? verify_ms[T].back() : 0.0;
+        trace_test(depth, T, *seq, tok, logits, untraced);
+      }
   }
   Stats r = summarize(round_ms_rep), m = summarize(mbu_rep);
   std::string extra = fmt::format("{:.2f} ms/round ({:.2f}–{:.2f}); {:.4g} GB/round; MBU {}; host {:.3f} ms/round",
@@ -351,36 +358,42 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
   }
 }
 
-void Bench::trace_test(int64_t depth, SequenceState& seq, int32_t& tok, Tensor& logits, double untraced_ms) {
-  const std::vector<ops::SampleParams> greedy(1);
-  std::vector<ops::SampledToken> picked(1);
+void Bench::trace_test(int64_t depth, int64_t T, SequenceState& seq, int32_t& tok, Tensor& logits,
+                       double untraced_ms) {
+  // A round as the timed ones run it: one token (decode), or T tokens with logits for each
+  // (a verify round, as above).
+  const std::vector<ops::SampleParams> greedy(static_cast<size_t>(T));
+  std::vector<ops::SampledToken> picked(static_cast<size_t>(T));
+  std::vector<int32_t> toks(static_cast<size_t>(T), tok);
   std::vector<double> traced_ms;
   auto round = [&](ops::OpProfiler* prof) {
-    VI_CHECK(seq.n_past() + 1 <= seq.capacity(), "bench: no context left for the traced rounds");
+    VI_CHECK(seq.n_past() + T <= seq.capacity(), "bench: no context left for the traced rounds");
     L_.ctx.profiler = prof;
     if (prof) prof->begin_round(L_.ctx);
     Timer t;
-    L_.model->forward(L_.ctx, {&tok, 1}, seq, logits, false, LogitsOn::kDevice);
-    picked.resize(1);
-    ops::sample(L_.ctx, logits, greedy, {}, picked);  // ends with the token on the host
+    L_.model->forward(L_.ctx, toks, seq, logits, T > 1, LogitsOn::kDevice);
+    picked.resize(static_cast<size_t>(T));
+    ops::sample(L_.ctx, logits, greedy, {}, picked);  // ends with the tokens on the host
     if (prof) prof->end_round(L_.ctx);
     else traced_ms.push_back(t.ms());
     L_.ctx.profiler = nullptr;
-    tok = picked[0].token;
+    for (int64_t j = 0; j < T; ++j) toks[j] = picked[static_cast<size_t>(j)].token;
+    tok = toks[0];
   };
   uint64_t dropped = 0;
   const ops::KernelTimeline t = trace_decode_kernels(L_.ctx.device, a_.trace_rounds, round, &dropped);
   L_.ctx.profiler = nullptr;
   const double traced = traced_ms.empty() ? 0 : std::accumulate(traced_ms.begin(), traced_ms.end(), 0.0) / traced_ms.size();
-  std::string head = fmt::format("\n### Kernel trace of a decode round at context {} — {}, profile {}, {}, KV {}\n\n",
+  const std::string what = T == 1 ? std::string("a decode round") : fmt::format("a verify round of {} tokens", T);
+  std::string head = fmt::format("\n### Kernel trace of {} at context {} — {}, profile {}, {}, KV {}\n\n", what,
                                  depth, device_, profile_, wformat_, kv_dtype_);
   if (t.rounds == 0) {
     profiles_ += head + "Not traced: " + t.note + ".\n";
-    emit({{"test", "kernel_trace"}, {"context", depth}, {"error", t.note}});
+    emit({{"test", "kernel_trace"}, {"context", depth}, {"tokens", T}, {"error", t.note}});
     return;
   }
   head += fmt::format(
-      "GPU timestamps of every kernel (CUPTI activity records) in {} decode rounds as the timed ones run (recorded "
+      "GPU timestamps of every kernel (CUPTI activity records) in {} such rounds as the timed ones run (recorded "
       "steps replayed when graphs are on); a traced round took {:.2f} ms on the host clock against {:.2f} ms untraced. "
       "Ops and bytes come from one extra round run op by op. MB are estimates from the tensors each op reads and "
       "writes; GB/s = MB / charged time.{}\n\n",
@@ -391,7 +404,7 @@ void Bench::trace_test(int64_t depth, SequenceState& seq, int32_t& tok, Tensor& 
     rows.push_back({{"op", r.op}, {"dtype", r.dtype}, {"shape", r.shape}, {"kernels", r.kernels},
                     {"launches", r.launches}, {"us", r.us}, {"gap_us", r.gap_us}, {"own_us", r.own_us},
                     {"bytes", r.bytes}});
-  emit({{"test", "kernel_trace"}, {"context", depth}, {"rounds", t.rounds}, {"span_us", t.span_us},
+  emit({{"test", "kernel_trace"}, {"context", depth}, {"tokens", T}, {"rounds", t.rounds}, {"span_us", t.span_us},
         {"busy_us", t.busy_us}, {"kernels", t.kernels}, {"labelled", t.labelled}, {"note", t.note},
         {"traced_round_ms", traced}, {"untraced_round_ms", untraced_ms}, {"dropped", dropped}, {"rows", rows}});
 }
@@ -400,9 +413,10 @@ void Bench::run() {
   int64_t longest = 0;
   for (int64_t p : a_.prompt_lens) longest = std::max(longest, p);
   const int64_t verify_tokens = 4 * std::accumulate(a_.verify.begin(), a_.verify.end(), int64_t{0});
+  const int64_t trace_tokens = std::accumulate(a_.trace_tokens.begin(), a_.trace_tokens.end(), int64_t{0});
   for (int64_t d : a_.depths)
     longest = std::max(longest, d + 3 + a_.n_gen + verify_tokens + (a_.profile_ops ? a_.profile_rounds : 0) +
-                                    (a_.trace_kernels ? a_.trace_rounds + 1 : 0));
+                                    (a_.trace_kernels ? (a_.trace_rounds + 1) * trace_tokens : 0));
   if (a_.model.ctx_size == 0) a_.model.ctx_size = longest + 16;
   L_ = load(a_.model);
   if (a_.n_batch == 0) a_.n_batch = L_.ctx.device == Device::CPU ? 256 : 2048;  // what `serve` uses
@@ -486,6 +500,11 @@ void register_bench(CLI::App& app) {
                 "Per-kernel table of decode rounds from a CUPTI kernel trace (GPU; libcupti loaded at run time, "
                 "VI_CUPTI=path; also VI_TRACE_KERNELS=1)");
   cmd->add_option("--trace-rounds", a->trace_rounds, "Decode rounds in the kernel trace")->check(CLI::PositiveNumber);
+  cmd->add_option("--trace-tokens", a->trace_tokens,
+                  "Tokens per traced round, comma-separated (1: decode rounds; 4: the verify rounds of --verify 4); "
+                  "one kernel table each (default 1)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{64}));
   cmd->add_option("--bandwidth-gbs", a->bandwidth_gbs, "Copy bandwidth for MBU (default: measured now)");
   cmd->add_option("--peak-tflops", a->peak_tflops, "Tensor-core rate for MFU (default: measured now with cuBLAS)");
   cmd->callback([a] {
