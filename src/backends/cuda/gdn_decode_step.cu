@@ -168,6 +168,35 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
     yh[e] = from_f32<T>(norm_w[e] * (o_sh[e] * f) * silu_f(to_f32(zh[e])));
 }
 
+// The chunk's k and q heads (nt <= kDecodeStepTokens tokens from row r0) into kq as fp32, for
+// the cluster kernel. All tokens' loads of a channel go out before the first is converted, so
+// the chunk costs one round trip: with a block's 128 threads, the loop over i < nt * dk (t =
+// i / dk) of the one-block kernel put one round trip per token on the critical path (ncu,
+// H200, 27B shapes, T = 4: the loads' first use was the hottest instruction; kernel trace of a
+// 4-token round: 17.5 -> 12.8 us a launch).
+template <class T>
+__device__ __forceinline__ void load_chunk_kq(float (&kq)[kDecodeStepTokens][2][kDeltaMaxDk], const T* k, const T* q,
+                                              int64_t r0, int nt, int Hk, int hk, int dk) {
+  for (int c = threadIdx.x; c < dk; c += blockDim.x) {
+    T kr[kDecodeStepTokens], qr[kDecodeStepTokens];
+#pragma unroll
+    for (int t = 0; t < kDecodeStepTokens; ++t) {
+      if (t < nt) {
+        const int64_t off = ((r0 + t) * Hk + hk) * dk + c;
+        kr[t] = k[off];
+        qr[t] = q[off];
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kDecodeStepTokens; ++t) {
+      if (t < nt) {
+        kq[t][0][c] = to_f32(kr[t]);
+        kq[t][1][c] = to_f32(qr[t]);
+      }
+    }
+  }
+}
+
 // R: state rows per thread (ceil(dk / kDeltaRowGroups), rounded up to a template size).
 // Sequence n0 + blockIdx.y, its rows n T_ .. n T_ + T_ - 1 of q, k: [rows, Hk, dk];
 // v, z, y: [rows, Hv, dv]; a, b: [rows, Hv]. The tokens run in chunks of kDecodeStepTokens:
@@ -205,6 +234,8 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
   for (int t0 = 0; t0 < T_; t0 += kDecodeStepTokens) {
     const int nt = min(kDecodeStepTokens, T_ - t0);
     const int64_t r0 = row0 + t0;  // the chunk's first row
+    // 512 threads over nt * dk <= 8 * 128 (k, q) pairs: one round trip at the 27B shape (the
+    // cluster kernel's 128 threads take load_chunk_kq instead).
     for (int i = threadIdx.x; i < nt * dk; i += blockDim.x) {
       const int t = i / dk, c = i % dk;
       const int64_t off = ((r0 + t) * Hk + hk) * dk + c;
@@ -336,12 +367,7 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
   for (int t0 = 0; t0 < T_; t0 += kDecodeStepTokens) {
     const int nt = min(kDecodeStepTokens, T_ - t0);
     const int64_t r0 = row0 + t0;  // the chunk's first row
-    for (int i = threadIdx.x; i < nt * dk; i += blockDim.x) {
-      const int t = i / dk, c = i % dk;
-      const int64_t off = ((r0 + t) * Hk + hk) * dk + c;
-      kq[t][0][c] = to_f32(k[off]);
-      kq[t][1][c] = to_f32(q[off]);
-    }
+    load_chunk_kq(kq, k, q, r0, nt, Hk, hk, dk);
     if (threadIdx.x < nt) {
       const int64_t hj = (r0 + threadIdx.x) * Hv + j;
       gate[0][threadIdx.x] = expf(gdn_decay_gate(to_f32(a[hj]), dt_bias[j], neg_exp_A[j]));
@@ -349,10 +375,15 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
     }
     // v and z of token t and column e by row group t % kDeltaRowGroups, so their latency
     // overlaps the state's; z's thread is the one that writes y[t, e] (y may alias z).
-    for (int t = rg; t < nt; t += kDeltaRowGroups) {
-      const int64_t at = ((r0 + t) * Hv + j) * dv + e;
-      v_sh[t][col] = live ? to_f32(v[at]) : 0.0f;
-      z_sh[t][col] = live ? to_f32(z[at]) : 0.0f;
+    static_assert(kDecodeStepTokens % kDeltaRowGroups == 0, "a chunk's tokens over the row groups");
+#pragma unroll
+    for (int u = 0; u < kDecodeStepTokens / kDeltaRowGroups; ++u) {  // unrolled: one round trip
+      const int t = rg + kDeltaRowGroups * u;
+      if (t < nt) {
+        const int64_t at = ((r0 + t) * Hv + j) * dv + e;
+        v_sh[t][col] = live ? to_f32(v[at]) : 0.0f;
+        z_sh[t][col] = live ? to_f32(z[at]) : 0.0f;
+      }
     }
     if (t0 == 0) {
       load_state_column(s, S, rg, e, dk, dv, live);
