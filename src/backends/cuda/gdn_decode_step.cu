@@ -168,13 +168,69 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
     yh[e] = from_f32<T>(norm_w[e] * (o_sh[e] * f) * silu_f(to_f32(zh[e])));
 }
 
+// Where the cluster chunk kernel keeps element i of a head's k or q (kq_index) and its delta
+// rule over them (delta_rule_token_vec): the rows a row group owns (i = rg + kDeltaRowGroups r)
+// lie side by side, kDeltaRowCap apart per group, so a thread reads its rows' k and q four at
+// a time (one 16-byte shared load, the same address across its warp: a broadcast) instead of
+// one load per row; kFull (dk == kDeltaRowGroups R, the 27B shape) drops the row guards. The
+// same products and sums in the same order as delta_rule_token (gdn.cuh), so the states stay
+// bit for bit those of the one-block kernel. Only this kernel: in the token kernels the wider
+// loads made ptxas spill (ptxas -v, sm_90, R = 32).
+constexpr int kDeltaRowCap = kDeltaMaxDk / kDeltaRowGroups;
+__device__ __forceinline__ int kq_index(int i) { return (i % kDeltaRowGroups) * kDeltaRowCap + i / kDeltaRowGroups; }
+
+template <bool kFull, int R, int COLS, class DeltaOf>
+__device__ __forceinline__ void delta_rule_token_vec(float (&s)[R], const float (&kq)[2][kDeltaMaxDk],
+                                                     float (&red_kv)[kDeltaRowGroups][COLS],
+                                                     float (&red_o)[kDeltaRowGroups][COLS], int rg, int col, int dk,
+                                                     float decay, DeltaOf delta_of) {
+  static_assert(R % 4 == 0 && R <= kDeltaRowCap, "whole 16-byte groups of a row group's rows");
+  const float4* k4 = reinterpret_cast<const float4*>(&kq[0][rg * kDeltaRowCap]);
+  const float4* q4 = reinterpret_cast<const float4*>(&kq[1][rg * kDeltaRowCap]);
+  float part = 0.0f;
+#pragma unroll
+  for (int r4 = 0; r4 < R / 4; ++r4) {
+    const float4 kk = k4[r4];
+    const float kr[4] = {kk.x, kk.y, kk.z, kk.w};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int r = 4 * r4 + u;
+      s[r] *= decay;
+      if (kFull || rg + kDeltaRowGroups * r < dk) part += s[r] * kr[u];
+    }
+  }
+  red_kv[rg][col] = part;
+  __syncthreads();
+  float kv = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kDeltaRowGroups; ++w) kv += red_kv[w][col];
+  const float delta = delta_of(kv);
+  float po = 0.0f;
+#pragma unroll
+  for (int r4 = 0; r4 < R / 4; ++r4) {
+    const float4 kk = k4[r4], qq = q4[r4];
+    const float kr[4] = {kk.x, kk.y, kk.z, kk.w}, qr[4] = {qq.x, qq.y, qq.z, qq.w};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int r = 4 * r4 + u;
+      if (kFull || rg + kDeltaRowGroups * r < dk) {
+        s[r] += kr[u] * delta;
+        po += s[r] * qr[u];
+      }
+    }
+  }
+  red_o[rg][col] = po;
+  __syncthreads();
+}
+
 // The chunk's k and q heads (nt <= kDecodeStepTokens tokens from row r0) into kq as fp32, for
 // the cluster kernel. All tokens' loads of a channel go out before the first is converted, so
 // the chunk costs one round trip: with a block's 128 threads, the loop over i < nt * dk (t =
 // i / dk) of the one-block kernel put one round trip per token on the critical path (ncu,
 // H200, 27B shapes, T = 4: the loads' first use was the hottest instruction; kernel trace of a
 // 4-token round: 17.5 -> 12.8 us a launch).
-template <class T>
+// kVec: at kq_index (for delta_rule_token_vec), else at i (for delta_rule_token).
+template <bool kVec, class T>
 __device__ __forceinline__ void load_chunk_kq(float (&kq)[kDecodeStepTokens][2][kDeltaMaxDk], const T* k, const T* q,
                                               int64_t r0, int nt, int Hk, int hk, int dk) {
   for (int c = threadIdx.x; c < dk; c += blockDim.x) {
@@ -190,8 +246,9 @@ __device__ __forceinline__ void load_chunk_kq(float (&kq)[kDecodeStepTokens][2][
 #pragma unroll
     for (int t = 0; t < kDecodeStepTokens; ++t) {
       if (t < nt) {
-        kq[t][0][c] = to_f32(kr[t]);
-        kq[t][1][c] = to_f32(qr[t]);
+        const int at = kVec ? kq_index(c) : c;
+        kq[t][0][at] = to_f32(kr[t]);
+        kq[t][1][at] = to_f32(qr[t]);
       }
     }
   }
@@ -342,7 +399,11 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // never launched: gdn_decode_uses_cluster asks for sm_90 code
 #else
-  __shared__ float kq[kDecodeStepTokens][2][kDeltaMaxDk];  // the chunk's k and q heads, fp32
+  // kVec: the delta rule by delta_rule_token_vec, where ptxas keeps it spill-free (sm_90: R 16
+  // and 64 spilled 28 and 204 bytes with it, none without).
+  constexpr bool kVec = R == 8 || R == 32;
+  // The chunk's k and q heads, fp32 (kVec: at kq_index; 16-byte aligned for its loads).
+  __shared__ __align__(16) float kq[kDecodeStepTokens][2][kDeltaMaxDk];
   __shared__ float red_kv[kDeltaRowGroups][kDecodeMaxCols];
   __shared__ float red_o[kDeltaRowGroups][kDecodeMaxCols];
   __shared__ float v_sh[kDecodeStepTokens][kDecodeMaxCols];  // the chunk's v of this block's columns
@@ -367,7 +428,7 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
   for (int t0 = 0; t0 < T_; t0 += kDecodeStepTokens) {
     const int nt = min(kDecodeStepTokens, T_ - t0);
     const int64_t r0 = row0 + t0;  // the chunk's first row
-    load_chunk_kq(kq, k, q, r0, nt, Hk, hk, dk);
+    load_chunk_kq<kVec>(kq, k, q, r0, nt, Hk, hk, dk);
     if (threadIdx.x < nt) {
       const int64_t hj = (r0 + threadIdx.x) * Hv + j;
       gate[0][threadIdx.x] = expf(gdn_decay_gate(to_f32(a[hj]), dt_bias[j], neg_exp_A[j]));
@@ -389,9 +450,12 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
       load_state_column(s, S, rg, e, dk, dv, live);
     }
     __syncthreads();  // kq, gate, v_sh, z_sh
+    const bool full = dk == kDeltaRowGroups * R;  // the same for the whole block
     for (int t = 0; t < nt; ++t) {
-      delta_rule_token(s, kq[t], red_kv, red_o, rg, col, dk, gate[0][t],
-                       [&](float kv) { return gate[1][t] * (v_sh[t][col] - kv); });
+      auto delta_of = [&](float kv) { return gate[1][t] * (v_sh[t][col] - kv); };
+      if constexpr (!kVec) delta_rule_token(s, kq[t], red_kv, red_o, rg, col, dk, gate[0][t], delta_of);
+      else if (full) delta_rule_token_vec<true>(s, kq[t], red_kv, red_o, rg, col, dk, gate[0][t], delta_of);
+      else delta_rule_token_vec<false>(s, kq[t], red_kv, red_o, rg, col, dk, gate[0][t], delta_of);
       if (rg == 0) {  // column e's output rounded to T (0 past dv)
         float o = 0.0f;
         if (live) {
