@@ -20,6 +20,20 @@ __device__ __forceinline__ float gdn_decay_gate(float a, float dt_bias, float ne
   return neg_exp_A * sp;
 }
 
+// The middle of a delta-rule token step (delta_rule_token and gdn_decode_step's vector form):
+// this thread's part of Sᵀk into red_kv, the block barrier, Sᵀk summed over the row groups in
+// their order, and delta_of of it (beta (v − Sᵀk)).
+template <int COLS, class DeltaOf>
+__device__ __forceinline__ float delta_rule_delta(float part, float (&red_kv)[kDeltaRowGroups][COLS], int rg, int col,
+                                                  DeltaOf delta_of) {
+  red_kv[rg][col] = part;
+  __syncthreads();
+  float kv = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kDeltaRowGroups; ++w) kv += red_kv[w][col];
+  return delta_of(kv);
+}
+
 // One token of the gated delta rule for this thread's value column, the step delta_rule_kernel
 // and the fused decode step share: s holds rows rg, rg + kDeltaRowGroups, ... of the column of
 // the fp32 state; they are decayed, Sᵀk is reduced over the row groups through red_kv, the
@@ -38,12 +52,7 @@ __device__ __forceinline__ void delta_rule_token(float (&s)[R], const float (&kq
     s[r] *= decay;
     if (i < dk) part += s[r] * kq[0][i];
   }
-  red_kv[rg][col] = part;
-  __syncthreads();
-  float kv = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kDeltaRowGroups; ++w) kv += red_kv[w][col];
-  const float delta = delta_of(kv);
+  const float delta = delta_rule_delta(part, red_kv, rg, col, delta_of);
   float po = 0.0f;
 #pragma unroll
   for (int r = 0; r < R; ++r) {

@@ -199,12 +199,7 @@ __device__ __forceinline__ void delta_rule_token_vec(float (&s)[R], const float 
       if (kFull || rg + kDeltaRowGroups * r < dk) part += s[r] * kr[u];
     }
   }
-  red_kv[rg][col] = part;
-  __syncthreads();
-  float kv = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kDeltaRowGroups; ++w) kv += red_kv[w][col];
-  const float delta = delta_of(kv);
+  const float delta = delta_rule_delta(part, red_kv, rg, col, delta_of);
   float po = 0.0f;
 #pragma unroll
   for (int r4 = 0; r4 < R / 4; ++r4) {
