@@ -94,8 +94,8 @@ class Bench {
   void prefill_test(const std::string& style, int64_t P);
   void decode_test(const std::string& style, int64_t depth);
   // The per-kernel table of rounds of T tokens (1: decode, more: verify) at this depth
-  // (--trace-kernels, --trace-tokens); untraced_ms: the
-  // timed rounds' mean, to show what tracing costs.
+  // (--trace-kernels, --trace-tokens); untraced_ms: the timed rounds' time (the decode rounds'
+  // mean, the T-token verify rounds' median), to show what tracing costs.
   void trace_test(int64_t depth, int64_t T, SequenceState& seq, int32_t& tok, Tensor& logits, double untraced_ms);
   // A fresh sequence holding `depth` tokens of context (synthetic or prefilled).
   std::unique_ptr<SequenceState> filled_sequence(const std::string& style, int64_t depth, int rep, int32_t& next);
