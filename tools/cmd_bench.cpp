@@ -95,7 +95,8 @@ class Bench {
   void decode_test(const std::string& style, int64_t depth);
   // The per-kernel table of rounds of T tokens (1: decode, more: verify) at this depth
   // (--trace-kernels, --trace-tokens); untraced_ms: the timed rounds' time (the decode rounds'
-  // mean, the T-token verify rounds' median), to show what tracing costs.
+  // mean, the T-token verify rounds' median), to show what tracing costs; 0 where none of
+  // that width was timed (T not in --verify).
   void trace_test(int64_t depth, int64_t T, SequenceState& seq, int32_t& tok, Tensor& logits, double untraced_ms);
   // A fresh sequence holding `depth` tokens of context (synthetic or prefilled).
   std::unique_ptr<SequenceState> filled_sequence(const std::string& style, int64_t depth, int rep, int32_t& next);
@@ -394,10 +395,13 @@ void Bench::trace_test(int64_t depth, int64_t T, SequenceState& seq, int32_t& to
   }
   head += fmt::format(
       "GPU timestamps of every kernel (CUPTI activity records) in {} such rounds as the timed ones run (recorded "
-      "steps replayed when graphs are on); a traced round took {:.2f} ms on the host clock against {:.2f} ms untraced. "
+      "steps replayed when graphs are on); a traced round took {:.2f} ms on the host clock {}. "
       "Ops and bytes come from one extra round run op by op. MB are estimates from the tensors each op reads and "
       "writes; GB/s = MB / charged time.{}\n\n",
-      t.rounds, traced, untraced_ms, dropped ? fmt::format(" CUPTI dropped {} records: the trace has holes.", dropped) : "");
+      t.rounds, traced,
+      untraced_ms > 0 ? fmt::format("against {:.2f} ms untraced", untraced_ms)
+                      : fmt::format("(no untraced round of {} tokens was timed: add {} to --verify)", T, T),
+      dropped ? fmt::format(" CUPTI dropped {} records: the trace has holes.", dropped) : "");
   profiles_ += head + ops::kernel_timeline_markdown(t);
   json rows = json::array();
   for (const auto& r : t.rows)
@@ -406,7 +410,8 @@ void Bench::trace_test(int64_t depth, int64_t T, SequenceState& seq, int32_t& to
                     {"bytes", r.bytes}});
   emit({{"test", "kernel_trace"}, {"context", depth}, {"tokens", T}, {"rounds", t.rounds}, {"span_us", t.span_us},
         {"busy_us", t.busy_us}, {"kernels", t.kernels}, {"labelled", t.labelled}, {"note", t.note},
-        {"traced_round_ms", traced}, {"untraced_round_ms", untraced_ms}, {"dropped", dropped}, {"rows", rows}});
+        {"traced_round_ms", traced}, {"untraced_round_ms", untraced_ms > 0 ? json(untraced_ms) : json(nullptr)},
+        {"dropped", dropped}, {"rows", rows}});
 }
 
 void Bench::run() {
