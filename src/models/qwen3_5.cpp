@@ -24,7 +24,6 @@
 #include "models/hparams.h"
 #include "models/loader.h"
 #include "ops/attention.h"
-#include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/gdn.h"
@@ -224,11 +223,12 @@ Qwen35HParams read_hparams(const WeightSource& src) {
   return hp;
 }
 
-// Outputs of a layer's input projections when they may run as one stacked matmul into `all`
-// ([N, width]). One row: each output is a [1, w] view of `all`. More rows (up to
-// kStackedMlpMaxRows: verify and batched decode steps): each output has its own [N, w] buffer
-// and split() copies the column blocks of `all` into them (one kernel instead of one matmul
-// per part). Not stacked: own buffers, `all` unused.
+// Outputs of a layer's input projections when they may run as one stacked matmul. One row:
+// each output is a [1, w] view of `all` ([1, width]), which matmul() writes. More rows (up to
+// kStackedMlpMaxRows: verify and batched decode steps): each output has its own [N, w] buffer,
+// which matmul() fills through ops::matmul_split (one kernel where the GEMV writes the parts
+// itself; else the matmul into `all` and a copy of its column blocks, instead of one matmul per
+// part). Not stacked: own buffers, `all` unused.
 class ProjOutputs {
  public:
   ProjOutputs(ops::Context& ctx, bool stacked, int64_t n_rows, int64_t width)
@@ -247,12 +247,15 @@ class ProjOutputs {
     off_ += w;
     return b;
   }
-  // After the stacked matmul wrote `all`: fill the outputs that are not views of it.
-  void split() {
-    if (!stacked_ || n_rows_ == 1) return;
+  // The stacked projection x · wᵀ into the outputs (stacked only).
+  void matmul(const Tensor& x, const Tensor& w) {
+    if (n_rows_ == 1) {
+      ops::matmul(ctx_, x, w, all);
+      return;
+    }
     std::vector<Tensor*> dsts;
     for (Tensor& t : parts_) dsts.push_back(&t);
-    ops::split_cols(ctx_, all, dsts);
+    ops::matmul_split(ctx_, x, w, all, dsts);
   }
   Tensor all;  // [N, width] when stacked
 
@@ -491,8 +494,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     if (L.full) {
       const AttnWeights& A = L.attn;
       if (attn_fused) {
-        ops::matmul(ctx, n, A.w_in, attn_in.all);
-        attn_in.split();
+        attn_in.matmul(n, A.w_in);
       } else {
         ops::matmul(ctx, n, A.wq, q);
         ops::matmul(ctx, n, A.wgate, gate);
@@ -508,8 +510,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     } else {
       const GdnWeights& G = L.gdn;
       if (fused_in) {
-        ops::matmul(ctx, n, G.w_in, gdn_in.all);
-        gdn_in.split();
+        gdn_in.matmul(n, G.w_in);
       } else {
         ops::matmul(ctx, n, G.wq, lq);
         ops::matmul(ctx, n, G.wk, lk);

@@ -1,6 +1,7 @@
 // matmul entry point: shape/dtype/device checks, then the (device, weight dtype) kernel.
 #include "ops/matmul.h"
 
+#include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "ops/op_checks.h"
 #include "ops/profiler.h"
@@ -62,6 +63,45 @@ void matmul_swiglu(Context& ctx, const Tensor& x, const Tensor& w, Tensor& gu, T
   }
   matmul(ctx, x, w, gu);
   swiglu_halves(ctx, gu, h);
+}
+
+OpTable<MatmulSplitFn>& matmul_split_table() {
+  static OpTable<MatmulSplitFn> table("matmul_split");
+  return table;
+}
+
+void matmul_split(Context& ctx, const Tensor& x, const Tensor& w, Tensor& all, const std::vector<Tensor*>& parts) {
+  check_same_device("matmul_split", ctx, {&x, &w, &all});
+  VI_CHECK(!parts.empty() && parts.size() <= kSplitMaxParts, "op 'matmul_split': {} parts (1 to {})", parts.size(),
+           kSplitMaxParts);
+  int64_t width = 0;
+  for (const Tensor* p : parts) {
+    check_same_device("matmul_split", ctx, {p});
+    VI_CHECK(p->ndim() == 2 && p->dim(0) == x.rows() && p->dtype() == x.dtype(),
+             "op 'matmul_split': part {} must be [{}, w] of x's dtype {}", describe(*p), x.rows(),
+             dtype_name(x.dtype()));
+    width += p->dim(1);
+  }
+  VI_CHECK(w.ndim() == 2 && width == w.dim(0), "op 'matmul_split': parts {} rows wide in all, weight {}", width,
+           describe(w));
+  VI_CHECK(all.ndim() == 2 && all.dim(0) == x.rows() && all.dim(1) == w.dim(0) && all.dtype() == x.dtype(),
+           "op 'matmul_split': all {} must be [{}, {}] {}", describe(all), x.rows(), w.dim(0), dtype_name(x.dtype()));
+  if (matmul_split_table().supports(ctx.device, w.dtype())) {
+    const MatmulSplitFn fn = matmul_split_table().get(ctx.device, w.dtype());
+    VI_CHECK(x.ndim() >= 1 && x.cols() == w.dim(1), "op 'matmul_split': x {} and weight {} disagree on K",
+             describe(x), describe(w));
+    if (fn(ctx, x, w, parts, false)) {
+      VI_OP_SCOPE_F(ctx, "matmul_split", w.dtype(),
+                    x.nbytes() + dtype_row_bytes(dtype_file_form(w.dtype()), w.dim(1)) * static_cast<size_t>(w.dim(0)) +
+                        all.nbytes(),
+                    2.0 * w.dim(0) * w.dim(1) * x.rows(), "{}x{} T={} into {}", w.dim(0), w.dim(1), x.rows(),
+                    parts.size());
+      fn(ctx, x, w, parts, true);
+      return;
+    }
+  }
+  matmul(ctx, x, w, all);
+  split_cols(ctx, all, parts);
 }
 
 }  // namespace vi::ops

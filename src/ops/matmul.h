@@ -1,6 +1,8 @@
 // Matrix multiplication with a weight matrix: y = x · wᵀ.
 #pragma once
 
+#include <vector>
+
 #include "ops/registry.h"
 
 namespace vi::ops {
@@ -21,5 +23,17 @@ void matmul_swiglu(Context& ctx, const Tensor& x, const Tensor& w, Tensor& gu, T
 // With h null: whether the kernel takes this call (else the two ops run); with h: runs it.
 using MatmulSwigluFn = bool (*)(Context&, const Tensor& x, const Tensor& w, Tensor* h);
 OpTable<MatmulSwigluFn>& matmul_swiglu_table();  // keyed by w dtype; optional
+
+// The row blocks of a stacked weight in one call, each block's product in a tensor of its own:
+// parts[p] [T, w_p] = x · w[o_p : o_p + w_p]ᵀ, o_p the widths of the parts before it (they sum
+// to N; at most kSplitMaxParts of them). Equals matmul(x, w, all) then split_cols(all, parts),
+// bit for bit. A device kernel may write the parts directly (CUDA: the Q4_KT decode GEMV, whose
+// parts are whole 16-row tiles) and leave all [T, N] unwritten: for T > 1 the parts are not
+// column views of one row-major product, and the copy was a kernel per call.
+void matmul_split(Context& ctx, const Tensor& x, const Tensor& w, Tensor& all, const std::vector<Tensor*>& parts);
+// run false: whether the kernel takes this call (else matmul + split_cols run); true: runs it.
+using MatmulSplitFn = bool (*)(Context&, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts,
+                               bool run);
+OpTable<MatmulSplitFn>& matmul_split_table();  // keyed by w dtype; optional
 
 }  // namespace vi::ops

@@ -435,7 +435,7 @@ __global__ void __launch_bounds__(32 * kDeepWarps, 3)
   float sums[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) sums[i] = acc[0][i] + acc[1][i];
-  store_tile_sums<kDeepWarps>(sums, red, y, n0, N, n_tok);
+  store_tile_sums<kDeepWarps>(sums, red, y, n0, N, n_tok, N);
 }
 
 template <int DEPTH, bool XAHEAD>

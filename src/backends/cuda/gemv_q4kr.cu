@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
   }
   if (s < n_sb) sb_step(std::false_type{});
   __shared__ float red[WARPS][4][32];
-  store_tile_sums<WARPS>(acc, red, y, n0, N, n_tok);
+  store_tile_sums<WARPS>(acc, red, y, n0, N, n_tok, N);
 }
 
 // ---- Deep register kernel (sm_80+) ----
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(128, MINB)
     d1 += DEPTH * kQ4krBlkBytes;
     xs += DEPTH * 1024;
   }
-  finish_split_k_tile<SWIGLU>(acc, y, N, n_tok);
+  finish_split_k_tile<SWIGLU>(acc, y, N, n_tok, int64_t(blockIdx.x) * 16, N);
 }
 
 // ---- Bulk-copy ring kernel (sm_90, CUDA 12+) ----
@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(128)
     apply_scales(sc.dd, t, u, acc);
     xs += 1024;
   }
-  store_tile_sums<4>(acc, red, y, n0, N, n_tok);
+  store_tile_sums<4>(acc, red, y, n0, N, n_tok, N);
 #else
   __trap();
 #endif

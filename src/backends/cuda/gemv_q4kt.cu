@@ -1,11 +1,14 @@
 // Tensor-core decode GEMV on Q4_KT weights: see gemv_q4kt.cuh for the plan, core/dtype.h for the
 // layout and q4kr_mma.cuh for the arithmetic.
+#include <algorithm>
+
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/gemv_q4kt.cuh"
 #include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/pdl.cuh"
 #include "backends/cuda/q4kr_bits.cuh"
 #include "backends/cuda/q4kr_mma.cuh"
+#include "ops/copy.h"
 #include "ops/memory.h"
 
 namespace vi::cuda {
@@ -38,6 +41,15 @@ __global__ void q4kt_from_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_
                    *reinterpret_cast<const uint32_t*>(r[1] + kQ4krDmOff + 4 * pos));
 }
 
+// Where gemv_q4kt_kernel writes its rows: part p (rows [end[p - 1], end[p]) of the weight, end[-1]
+// = 0) into y[p], a row-major [T, end[p] - end[p - 1]]. One part of N rows is matmul's y; more
+// are matmul_split's parts, whole 16-row tiles each, so every block's tile lies in one.
+struct GemvOut {
+  __half* y[ops::kSplitMaxParts];
+  int64_t end[ops::kSplitMaxParts];
+  int n;
+};
+
 // A block of 4 warps per 16-row tile. Warp w takes the tile's super-blocks w, w + 4, ...: units
 // one fixed distance apart, so every load is a pointer plus an immediate. Two of them stay
 // loaded ahead; a buffer is refilled right after it is multiplied. The first loads go out before
@@ -49,8 +61,8 @@ __global__ void q4kt_from_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_
 // bytes per warp-wide load) and one scale word and one (d, dmin) of each.
 template <int MINB, bool SWIGLU>
 __global__ void __launch_bounds__(128, MINB)
-    gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, __half* __restrict__ y, int n_tok,
-                     int64_t N, int n_sb, int64_t K, uint32_t magic) {
+    gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
+                     int n_sb, int64_t K, uint32_t magic) {
   constexpr int kDepth = 2;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
@@ -118,16 +130,41 @@ __global__ void __launch_bounds__(128, MINB)
     pdb += kDepth * kStep;
     xs += kDepth * 1024;
   }
-  finish_split_k_tile<SWIGLU>(acc, y, N, n_tok);
+  if constexpr (SWIGLU) {
+    finish_split_k_tile<true>(acc, out.y[0], N, n_tok, 0, 0);
+  } else {
+    const int64_t n0 = int64_t(blockIdx.x) * 16;
+    int p = 0;
+    while (p + 1 < out.n && n0 >= out.end[p]) ++p;
+    const int64_t begin = p > 0 ? out.end[p - 1] : 0, rows = out.end[p] - begin;
+    finish_split_k_tile<false>(acc, out.y[p], rows, n_tok, n0 - begin, rows);
+  }
 }
 
 template <int MINB, bool SWIGLU>
-void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
+void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out) {
   const int64_t N = w.dim(0), K = w.dim(1);
   const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
   VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU>, dim3(blocks), dim3(128), 0, stream_of(ctx),
-                           w.ptr<uint8_t>(), x.ptr<__half>(), y.ptr<__half>(), static_cast<int>(x.rows()), N,
+                           w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
                            static_cast<int>(K / kQKK), K, kQ4krMagic));
+}
+
+GemvOut whole(Tensor& y, int64_t N) {
+  GemvOut o{};
+  o.y[0] = y.ptr<__half>();
+  o.end[0] = N;
+  o.n = 1;
+  return o;
+}
+
+template <bool SWIGLU>
+void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, int blocks) {
+  switch (blocks) {
+    case 3: launch<3, SWIGLU>(ctx, x, w, out); break;
+    case 4: launch<4, SWIGLU>(ctx, x, w, out); break;
+    default: VI_FAIL("gemv_q4kt: no kernel for {} blocks per SM", blocks);
+  }
 }
 
 }  // namespace
@@ -166,12 +203,31 @@ bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& 
 }
 
 void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, int blocks) {
-  if (blocks == 0) blocks = gemv_q4kt_default_blocks(w.dim(0));
-  switch (blocks) {
-    case 3: launch<3, false>(ctx, x, w, y); break;
-    case 4: launch<4, false>(ctx, x, w, y); break;
-    default: VI_FAIL("gemv_q4kt: no kernel for {} blocks per SM", blocks);
+  launch_for<false>(ctx, x, w, whole(y, w.dim(0)), blocks == 0 ? gemv_q4kt_default_blocks(w.dim(0)) : blocks);
+}
+
+bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w,
+                              const std::vector<Tensor*>& parts) {
+  if (!gemv_q4kt_supports(ctx, x, w) || parts.empty() || parts.size() > ops::kSplitMaxParts) return false;
+  return std::all_of(parts.begin(), parts.end(),
+                     [](const Tensor* p) { return p->dim(1) % kTiledRows == 0 && p->dim(1) > 0; });
+}
+
+void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts) {
+  VI_CHECK(!parts.empty() && parts.size() <= ops::kSplitMaxParts, "gemv_q4kt_split: {} parts (1 to {})", parts.size(),
+           ops::kSplitMaxParts);
+  GemvOut o{};
+  int64_t end = 0;
+  for (const Tensor* p : parts) {
+    VI_CHECK(p->dim(1) % kTiledRows == 0 && p->dim(0) == x.rows(),
+             "gemv_q4kt_split: part [{}, {}] must be [{}, whole {}-row tiles]", p->dim(0), p->dim(1), x.rows(),
+             kTiledRows);
+    end += p->dim(1);
+    o.y[o.n] = p->ptr<__half>();
+    o.end[o.n++] = end;
   }
+  VI_CHECK(end == w.dim(0), "gemv_q4kt_split: parts of {} rows in all for a weight of {}", end, w.dim(0));
+  launch_for<false>(ctx, x, w, o, gemv_q4kt_default_blocks(w.dim(0)));
 }
 
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
@@ -183,8 +239,7 @@ void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w,
            "gemv_q4kt_swiglu: h [{}, {}] does not match x rows {} and a Q4_KT gate|up weight of {} rows "
            "(a multiple of 32)",
            h.rows(), h.cols(), x.rows(), w.dim(0));
-  if (gemv_q4kt_default_blocks(w.dim(0)) == 3) launch<3, true>(ctx, x, w, h);
-  else launch<4, true>(ctx, x, w, h);
+  launch_for<true>(ctx, x, w, whole(h, w.dim(0) / 2), gemv_q4kt_default_blocks(w.dim(0)));
 }
 
 }  // namespace vi::cuda

@@ -39,6 +39,11 @@ void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor
 // h[T, F] = silu(x · w[0:F]ᵀ) ⊙ (x · w[F:2F]ᵀ) for a stacked gate|up w [2F, K] in Q4_KT with
 // F % 16 == 0 (where gemv_q4kt_supports(x, w)): the sums, roundings and SwiGLU of
 // gemv_q4kr_swiglu, so h equals its h bit for bit.
+// matmul_split on Q4_KT: the kernel writes each part's rows into the part's own [T, w] tensor
+// (parts of whole 16-row tiles, at most kSplitMaxParts).
+bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w,
+                              const std::vector<Tensor*>& parts);
+void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts);
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
 void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h);
 

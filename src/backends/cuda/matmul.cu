@@ -83,6 +83,14 @@ bool matmul_swiglu_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Ten
   return false;
 }
 
+// A stacked Q4_KT projection whose parts the decode GEMV writes straight into their tensors.
+bool matmul_split_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts,
+                       bool run) {
+  if (x.rows() == 0 || !gemv_q4kt_split_supports(ctx, x, w, parts)) return false;
+  if (run) gemv_q4kt_split(ctx, x, w, parts);
+  return true;
+}
+
 template <DType W>
 void add_matmul() {
   ops::matmul_table().add(Device::CUDA, W, matmul_cuda<W>);
@@ -101,6 +109,7 @@ const bool registered = [] {
   add_matmul<DType::Q8_0R>();
   add_matmul<DType::Q4_KR>();
   for (DType t : {DType::Q4_KT, DType::Q8_0T}) ops::matmul_table().add(Device::CUDA, t, matmul_tiled);
+  ops::matmul_split_table().add(Device::CUDA, DType::Q4_KT, matmul_split_cuda);
   for (DType t : {DType::Q4_KT, DType::Q4_KR, DType::Q8_0T, DType::Q8_0R, DType::Q4_K, DType::Q5_K, DType::F16})
     ops::matmul_swiglu_table().add(Device::CUDA, t, matmul_swiglu_cuda);
   return true;

@@ -47,9 +47,9 @@ __device__ __forceinline__ void mma_16816_z(float d[4], uint32_t a0, uint32_t a1
 }
 
 // The end of a decode GEMV over a 16-row tile whose WARPS warps split K: their m16n8
-// accumulators meet in shared memory (red: [WARPS][4][32] floats) and y[tok, n0 + row] is
-// written for rows < N and tokens < n_tok. acc[i]: row g + 8 (i >> 1), token 2c + (i & 1) of
-// lane 4g + c. Every thread of the block calls it.
+// accumulators meet in shared memory (red: [WARPS][4][32] floats) and y[tok * ld + n0 + row] is
+// written for rows < N and tokens < n_tok (ld: N for a row-major [T, N] y). acc[i]: row g + 8
+// (i >> 1), token 2c + (i & 1) of lane 4g + c. Every thread of the block calls it.
 // This warp's accumulators into red[warp], then a block barrier: the tile sums' first half.
 __device__ __forceinline__ void stash_tile_sums(const float acc[4], float (*red)[4][32]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -60,7 +60,7 @@ __device__ __forceinline__ void stash_tile_sums(const float acc[4], float (*red)
 
 template <int WARPS>
 __device__ __forceinline__ void store_tile_sums(const float acc[4], float (*red)[4][32], __half* y, int64_t n0,
-                                                int64_t N, int n_tok) {
+                                                int64_t N, int n_tok, int64_t ld) {
   stash_tile_sums(acc, red);
   for (int k = threadIdx.x; k < 4 * 32; k += blockDim.x) {
     const int i = k / 32, l = k % 32;
@@ -69,7 +69,7 @@ __device__ __forceinline__ void store_tile_sums(const float acc[4], float (*red)
     for (int wv = 0; wv < WARPS; ++wv) sum += red[wv][i][l];
     const int64_t n = n0 + (l >> 2) + 8 * (i >> 1);
     const int tok = 2 * (l & 3) + (i & 1);
-    if (n < N && tok < n_tok) y[static_cast<int64_t>(tok) * N + n] = __float2half_rn(sum);
+    if (n < N && tok < n_tok) y[static_cast<int64_t>(tok) * ld + n] = __float2half_rn(sum);
   }
 }
 

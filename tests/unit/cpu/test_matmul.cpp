@@ -183,5 +183,45 @@ TEST(CpuMatmul, MatmulSwigluIsMatmulThenSwigluHalves) {
   EXPECT_NE(msg.find("gate|up"), std::string::npos) << msg;
 }
 
+// matmul_split: each part gets its row block's product, bit for bit what a matmul on the
+// part's row view gives (and the stacked matmul's column block); bad parts are named errors.
+TEST(CpuMatmul, MatmulSplitGivesEachPartItsRowBlock) {
+  const unsigned seed = test::test_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<float> wd;
+  const int64_t K = 256, T = 3;
+  const std::vector<int64_t> widths = {5, 16, 1, 9};
+  Tensor w = make_weight(rng, DType::Q8_0, 31, K, wd);
+  Tensor x = random_f32(rng, {T, K});
+  ops::Context ctx;
+  std::vector<Tensor> parts;
+  std::vector<Tensor*> dsts;
+  for (int64_t wp : widths) parts.push_back(Tensor::empty(DType::F32, {T, wp}));
+  for (Tensor& p : parts) dsts.push_back(&p);
+  Tensor all = Tensor::empty(DType::F32, {T, 31});
+  ops::matmul_split(ctx, x, w, all, dsts);
+  int64_t o = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    Tensor want = Tensor::empty(DType::F32, {T, widths[i]});
+    ops::matmul(ctx, x, w.slice_rows(o, o + widths[i]), want);
+    test::expect_bitwise_equal(parts[i], want, "matmul_split part " + std::to_string(i));
+    o += widths[i];
+  }
+
+  Tensor narrow = Tensor::empty(DType::F32, {T, 8});
+  std::vector<Tensor*> short_parts = {&parts[0], &narrow};
+  std::string msg = test::error_of([&] { ops::matmul_split(ctx, x, w, all, short_parts); });
+  EXPECT_NE(msg.find("matmul_split"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("13 rows wide"), std::string::npos) << msg;
+  std::vector<Tensor*> nine(9, &parts[2]);
+  msg = test::error_of([&] { ops::matmul_split(ctx, x, w, all, nine); });
+  EXPECT_NE(msg.find("9 parts"), std::string::npos) << msg;
+  Tensor wrong_t = Tensor::empty(DType::F32, {T + 1, 16});
+  std::vector<Tensor*> bad_rows = {&parts[0], &wrong_t, &parts[2], &parts[3]};
+  msg = test::error_of([&] { ops::matmul_split(ctx, x, w, all, bad_rows); });
+  EXPECT_NE(msg.find("[4, 16]"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace vi

@@ -276,6 +276,52 @@ TEST_P(MatmulGemv, Q4KTiledRowViews) {
   EXPECT_THROW(dw.slice_rows(0, 40), Error);
 }
 
+// matmul_split on a stacked Q4_K projection (parts of whole tiles: Q4_KT, whose decode GEMV
+// writes each part's rows into the part's own tensor) and on one whose first part cuts a tile
+// (Q4_KR: matmul into `all` and split_cols): every part bit for bit the column block of the
+// stacked matmul, and close to the CPU's. T = 9 runs the GEMM path in both. Parts and `all` are
+// poisoned with NaN first; the GEMV must leave nothing of a part unwritten.
+TEST_P(MatmulGemv, SplitIntoPartsLikeMatmulThenSplitCols) {
+  const int64_t K = 2048;
+  for (const std::vector<int64_t>& widths : {std::vector<int64_t>{48, 16, 96, 32, 16, 48},
+                                             std::vector<int64_t>{8, 40, 16}}) {
+    int64_t N = 0;
+    for (int64_t wp : widths) N += wp;
+    Tensor w = rand_weight(DType::Q4_K, N, K, 0.5f);
+    Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w), widths);
+    for (int64_t T : {1, 2, 4, 8, 9}) {
+      const std::string what = fmt::format("{} parts of {} T={}", widths.size(), dtype_name(dw.dtype()), T);
+      Tensor x = rand_f32({T, K}, act(), -2.0f, 2.0f);
+      Tensor dx = up(x);
+      Tensor ref_all = gpu_empty({T, N});
+      ops::matmul(g, dx, dw, ref_all);
+      const Tensor ref = down(ref_all);
+      std::vector<Tensor> parts;
+      std::vector<Tensor*> dsts;
+      for (int64_t wp : widths) parts.push_back(up(nan_f32({T, wp})));
+      for (Tensor& p : parts) dsts.push_back(&p);
+      Tensor all = up(nan_f32({T, N}));
+      const bool direct = dw.dtype() == DType::Q4_KT && T <= 8;
+      EXPECT_EQ(cuda::gemv_q4kt_split_supports(g, dx, dw, dsts), direct) << what;
+      ops::matmul_split(g, dx, dw, all, dsts);
+      int64_t o = 0, differ = 0;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const Tensor got = down(parts[i]);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t c = 0; c < widths[i]; ++c)
+            differ += !(got.ptr<float>()[t * widths[i] + c] == ref.ptr<float>()[t * N + o + c]);
+        o += widths[i];
+      }
+      EXPECT_EQ(differ, 0) << what << ": values that differ from the stacked matmul's column blocks";
+      if (T == 4) {
+        Tensor cref = Tensor::empty(DType::F32, {T, N});
+        ops::matmul(cpu, x, w, cref);
+        EXPECT_CLOSE(ref, cref, tol(1e-5, 4e-3), what + ": stacked matmul vs the CPU");
+      }
+    }
+  }
+}
+
 // The fused gate|up GEMV + SwiGLU on Q4_KT (gemv_q4kt_swiglu: 8 gate rows and the matching 8 up
 // rows per block, from half of a gate tile and of its up tile) against the CPU's matmul +
 // swiglu_halves on the Q4_K original, and bit for bit against the Q4_KR kernel. F = 96 is 6
