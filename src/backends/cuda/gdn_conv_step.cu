@@ -131,13 +131,17 @@ __device__ __forceinline__ void block_sums(float (&ss)[TOK], int nt, float* red)
     if (t < nt) ss[t] = warp_sum(lane < nwarps ? red[t * 32 + lane] : 0.0f);
 }
 
-// nt <= TOK tokens (rows of each x and y). Blocks [0, n_q_heads): q heads; then k heads; then
-// v in blockDim-channel slices. Critical path of a head block: (taps loaded and state
-// prefetched before the wait) x and the state from L2, the conv of every token, the block
-// sums, the outputs rescaled from registers.
-template <class T, int TOK>
+// nt <= TOK tokens (rows of each x and y); EXACT: nt == TOK, known at compile time. Blocks [0,
+// n_q_heads): q heads; then k heads; then v in blockDim-channel slices. Critical path of a head
+// block: (taps loaded and state prefetched before the wait) x and the state from L2, the conv of
+// every token, the block sums, the outputs rescaled from registers. A head block's two warps are
+// alone on their SM, so its time is its instruction count at ~11 cycles each (ncu, 4 tokens:
+// ~2100 a warp in the TOK 8 kernel with its token guards, 11.1 us against 5.3 for one token);
+// EXACT drops the guards and the unused token slots.
+template <class T, int TOK, bool EXACT = false>
 __global__ void __launch_bounds__(TOK == 1 ? 1024 : kConvStepMaxThreads)
     gdn_conv_step_kernel(GroupArgs q, GroupArgs k, GroupArgs v, int K, int nt, int64_t hd, float eps, float q_scale) {
+  if constexpr (EXACT) nt = TOK;
   __shared__ float red[32 * TOK];
   const int64_t n_q = q.C / hd, n_k = k.C / hd;
   const int64_t b = blockIdx.x;
@@ -230,13 +234,13 @@ void gdn_conv_step_cuda(ops::Context& ctx, const ops::ConvGroup& q, const ops::C
     for (int64_t t0 = 0; t0 < n_tok; t0 += per_launch) {
       const int nt = static_cast<int>(std::min(per_launch, n_tok - t0));
       const GroupArgs qa = args_of(q, t0), ka = args_of(k, t0), va = args_of(v, t0);
-      if (per_launch == 1) {
-        VI_CUDA_CHECK(pdl_launch(gdn_conv_step_kernel<T, 1>, static_cast<unsigned>(blocks), threads, 0,
-                                 stream_of(ctx), qa, ka, va, static_cast<int>(K), nt, head_dim, eps, q_scale));
-      } else {
-        VI_CUDA_CHECK(pdl_launch(gdn_conv_step_kernel<T, kConvStepTokens>, static_cast<unsigned>(blocks), threads,
-                                 0, stream_of(ctx), qa, ka, va, static_cast<int>(K), nt, head_dim, eps, q_scale));
-      }
+      // 4 tokens (the verify width MTP uses) get a kernel of exactly that many; other counts the
+      // 8-token kernel with its guards (an exact 8-token kernel spilled in f32).
+      auto kernel = per_launch == 1 ? gdn_conv_step_kernel<T, 1>
+                    : nt == 4       ? gdn_conv_step_kernel<T, 4, true>
+                                    : gdn_conv_step_kernel<T, kConvStepTokens>;
+      VI_CUDA_CHECK(pdl_launch(kernel, static_cast<unsigned>(blocks), threads, 0, stream_of(ctx), qa, ka, va,
+                               static_cast<int>(K), nt, head_dim, eps, q_scale));
     }
   });
 }

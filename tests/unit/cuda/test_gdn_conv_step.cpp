@@ -1,6 +1,7 @@
 // CUDA vs CPU: gdn_conv_step (a decode or verify step's GDN conv + SiLU of q, k, v and the L2
 // norm of the q and k heads) on fresh random inputs over steps in a row (the conv state
-// carries) of T = 1, 2, 4, 8 tokens (the multi-token kernel) and 11 (two launches, 8 + 3), in
+// carries) of T = 1, 2, 3, 4, 8 tokens (the multi-token kernels: 4 exact, the others the 8-token
+// kernel with guards) and 11 (two launches, 8 + 3), in
 // both kernel profiles and both activation dtypes: the 27B shape (16 heads of 128, 6144
 // value channels), a tiny one and odd sizes (a head of 100, conv width 3).
 // Tolerances (relative L2): f32 1e-5 (summation order of the norm only), f16 2e-3 (the
@@ -38,8 +39,8 @@ TEST_P(GdnConvStep, MatchesCpuAndTheSeparateOps) {
       gpu_g[i] = {Tensor(), ops::upload(g, w), ops::upload(g, st), Tensor()};
       sep_g[i] = {Tensor(), ops::upload(g, w), ops::upload(g, st), Tensor()};
     }
-    const int64_t Ts[] = {1, 2, 4, 8, 1, 11};  // tokens per step; the states carry
-    for (int step = 0; step < 6; ++step) {
+    const int64_t Ts[] = {1, 2, 4, 8, 1, 3, 11};  // tokens per step; the states carry
+    for (int step = 0; step < 7; ++step) {
       const int64_t T = Ts[step];
       const std::string what = sz + " T=" + std::to_string(T) + " step " + std::to_string(step);
       for (int i = 0; i < 3; ++i) {
