@@ -26,7 +26,7 @@ OpTable<MatmulSwigluFn>& matmul_swiglu_table();  // keyed by w dtype; optional
 
 // The row blocks of a stacked weight in one call, each block's product in a tensor of its own:
 // parts[p] [T, w_p] = x · w[o_p : o_p + w_p]ᵀ, o_p the widths of the parts before it (they sum
-// to N; at most kSplitMaxParts of them). Equals matmul(x, w, all) then split_cols(all, parts),
+// to N; at most kSplitMaxParts of them, ops/copy.h). Equals matmul(x, w, all) then split_cols(all, parts),
 // bit for bit. A device kernel may write the parts directly (CUDA: the Q4_KT decode GEMV, whose
 // parts are whole 16-row tiles) and leave all [T, N] unwritten: for T > 1 the parts are not
 // column views of one row-major product, and the copy was a kernel per call.

@@ -134,8 +134,9 @@ __device__ __forceinline__ void block_sums(float (&ss)[TOK], int nt, float* red)
 // nt <= TOK tokens (rows of each x and y); EXACT: nt == TOK, known at compile time. Blocks [0,
 // n_q_heads): q heads; then k heads; then v in blockDim-channel slices. Critical path of a head
 // block: (taps loaded and state prefetched before the wait) x and the state from L2, the conv of
-// every token, the block sums, the outputs rescaled from registers. A head block's two warps are
-// alone on their SM, so its time is its instruction count at ~11 cycles each (ncu, 4 tokens:
+// every token, the block sums, the outputs rescaled from registers. At the 27B shape (128 blocks
+// of 64 threads) a head block's two warps are alone on their SM, so its time is its instruction
+// count at ~11 cycles each (ncu, 4 tokens:
 // ~2100 a warp in the TOK 8 kernel with its token guards, 11.1 us against 5.3 for one token);
 // EXACT drops the guards and the unused token slots.
 template <class T, int TOK, bool EXACT = false>
