@@ -25,6 +25,8 @@ constexpr DTypeInfo kInfo[] = {
     {"q4_kr", 4 * kQKK, sizeof(BlockQ4_KR), true},
     {"q4_kt", kQKK, kQ4ktUnitBytes / kTiledRows, true, kTiledRows},
     {"q8_0t", kQK, sizeof(BlockQ8_0), true, kTiledRows},
+    {"q4_ki", kQKK, kQ4ktUnitBytes / kTiledRows, true, kTiledRows},
+    {"q8_kx", kQKK, sizeof(BlockQ8_KX), true},
 };
 static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(DType::kCount));
 }  // namespace
@@ -50,7 +52,8 @@ DType dtype_file_form(DType t) {
     case DType::Q8_0R:
     case DType::Q8_0T: return DType::Q8_0;
     case DType::Q4_KR:
-    case DType::Q4_KT: return DType::Q4_K;
+    case DType::Q4_KT:
+    case DType::Q4_KI: return DType::Q4_K;
     default: return t;
   }
 }

@@ -27,6 +27,10 @@ enum class DType : uint8_t {
   Q4_KT,  // Q4_KR regrouped by 16-row tiles (kQ4ktUnitBytes per tile and super-block): rows
           // are not addressable one by one, only whole tiles (row slices at multiples of 16)
   Q8_0T,  // Q8_0R regrouped by 16-row tiles (kQ8tUnitBytes per tile and 128 values), likewise
+  Q4_KI,  // Q4_K in 16-row tiles for the int8-activation GEMV (kQ4ktUnitBytes per tile and
+          // super-block, arranged for mma.m16n8k32), likewise whole tiles only
+  // Activations, made on the device by the ops that write a GEMV's input (never in a file):
+  Q8_KX,  // int8 activations in 256-value blocks (BlockQ8_KX) for the Q4_KI GEMV
   kCount
 };
 
@@ -44,8 +48,8 @@ inline bool dtype_is_quantized(DType t) { return dtype_info(t).quantized; }
 // Parses "f32", "q4_k", ... (case-insensitive); throws vi::Error on an unknown name.
 DType dtype_from_name(std::string_view name);
 
-// The file dtype a device layout is made from (Q8_0R and Q8_0T: Q8_0, Q4_KR and Q4_KT: Q4_K); t
-// itself otherwise.
+// The file dtype a device layout is made from (Q8_0R and Q8_0T: Q8_0, Q4_KR, Q4_KT and Q4_KI:
+// Q4_K); t itself otherwise.
 DType dtype_file_form(DType t);
 
 // Bytes needed for `n` values of type t laid out in one row; throws vi::Error if n is
@@ -134,6 +138,33 @@ constexpr int kQ4ktUnitBytes = 16 * 148;
 //                 and g + 8.
 // 34 bytes per 32 values, as Q8_0.
 constexpr int kQ8tUnitBytes = 16 * 4 * 34;
+// Q4_KI: a Q4_K matrix [N, K] (N % 16 == 0) in 16-row tiles for the int8-activation GEMV
+// (gemv_q4ki.cu), whose mma.m16n8k32 multiplies one 32-value sub-block of 16 rows at a time:
+// lane L = 4g + c holds values 4c .. 4c + 3 and 16 + 4c .. 16 + 4c + 3 of every sub-block of
+// rows g and g + 8. Word W(r, p, h) (p = 0..3, h = 0, 1) of row r: byte j holds value
+// 16h + 4c + j of sub-block p in its low nibble and of sub-block p + 4 in its high nibble, so
+// masking the word with 0x0F0F0F0F gives four of sub-block p's values as u8 and with 0xF0F0F0F0
+// four of sub-block p + 4's, times 16. Units [N / 16][K / 256], each:
+//   [0, 2048)     load k (0..3) of lane L at 512k + 16L: for row g + 8 (k & 1) and p = 2 (k >> 1),
+//                 the words W(r, p, 0), W(r, p, 1), W(r, p + 1, 0), W(r, p + 1, 1);
+//   [2048, 2304)  row r (0..15) at 2048 + 16r: its 8 scales sc, then its 8 mins m (bytes);
+//   [2304, 2368)  (d, dmin) of rows g and g + 8 (fp16 bits) at 2304 + 8g.
+// 148 bytes per 256 values, as Q4_KT. value = d·sc·q − dmin·m as in Q4_K.
+static_assert(kQ4ktUnitBytes == 2368);
+// Q8_KX: 256 activations of one token as int8 for the Q4_KI GEMV: x ≈ d·q with d = max|x| / 127
+// and q = round(x / d); each sub-block's integer sum s = Σ q (|s| ≤ 4064) split into s_hi (a
+// multiple of 32) + s_lo (0..31), both exact in fp16, so one f16 mma makes Σ m·s exactly.
+//   qs: lane c (= L % 4) of the GEMV reads 64 bytes at 64c: for p = 0..3 at 64c + 16p, values
+//       4c .. 4c + 3 and 16 + 4c .. 16 + 4c + 3 of sub-block p, then the same of sub-block p + 4;
+//   s:  at 4c (halves): s_hi of sub-blocks 2c, 2c + 1, then s_lo of both (fp16 bits);
+//   d:  the scale (f32).
+struct BlockQ8_KX {
+  int8_t qs[kQKK];
+  uint16_t s[16];
+  float d;
+  uint8_t pad[12];  // 16-byte blocks
+};
+static_assert(sizeof(BlockQ8_KX) == 304);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_0R) == 8 * sizeof(BlockQ8_0));
 static_assert(sizeof(BlockQ4_0) == 18);

@@ -264,6 +264,39 @@ void q_q6_k(const float* x, BlockQ6_K& b) {
   }
 }
 
+// ---- Q8_KX: int8 activations for the int8-activation GEMV (core/dtype.h) ----
+
+// Byte of BlockQ8_KX::qs that holds value v (0..31) of sub-block s.
+inline int q8kx_pos(int s, int v) {
+  const int h = v >> 4, c = (v & 15) >> 2;
+  return 64 * c + 16 * (s & 3) + 4 * (2 * (s >> 2) + h) + (v & 3);
+}
+
+void deq_q8_kx(const BlockQ8_KX& b, float* y) {
+  for (int s = 0; s < 8; ++s)
+    for (int v = 0; v < 32; ++v) y[32 * s + v] = static_cast<float>(b.qs[q8kx_pos(s, v)]) * b.d;
+}
+
+void q_q8_kx(const float* x, BlockQ8_KX& b) {
+  float amax = 0.0f;
+  for (int i = 0; i < kQKK; ++i) amax = std::max(amax, std::fabs(x[i]));
+  b.d = amax / 127.0f;
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  std::memset(b.pad, 0, sizeof(b.pad));
+  for (int s = 0; s < 8; ++s) {
+    int sum = 0;
+    for (int v = 0; v < 32; ++v) {
+      const int q = std::clamp(nearest_int(x[32 * s + v] * inv), -127, 127);
+      b.qs[q8kx_pos(s, v)] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    // The sum as a multiple of 32 plus 0..31: both exact in fp16.
+    const int hi = sum & ~31, lo = sum - hi;
+    b.s[4 * (s >> 1) + (s & 1)] = fp32_to_fp16(static_cast<float>(hi));
+    b.s[4 * (s >> 1) + 2 + (s & 1)] = fp32_to_fp16(static_cast<float>(lo));
+  }
+}
+
 template <class Block, int kN>
 void deq_blocks(void (*fn)(const Block&, float*), const void* src, float* dst, int64_t n) {
   const auto* b = static_cast<const Block*>(src);
@@ -297,6 +330,10 @@ bool quant_supported(DType t) {
 }
 
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
+  if (t == DType::Q8_KX) {  // activations, not a weight dtype
+    VI_CHECK(n % kQKK == 0, "dequantize_row: a Q8_KX row of {} values is not whole blocks of {}", n, kQKK);
+    return deq_blocks<BlockQ8_KX, kQKK>(deq_q8_kx, src, dst, n);
+  }
   check_row("dequantize_row", t, n);
   switch (t) {
     case DType::F32:
@@ -324,6 +361,10 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
 }
 
 void quantize_row(DType t, const float* src, void* dst, int64_t n) {
+  if (t == DType::Q8_KX) {
+    VI_CHECK(n % kQKK == 0, "quantize_row: a Q8_KX row of {} values is not whole blocks of {}", n, kQKK);
+    return q_blocks<BlockQ8_KX, kQKK>(q_q8_kx, src, dst, n);
+  }
   check_row("quantize_row", t, n);
   switch (t) {
     case DType::F32:

@@ -20,7 +20,10 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // ggml's reference quantizers bit for bit; the K-quants use a simpler min/max search.
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
-// True for the dtypes the two functions above accept.
+// Both also take Q8_KX (int8 activations, core/dtype.h): quantize_row rounds x / d to nearest
+// even with d = max|x| / 127 per 256 values, as the CUDA kernel that makes them does.
+
+// True for the weight dtypes the two functions above accept (not Q8_KX).
 bool quant_supported(DType t);
 
 }  // namespace vi

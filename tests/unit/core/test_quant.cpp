@@ -191,5 +191,49 @@ TEST(Quant, RejectsBadDtypeAndLength) {
   EXPECT_THROW(quantize_row(DType::Q8_0, x.data(), q.data(), 33), Error);
 }
 
+
+// Q8_KX (int8 activations for the Q4_KI GEMV, core/dtype.h): d = max|x| / 127 per 256 values,
+// q = round-to-nearest-even(x · 127 / max|x|), stored where the GEMV's lanes read them, with each
+// 32-value sub-block's sum in two exact fp16 parts. Checked against a direct computation of
+// those rules, not against the code's own helpers.
+TEST(Quant, Q8KXActivationBlocks) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  std::vector<float> x(768);
+  for (float& v : x) v = u(rng);
+  x[5] = 40.0f;                                      // block 0: one large value sets its scale
+  for (int i = 256; i < 512; ++i) x[i] = 0.0f;       // block 1: all zero (scale 0)
+  std::vector<uint8_t> q(dtype_row_bytes(DType::Q8_KX, 768));
+  ASSERT_EQ(q.size(), 3u * sizeof(BlockQ8_KX));
+  quantize_row(DType::Q8_KX, x.data(), q.data(), 768);
+  std::vector<float> back(768);
+  dequantize_row(DType::Q8_KX, q.data(), back.data(), 768);
+  for (int b = 0; b < 3; ++b) {
+    const auto& blk = reinterpret_cast<const BlockQ8_KX*>(q.data())[b];
+    float amax = 0;
+    for (int i = 0; i < 256; ++i) amax = std::max(amax, std::fabs(x[256 * b + i]));
+    EXPECT_EQ(blk.d, amax / 127.0f) << b;
+    for (uint8_t p : blk.pad) EXPECT_EQ(p, 0);
+    for (int s = 0; s < 8; ++s) {
+      int sum = 0;
+      for (int v = 0; v < 32; ++v) {
+        const int k = 256 * b + 32 * s + v;
+        const int want = amax > 0 ? static_cast<int>(std::nearbyint(x[k] * (127.0f / amax))) : 0;
+        // Where the GEMV's lane c (4c .. 4c + 3 and 16 + 4c ..) reads value v of sub-block s.
+        const int pos = 64 * ((v % 16) / 4) + 16 * (s % 4) + 4 * (2 * (s / 4) + v / 16) + v % 4;
+        EXPECT_EQ(blk.qs[pos], want) << "block " << b << " sub-block " << s << " value " << v;
+        EXPECT_EQ(back[k], static_cast<float>(want) * blk.d);
+        sum += want;
+      }
+      const float hi = fp16_to_fp32(blk.s[4 * (s / 2) + s % 2]), lo = fp16_to_fp32(blk.s[4 * (s / 2) + 2 + s % 2]);
+      EXPECT_EQ(hi + lo, static_cast<float>(sum)) << "block " << b << " sub-block " << s;
+      EXPECT_EQ(std::fmod(hi, 32.0f), 0.0f);
+      EXPECT_TRUE(lo >= 0.0f && lo < 32.0f) << lo;
+    }
+  }
+  EXPECT_FALSE(quant_supported(DType::Q8_KX));  // activations, not a weight dtype
+  EXPECT_THROW(quantize_row(DType::Q8_KX, x.data(), q.data(), 100), Error);
+}
+
 }  // namespace
 }  // namespace vi

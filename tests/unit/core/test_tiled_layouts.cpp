@@ -11,7 +11,7 @@ namespace vi {
 namespace {
 
 TEST(TiledLayouts, DtypeFacts) {
-  for (DType t : {DType::Q4_KT, DType::Q8_0T}) {
+  for (DType t : {DType::Q4_KT, DType::Q8_0T, DType::Q4_KI}) {
     const DTypeInfo& info = dtype_info(t);
     EXPECT_EQ(info.row_tile, kTiledRows) << info.name;
     EXPECT_TRUE(info.quantized) << info.name;
@@ -19,6 +19,8 @@ TEST(TiledLayouts, DtypeFacts) {
   }
   EXPECT_EQ(dtype_file_form(DType::Q4_KT), DType::Q4_K);
   EXPECT_EQ(dtype_file_form(DType::Q8_0T), DType::Q8_0);
+  EXPECT_EQ(dtype_file_form(DType::Q4_KI), DType::Q4_K);
+  EXPECT_EQ(static_cast<int>(kTiledRows * dtype_row_bytes(DType::Q4_KI, 256)), kQ4ktUnitBytes);
   // The same bytes per row as the row layouts they are made from (sizes and slices agree).
   EXPECT_EQ(dtype_row_bytes(DType::Q4_KT, 5120), dtype_row_bytes(DType::Q4_KR, 5120));
   EXPECT_EQ(dtype_row_bytes(DType::Q8_0T, 5120), dtype_row_bytes(DType::Q8_0R, 5120));
@@ -30,7 +32,7 @@ TEST(TiledLayouts, DtypeFacts) {
 }
 
 TEST(TiledLayouts, RowSlicesOnlyOnTileBoundaries) {
-  for (DType t : {DType::Q4_KT, DType::Q8_0T}) {
+  for (DType t : {DType::Q4_KT, DType::Q8_0T, DType::Q4_KI}) {
     Tensor w = Tensor::empty(t, {64, 1024});
     Tensor v = w.slice_rows(16, 48);
     EXPECT_EQ(v.dim(0), 32);
