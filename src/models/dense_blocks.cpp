@@ -23,7 +23,7 @@ SwigluWeights load_swiglu(WeightLoader& w, const std::string& g, const std::stri
 void swiglu_to_device(ops::Context& ctx, SwigluWeights& m) {
   to_device(ctx, {&m.down});
   if (m.gate_up.data() != nullptr) {
-    to_device_stacked(ctx, m.gate_up, {&m.gate, &m.up});
+    to_device_stacked(ctx, m.gate_up, {&m.gate, &m.up}, ops::MatmulInput::kNorm);  // the post-attention norm's output
   } else {
     to_device(ctx, {&m.gate, &m.up});
   }

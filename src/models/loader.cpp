@@ -91,12 +91,12 @@ void to_device(ops::Context& ctx, std::initializer_list<Tensor*> ts) {
   }
 }
 
-void to_device_stacked(ops::Context& ctx, Tensor& stack, std::initializer_list<Tensor*> parts) {
+void to_device_stacked(ops::Context& ctx, Tensor& stack, std::initializer_list<Tensor*> parts, ops::MatmulInput input) {
   if (stack.data() == nullptr) return;
   if (ctx.device != Device::CPU) {
     std::vector<int64_t> rows;
     for (const Tensor* t : parts) rows.push_back(t->dim(0));
-    stack = ops::prepare_matmul_weight(ctx, ops::upload(ctx, stack), rows);
+    stack = ops::prepare_matmul_weight(ctx, ops::upload(ctx, stack), rows, input);
   }
   stacked_views(stack, parts);
 }

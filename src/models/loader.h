@@ -10,6 +10,7 @@
 
 #include "core/tensor.h"
 #include "core/weights.h"
+#include "ops/prepare_matmul_weight.h"
 #include "ops/registry.h"
 
 namespace vi {
@@ -62,8 +63,10 @@ class WeightLoader {
 // are matmul weights and get the device's layout (ops::prepare_matmul_weight).
 void to_device(ops::Context& ctx, std::initializer_list<Tensor*> ts);
 // to_device for a stack of matmul weights (a loaded stack, skipped if not), then stacked_views
-// of it: the device layout is chosen so that every part stays a row view of it.
-void to_device_stacked(ops::Context& ctx, Tensor& stack, std::initializer_list<Tensor*> parts);
+// of it: the device layout is chosen so that every part stays a row view of it. input: what
+// writes the stack's activations (ops::MatmulInput; kNorm for the projections after a norm).
+void to_device_stacked(ops::Context& ctx, Tensor& stack, std::initializer_list<Tensor*> parts,
+                       ops::MatmulInput input = ops::MatmulInput::kAny);
 
 // Sets every byte of t to zero on whatever device it lives (recurrent states at a reset).
 void zero_fill(ops::Context& ctx, Tensor& t);

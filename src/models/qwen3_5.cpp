@@ -323,12 +323,12 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
     swiglu_to_device(ctx_, L.mlp);
     // One copy of the input projections: with a stack, the weights become row views of it.
     if (A.w_in.data() != nullptr) {
-      to_device_stacked(ctx_, A.w_in, {&A.wq, &A.wgate, &A.wk, &A.wv});
+      to_device_stacked(ctx_, A.w_in, {&A.wq, &A.wgate, &A.wk, &A.wv}, ops::MatmulInput::kNorm);
     } else {
       to_device(ctx_, {&A.wq, &A.wgate, &A.wk, &A.wv});
     }
     if (G.w_in.data() != nullptr) {
-      to_device_stacked(ctx_, G.w_in, {&G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa});
+      to_device_stacked(ctx_, G.w_in, {&G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa}, ops::MatmulInput::kNorm);
     } else {
       to_device(ctx_, {&G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa});
     }
@@ -485,21 +485,41 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     return l + 1 < hp_.n_layer ? layers_[l + 1].in_norm : out_norm_;
   };
 
+  // The stacked projections a norm feeds may take its output as int8 blocks (Q4_KI on CUDA,
+  // ops::matmul_input_dtype): add_rms_norm then writes nq instead of n, and the GEMV needs no
+  // conversion of its own.
+  auto stacked_input = [&](int64_t l) -> const Tensor* {  // layer l's stacked input projection, if it runs
+    if (l >= hp_.n_layer) return nullptr;
+    const Layer& L = layers_[l];
+    if (L.full) return attn_fused ? &L.attn.w_in : nullptr;
+    return fused_in ? &L.gdn.w_in : nullptr;
+  };
+  auto wants_q8 = [&](const Tensor* w) {
+    return w != nullptr && w->data() != nullptr && ops::matmul_input_dtype(ctx, *w, N) == DType::Q8_KX;
+  };
+  Tensor nq;  // [N, d] Q8_KX: the norm's output for such a projection
+  auto norm_out = [&](const Tensor* consumer) -> Tensor& {
+    if (!wants_q8(consumer)) return n;
+    if (nq.data() == nullptr) nq = ops::empty(ctx, DType::Q8_KX, {N, d});
+    return nq;
+  };
+
   ops::embedding(ctx, tok_embd_, plan.dev.ids, x);
   ops::rms_norm(ctx, x, norm_after(-1), eps, off, n);
+  const Tensor* in = &n;  // the layer's normed input: n, or nq where its projection takes int8 blocks
   size_t attn_idx = 0;  // index of the full-attention layer in the KV pool
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
     const Layer& L = layers_[l];
-    // n = in_norm(x) here (the previous layer's last add_rms_norm made it).
+    // *in = in_norm(x) here (the previous layer's last add_rms_norm made it).
     if (L.full) {
       const AttnWeights& A = L.attn;
       if (attn_fused) {
-        attn_in.matmul(n, A.w_in);
+        attn_in.matmul(*in, A.w_in);
       } else {
-        ops::matmul(ctx, n, A.wq, q);
-        ops::matmul(ctx, n, A.wgate, gate);
-        ops::matmul(ctx, n, A.wk, k);
-        ops::matmul(ctx, n, A.wv, v);
+        ops::matmul(ctx, *in, A.wq, q);
+        ops::matmul(ctx, *in, A.wgate, gate);
+        ops::matmul(ctx, *in, A.wk, k);
+        ops::matmul(ctx, *in, A.wv, v);
       }
       // q, k = RoPE(RMSNorm1p(q)), RoPE(RMSNorm1p(k)) per head; K/V cache append; attention.
       Tensor qh = q.reshape({N, Hq, hd});
@@ -510,14 +530,14 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     } else {
       const GdnWeights& G = L.gdn;
       if (fused_in) {
-        gdn_in.matmul(n, G.w_in);
+        gdn_in.matmul(*in, G.w_in);
       } else {
-        ops::matmul(ctx, n, G.wq, lq);
-        ops::matmul(ctx, n, G.wk, lk);
-        ops::matmul(ctx, n, G.wv, lv);
-        ops::matmul(ctx, n, G.wz, lz);
-        ops::matmul(ctx, n, G.wb, lb);
-        ops::matmul(ctx, n, G.wa, la);
+        ops::matmul(ctx, *in, G.wq, lq);
+        ops::matmul(ctx, *in, G.wk, lk);
+        ops::matmul(ctx, *in, G.wv, lv);
+        ops::matmul(ctx, *in, G.wz, lz);
+        ops::matmul(ctx, *in, G.wb, lb);
+        ops::matmul(ctx, *in, G.wa, la);
       }
       if (!fused_core) ops::gdn_gates(ctx, la, lb, G.neg_exp_A, G.dt_bias, g, beta);
       gdn_states.clear();
@@ -557,9 +577,13 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
       }
       ops::matmul(ctx, y, G.wout, o);
     }
-    ops::add_rms_norm(ctx, x, o, L.post_norm, eps, off, n);  // x += block(x); n = post_norm(x)
-    swiglu_mlp(ctx, n, L.mlp, ff_gu, o);
-    ops::add_rms_norm(ctx, x, o, norm_after(l), eps, off, n);  // x += mlp; n = next norm(x)
+    const bool mlp_stacked = L.mlp.gate_up.data() != nullptr && N <= kStackedMlpMaxRows;
+    Tensor& mlp_in = norm_out(mlp_stacked ? &L.mlp.gate_up : nullptr);
+    ops::add_rms_norm(ctx, x, o, L.post_norm, eps, off, mlp_in);  // x += block(x); mlp_in = post_norm(x)
+    swiglu_mlp(ctx, mlp_in, L.mlp, ff_gu, o);
+    Tensor& next_in = norm_out(stacked_input(l + 1));
+    ops::add_rms_norm(ctx, x, o, norm_after(l), eps, off, next_in);  // x += mlp; next_in = next norm(x)
+    in = &next_in;
   }
   output_logits(ctx, plan, n, lm_head_, hp_.n_vocab, where, logits);
 }

@@ -22,9 +22,9 @@ void matmul(Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   VI_CHECK(y.ndim() >= 1 && y.cols() == w.dim(0) && y.rows() == x.rows(),
            "op 'matmul': y {} must hold [{}, {}] for x {} and weight {}", describe(y), x.rows(),
            w.dim(0), describe(x), describe(w));
-  VI_CHECK(x.dtype() == y.dtype() && !dtype_is_quantized(x.dtype()),
-           "op 'matmul': x {} and y {} must share one unquantized activation dtype", describe(x),
-           describe(y));
+  VI_CHECK(matmul_act_dtype(x) == y.dtype() && !dtype_is_quantized(y.dtype()),
+           "op 'matmul': x {} and y {} must share one unquantized activation dtype (or x Q8_KX, y f16)",
+           describe(x), describe(y));
   // Bytes the op must move (evaluated only under a profiler): the weight as the file stores
   // it. A device layout may read a few percent more (Q4_KR: 148 bytes per 256 values, Q4_K
   // 144); MBU counts only what is needed.
@@ -45,7 +45,7 @@ void matmul_swiglu(Context& ctx, const Tensor& x, const Tensor& w, Tensor& gu, T
   check_same_device("matmul_swiglu", ctx, {&x, &w, &gu, &h});
   VI_CHECK(w.ndim() == 2 && w.dim(0) % 2 == 0, "op 'matmul_swiglu': weight {} must be a stacked gate|up [2F, K]",
            describe(w));
-  VI_CHECK(h.ndim() >= 1 && h.cols() * 2 == w.dim(0) && h.rows() == x.rows() && h.dtype() == x.dtype(),
+  VI_CHECK(h.ndim() >= 1 && h.cols() * 2 == w.dim(0) && h.rows() == x.rows() && h.dtype() == matmul_act_dtype(x),
            "op 'matmul_swiglu': h {} must hold [{}, {}] of x's dtype for x {} and weight {}", describe(h), x.rows(),
            w.dim(0) / 2, describe(x), describe(w));
   VI_CHECK(x.ndim() >= 1 && x.cols() == w.dim(1), "op 'matmul_swiglu': x {} and weight {} disagree on K",
@@ -77,15 +77,16 @@ void matmul_split(Context& ctx, const Tensor& x, const Tensor& w, Tensor& all, c
   int64_t width = 0;
   for (const Tensor* p : parts) {
     check_same_device("matmul_split", ctx, {p});
-    VI_CHECK(p->ndim() == 2 && p->dim(0) == x.rows() && p->dtype() == x.dtype(),
-             "op 'matmul_split': part {} must be [{}, w] of x's dtype {}", describe(*p), x.rows(),
-             dtype_name(x.dtype()));
+    VI_CHECK(p->ndim() == 2 && p->dim(0) == x.rows() && p->dtype() == matmul_act_dtype(x),
+             "op 'matmul_split': part {} must be [{}, w] of x's activation dtype {}", describe(*p), x.rows(),
+             dtype_name(matmul_act_dtype(x)));
     width += p->dim(1);
   }
   VI_CHECK(w.ndim() == 2 && width == w.dim(0), "op 'matmul_split': parts {} rows wide in all, weight {}", width,
            describe(w));
-  VI_CHECK(all.ndim() == 2 && all.dim(0) == x.rows() && all.dim(1) == w.dim(0) && all.dtype() == x.dtype(),
-           "op 'matmul_split': all {} must be [{}, {}] {}", describe(all), x.rows(), w.dim(0), dtype_name(x.dtype()));
+  VI_CHECK(all.ndim() == 2 && all.dim(0) == x.rows() && all.dim(1) == w.dim(0) && all.dtype() == matmul_act_dtype(x),
+           "op 'matmul_split': all {} must be [{}, {}] {}", describe(all), x.rows(), w.dim(0),
+           dtype_name(matmul_act_dtype(x)));
   if (matmul_split_table().supports(ctx.device, w.dtype())) {
     const MatmulSplitFn fn = matmul_split_table().get(ctx.device, w.dtype());
     VI_CHECK(x.ndim() >= 1 && x.cols() == w.dim(1), "op 'matmul_split': x {} and weight {} disagree on K",
@@ -102,6 +103,16 @@ void matmul_split(Context& ctx, const Tensor& x, const Tensor& w, Tensor& all, c
   }
   matmul(ctx, x, w, all);
   split_cols(ctx, all, parts);
+}
+
+OpTable<MatmulInputDtypeFn>& matmul_input_dtype_table() {
+  static OpTable<MatmulInputDtypeFn> table("matmul_input_dtype");
+  return table;
+}
+
+DType matmul_input_dtype(Context& ctx, const Tensor& w, int64_t T) {
+  if (!matmul_input_dtype_table().supports(ctx.device, w.dtype())) return ctx.act;
+  return matmul_input_dtype_table().get(ctx.device, w.dtype())(ctx, w, T);
 }
 
 }  // namespace vi::ops

@@ -10,6 +10,8 @@ namespace vi::ops {
 // x: [T, K] activations; w: [N, K] weights of any supported dtype (dequantized block by
 // block; quantized types need K to be a whole number of blocks); y: [T, N].
 // Leading dimensions of x/y beyond the last are flattened into T.
+// x may also be Q8_KX (int8 activation blocks, core/dtype.h) where matmul_input_dtype(w) says
+// so; y is then f16. The three matmul ops take such an x alike.
 void matmul(Context& ctx, const Tensor& x, const Tensor& w, Tensor& y);
 using MatmulFn = void (*)(Context&, const Tensor& x, const Tensor& w, Tensor& y);
 OpTable<MatmulFn>& matmul_table();  // keyed by w dtype
@@ -35,5 +37,16 @@ void matmul_split(Context& ctx, const Tensor& x, const Tensor& w, Tensor& all, c
 using MatmulSplitFn = bool (*)(Context&, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts,
                                bool run);
 OpTable<MatmulSplitFn>& matmul_split_table();  // keyed by w dtype; optional
+
+// The dtype in which the matmul ops want x for T rows of activations on weight w: Q8_KX where the
+// device multiplies w with int8 activations (CUDA: Q4_KI, T <= 8), so the op that writes x can
+// write it so (ops::add_rms_norm); ctx.act otherwise. Any x of ctx.act is still taken (the
+// matmul then converts it itself, one more kernel).
+DType matmul_input_dtype(Context& ctx, const Tensor& w, int64_t T);
+using MatmulInputDtypeFn = DType (*)(Context&, const Tensor& w, int64_t T);
+OpTable<MatmulInputDtypeFn>& matmul_input_dtype_table();  // keyed by w dtype; optional
+
+// The activation dtype of x: x's own, f16 for Q8_KX blocks (what y and the parts are).
+inline DType matmul_act_dtype(const Tensor& x) { return x.dtype() == DType::Q8_KX ? DType::F16 : x.dtype(); }
 
 }  // namespace vi::ops

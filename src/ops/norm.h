@@ -19,6 +19,8 @@ OpTable<RmsNormFn>& rms_norm_table();  // keyed by x dtype
 // rounded to x's dtype exactly as ops::add rounds it before the norm reads it, so the
 // results equal add-then-rms_norm. x, o, y: [R, n] one dtype; w: [n] f32. y may alias o
 // (each element is read before it is written), never x (x keeps the residual stream).
+// On CUDA y may instead be Q8_KX [R, n] (f16 x, n % 256 == 0): the f16 result as int8 blocks,
+// for a matmul whose ops::matmul_input_dtype is Q8_KX.
 void add_rms_norm(Context& ctx, Tensor& x, const Tensor& o, const Tensor& w, float eps, float w_offset, Tensor& y);
 using AddRmsNormFn = void (*)(Context&, Tensor& x, const Tensor& o, const Tensor& w, float eps, float w_offset,
                               Tensor& y);

@@ -10,7 +10,7 @@ OpTable<PrepareMatmulWeightFn>& prepare_matmul_weight_table() {
   return table;
 }
 
-Tensor prepare_matmul_weight(Context& ctx, const Tensor& w, const std::vector<int64_t>& parts) {
+Tensor prepare_matmul_weight(Context& ctx, const Tensor& w, const std::vector<int64_t>& parts, MatmulInput input) {
   check_same_device("prepare_matmul_weight", ctx, {&w});
   VI_CHECK(w.ndim() == 2, "op 'prepare_matmul_weight': weight {} must be 2-D [N, K]", describe(w));
   int64_t rows = 0;
@@ -23,7 +23,7 @@ Tensor prepare_matmul_weight(Context& ctx, const Tensor& w, const std::vector<in
   // The CPU kernels read the file layouts directly: identity there, and for any dtype a
   // device has no repack for.
   if (!prepare_matmul_weight_table().supports(ctx.device, w.dtype())) return w;
-  return prepare_matmul_weight_table().get(ctx.device, w.dtype())(ctx, w, parts);
+  return prepare_matmul_weight_table().get(ctx.device, w.dtype())(ctx, w, parts, input);
 }
 
 }  // namespace vi::ops

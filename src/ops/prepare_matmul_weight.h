@@ -17,8 +17,14 @@ namespace vi::ops {
 // projections), summing to N; empty: none. A layout that stores rows in tiles
 // (dtype_info(t).row_tile, e.g. Q4_KT on CUDA in the native profile with f16 activations) is
 // chosen only where every view begins and ends on a tile.
-Tensor prepare_matmul_weight(Context& ctx, const Tensor& w, const std::vector<int64_t>& parts = {});
-using PrepareMatmulWeightFn = Tensor (*)(Context&, const Tensor& w, const std::vector<int64_t>& parts);
+// input: what writes the weight's activations. kNorm: ops::add_rms_norm, which can write them as
+// int8 blocks (ops::matmul_input_dtype), so a layout for int8 activations may be chosen (CUDA,
+// native profile: Q4_K -> Q4_KI); every matmul op still takes activations of ctx.act.
+enum class MatmulInput { kAny, kNorm };
+Tensor prepare_matmul_weight(Context& ctx, const Tensor& w, const std::vector<int64_t>& parts = {},
+                             MatmulInput input = MatmulInput::kAny);
+using PrepareMatmulWeightFn = Tensor (*)(Context&, const Tensor& w, const std::vector<int64_t>& parts,
+                                         MatmulInput input);
 // Keyed by w's dtype; a (device, dtype) without an entry keeps the file layout.
 OpTable<PrepareMatmulWeightFn>& prepare_matmul_weight_table();
 

@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -28,12 +29,14 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/gemv_mma.cuh"
+#include "backends/cuda/gemv_q4ki.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
 #include "backends/cuda/gemv_q4kr_volta.cuh"
 #include "backends/cuda/gemv_q4kt.cuh"
 #include "backends/cuda/gemv_simt.cuh"
 #include "bench_cuda_util.cuh"
 #include "core/dtype.h"
+#include "core/half.h"
 #include "core/tensor.h"
 #include "ops/matmul.h"
 #include "ops/memory.h"
@@ -236,6 +239,48 @@ int main(int argc, char** argv) {
                              "{\"variant\":\"%s\",\"dtype\":\"q4_kt\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
                              "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
                              kind.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
+            }
+          }
+          // The int8-activation GEMV on the same weights in Q4_KI (from the Q4_KR copies), its
+          // activations quantized once; the quantization itself timed on its own.
+          if (variants && pn == "native" && ws[0].dtype() == DType::Q4_KT && !rows.empty()) {
+            std::vector<Tensor> kis;
+            for (const Tensor& r : rows) kis.push_back(vi::cuda::q4ki_from_q4kr(ctx, r));
+            Tensor xq = ops::empty(ctx, DType::Q8_KX, {T, sh.K});
+            vi::cuda::quantize_q8kx(ctx, xt, xq);
+            auto on_ki = [&](const Tensor& w) -> const Tensor& { return kis[static_cast<size_t>(&w - ws.data())]; };
+            // Relative L2 distance of the int8 GEMV's y from the f16 GEMV's (the activations' rounding).
+            ops::matmul(ctx, xt, ws[0], yt);
+            VI_CUDA_CHECK(cudaStreamSynchronize(stream));
+            const Tensor ref = ops::download(ctx, yt);
+            vi::cuda::gemv_q4ki(ctx, xq, kis[0], yt);
+            VI_CUDA_CHECK(cudaStreamSynchronize(stream));
+            const Tensor got = ops::download(ctx, yt);
+            double num = 0, den = 0;
+            for (int64_t i = 0; i < got.numel(); ++i) {
+              const double a = vi::fp16_to_fp32(got.ptr<uint16_t>()[i]), b = vi::fp16_to_fp32(ref.ptr<uint16_t>()[i]);
+              num += (a - b) * (a - b);
+              den += b * b;
+            }
+            const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+            auto report = [&](const std::string& kind, float vus) {
+              const double vgbs = gbs_at(vus);
+              std::printf("variant q4_ki  %-20s %7lld %6lld %2lld %s: %9.1f us %6.1f%%  rel. L2 from f16 path %.2e\n",
+                          sh.what, (long long)sh.N, (long long)sh.K, (long long)T, kind.c_str(), vus,
+                          100.0 * vgbs / copy_gbs, rel);
+              if (jf)
+                std::fprintf(jf,
+                             "{\"variant\":\"%s\",\"dtype\":\"q4_ki\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
+                             "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"rel_l2\":%.3e}\n",
+                             kind.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, rel);
+            };
+            for (int v : vi::cuda::gemv_q4ki_shapes())
+              report(fmt::format("int8 x, {} blocks/SM{}", v, v == vi::cuda::gemv_q4ki_default_blocks(sh.N) ? " (default)" : ""),
+                     timed_us([&](const Tensor& w) { vi::cuda::gemv_q4ki(ctx, xq, on_ki(w), yt, v); }));
+            report("quantize_q8kx alone", timed_us([&](const Tensor&) { vi::cuda::quantize_q8kx(ctx, xt, xq); }));
+            if (sh.N == 34816) {
+              Tensor h = ops::empty(ctx, DType::F16, {T, sh.N / 2});
+              report("fused swiglu, int8 x", timed_us([&](const Tensor& w) { vi::cuda::gemv_q4ki_swiglu(ctx, xq, on_ki(w), h); }));
             }
           }
           // The fused gate|up + SwiGLU on the stacked gate|up matrix, in both Q4_K layouts.

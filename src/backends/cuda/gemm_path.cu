@@ -44,6 +44,7 @@ __global__ void dequant8_tiled_f16_kernel(const uint8_t* __restrict__ w, __half*
     const int64_t r = i / per_row, k0 = (i % per_row) * 8;
     float v[8];
     if constexpr (W == DType::Q4_KT) dq8_q4kt(w, K / kQKK, r0 + r, k0, v);
+    else if constexpr (W == DType::Q4_KI) dq8_q4ki(w, K / kQKK, r0 + r, k0, v);
     else dq8_q8t(w, K, r0 + r, k0, v);
     __align__(16) __half2 h[4];
 #pragma unroll
@@ -89,7 +90,7 @@ void gemm_path_w(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
     Scratch tile(ctx, static_cast<size_t>(chunk * K) * sizeof(__half));
     for (int64_t n0 = 0; n0 < N; n0 += chunk) {
       const int64_t nc = std::min(chunk, N - n0);
-      if constexpr (W == DType::Q4_KT || W == DType::Q8_0T) {  // chunks are 128-row multiples: whole tiles
+      if constexpr (W == DType::Q4_KT || W == DType::Q4_KI || W == DType::Q8_0T) {  // chunks: whole tiles
         dequant8_tiled_f16_kernel<W><<<blocks_for(nc * K / 8, 256), 256, 0, stream_of(ctx)>>>(
             w.ptr<uint8_t>(), tile.as<__half>(), n0, nc, K);
         VI_CUDA_LAUNCH_CHECK();
@@ -106,6 +107,7 @@ void gemm_path_w(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tens
 
 void gemm_path(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   if (w.dtype() == DType::Q4_KT) return gemm_path_w<DType::Q4_KT>(ctx, x, w, y);
+  if (w.dtype() == DType::Q4_KI) return gemm_path_w<DType::Q4_KI>(ctx, x, w, y);
   if (w.dtype() == DType::Q8_0T) return gemm_path_w<DType::Q8_0T>(ctx, x, w, y);
   dispatch_weight("matmul", w.dtype(), [&](auto wt) { gemm_path_w<decltype(wt)::value>(ctx, x, w, y); });
 }

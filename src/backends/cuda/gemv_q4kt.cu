@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backends/cuda/device.cuh"
+#include "backends/cuda/gemv_out.cuh"
 #include "backends/cuda/gemv_q4kt.cuh"
 #include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/pdl.cuh"
@@ -40,15 +41,6 @@ __global__ void q4kt_from_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_
         make_uint2(*reinterpret_cast<const uint32_t*>(r[0] + kQ4krDmOff + 4 * pos),
                    *reinterpret_cast<const uint32_t*>(r[1] + kQ4krDmOff + 4 * pos));
 }
-
-// Where gemv_q4kt_kernel writes its rows: part p (rows [end[p - 1], end[p]) of the weight, end[-1]
-// = 0) into y[p], a row-major [T, end[p] - end[p - 1]]. One part of N rows is matmul's y; more
-// are matmul_split's parts, whole 16-row tiles each, so every block's tile lies in one.
-struct GemvOut {
-  __half* y[ops::kSplitMaxParts];
-  int64_t end[ops::kSplitMaxParts];
-  int n;
-};
 
 // A block of 4 warps per 16-row tile. Warp w takes the tile's super-blocks w, w + 4, ...: units
 // one fixed distance apart, so every load is a pointer plus an immediate. Two of them stay
@@ -134,10 +126,10 @@ __global__ void __launch_bounds__(128, MINB)
     finish_split_k_tile<true>(acc, out.y[0], N, n_tok, 0, 0);
   } else {
     const int64_t n0 = int64_t(blockIdx.x) * 16;
-    int p = 0;
-    while (p + 1 < out.n && n0 >= out.end[p]) ++p;
-    const int64_t begin = p > 0 ? out.end[p - 1] : 0, rows = out.end[p] - begin;
-    finish_split_k_tile<false>(acc, out.y[p], rows, n_tok, n0 - begin, rows);
+    __half* y;
+    int64_t begin, rows;
+    gemv_out_part(out, n0, y, begin, rows);
+    finish_split_k_tile<false>(acc, y, rows, n_tok, n0 - begin, rows);
   }
 }
 
@@ -148,14 +140,6 @@ void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const Gem
   VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU>, dim3(blocks), dim3(128), 0, stream_of(ctx),
                            w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
                            static_cast<int>(K / kQKK), K, kQ4krMagic));
-}
-
-GemvOut whole(Tensor& y, int64_t N) {
-  GemvOut o{};
-  o.y[0] = y.ptr<__half>();
-  o.end[0] = N;
-  o.n = 1;
-  return o;
 }
 
 template <bool SWIGLU>
@@ -203,7 +187,7 @@ bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& 
 }
 
 void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, int blocks) {
-  launch_for<false>(ctx, x, w, whole(y, w.dim(0)), blocks == 0 ? gemv_q4kt_default_blocks(w.dim(0)) : blocks);
+  launch_for<false>(ctx, x, w, gemv_out_whole(y, w.dim(0)), blocks == 0 ? gemv_q4kt_default_blocks(w.dim(0)) : blocks);
 }
 
 bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w,
@@ -214,20 +198,8 @@ bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Te
 }
 
 void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts) {
-  VI_CHECK(!parts.empty() && parts.size() <= ops::kSplitMaxParts, "gemv_q4kt_split: {} parts (1 to {})", parts.size(),
-           ops::kSplitMaxParts);
-  GemvOut o{};
-  int64_t end = 0;
-  for (const Tensor* p : parts) {
-    VI_CHECK(p->dim(1) % kTiledRows == 0 && p->dim(0) == x.rows(),
-             "gemv_q4kt_split: part [{}, {}] must be [{}, whole {}-row tiles]", p->dim(0), p->dim(1), x.rows(),
-             kTiledRows);
-    end += p->dim(1);
-    o.y[o.n] = p->ptr<__half>();
-    o.end[o.n++] = end;
-  }
-  VI_CHECK(end == w.dim(0), "gemv_q4kt_split: parts of {} rows in all for a weight of {}", end, w.dim(0));
-  launch_for<false>(ctx, x, w, o, gemv_q4kt_default_blocks(w.dim(0)));
+  launch_for<false>(ctx, x, w, gemv_out_parts(parts, w.dim(0), x.rows(), "gemv_q4kt_split"),
+                    gemv_q4kt_default_blocks(w.dim(0)));
 }
 
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
@@ -239,7 +211,7 @@ void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w,
            "gemv_q4kt_swiglu: h [{}, {}] does not match x rows {} and a Q4_KT gate|up weight of {} rows "
            "(a multiple of 32)",
            h.rows(), h.cols(), x.rows(), w.dim(0));
-  launch_for<true>(ctx, x, w, whole(h, w.dim(0) / 2), gemv_q4kt_default_blocks(w.dim(0)));
+  launch_for<true>(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2), gemv_q4kt_default_blocks(w.dim(0)));
 }
 
 }  // namespace vi::cuda

@@ -1,15 +1,20 @@
 // CUDA matmul: the dispatch between the tensor-core GEMVs (gemv_q4kr.cu, gemv_mma.cu, and
 // gemv_q4kr_volta.cu in the volta profile), the CUDA-core GEMV (gemv_simt.cu) and the prefill
 // GEMM path (gemm_path.cu). See matmul.cuh.
+#include <algorithm>
+
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/gemm_path.cuh"
 #include "backends/cuda/gemv_mma.cuh"
+#include "backends/cuda/gemv_q4ki.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
 #include "backends/cuda/gemv_q4kr_volta.cuh"
 #include "backends/cuda/gemv_q4kt.cuh"
 #include "backends/cuda/gemv_simt.cuh"
 #include "backends/cuda/matmul.cuh"
+#include "ops/copy.h"
 #include "ops/matmul.h"
+#include "ops/memory.h"
 
 namespace vi::cuda {
 namespace {
@@ -63,10 +68,47 @@ void matmul_tiled(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y
   gemm_path(ctx, x, w, y);
 }
 
+// Q4_KI, made for the projections add_rms_norm feeds (prepare_matmul_weight.cu): the int8 GEMV
+// up to kGemvMaxTokens rows, on x's Q8_KX blocks or on f16 x quantized first (one more kernel);
+// dequantized tiles and a GEMM beyond.
+bool q4ki_gemv_takes(ops::Context& ctx, const Tensor& x) {
+  return x.rows() >= 1 && x.rows() <= kGemvMaxTokens && gemv_q4ki_available(ctx) &&
+         (x.dtype() == DType::Q8_KX || x.dtype() == DType::F16);
+}
+
+Tensor q8kx_of(ops::Context& ctx, const Tensor& x) {
+  if (x.dtype() == DType::Q8_KX) return x;
+  Tensor q = ops::empty(ctx, DType::Q8_KX, {x.rows(), x.cols()});
+  quantize_q8kx(ctx, x, q);
+  return q;
+}
+
+void matmul_q4ki(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
+  if (x.rows() == 0 || w.dim(0) == 0) return;
+  if (q4ki_gemv_takes(ctx, x)) {
+    gemv_q4ki(ctx, q8kx_of(ctx, x), w, y);
+    return;
+  }
+  VI_CHECK(x.dtype() == DType::F16,
+           "matmul: weight '{}' (Q4_KI) takes {} activations of {} rows; int8 blocks (Q8_KX) only up to {} rows "
+           "where its GEMV runs, f16 otherwise",
+           w.name(), dtype_name(x.dtype()), x.rows(), kGemvMaxTokens);
+  gemm_path(ctx, x, w, y);
+}
+
+DType matmul_input_dtype_q4ki(ops::Context& ctx, const Tensor&, int64_t T) {
+  return T >= 1 && T <= kGemvMaxTokens && gemv_q4ki_available(ctx) && ctx.act == DType::F16 ? DType::Q8_KX : ctx.act;
+}
+
 // The fused gate|up GEMV + SwiGLU where a tensor-core decode GEMV takes the call (the dispatch
 // of matmul_cuda: Q4_KT, Q4_KR, then gemv_mma's dtypes).
 bool matmul_swiglu_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor* h) {
   if (x.rows() == 0) return false;
+  if (w.dtype() == DType::Q4_KI) {
+    if (!q4ki_gemv_takes(ctx, x) || w.dim(0) % 32 != 0) return false;
+    if (h != nullptr) gemv_q4ki_swiglu(ctx, q8kx_of(ctx, x), w, *h);
+    return true;
+  }
   if (w.dtype() == DType::Q4_KT) {
     if (!gemv_q4kt_swiglu_supports(ctx, x, w)) return false;
     if (h != nullptr) gemv_q4kt_swiglu(ctx, x, w, *h);
@@ -86,6 +128,13 @@ bool matmul_swiglu_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Ten
 // A stacked Q4_KT projection whose parts the decode GEMV writes straight into their tensors.
 bool matmul_split_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts,
                        bool run) {
+  if (w.dtype() == DType::Q4_KI) {
+    const bool tiles = std::all_of(parts.begin(), parts.end(),
+                                   [](const Tensor* p) { return p->dim(1) % kTiledRows == 0 && p->dim(1) > 0; });
+    if (!q4ki_gemv_takes(ctx, x) || !tiles || parts.size() > ops::kSplitMaxParts) return false;
+    if (run) gemv_q4ki_split(ctx, q8kx_of(ctx, x), w, parts);
+    return true;
+  }
   if (x.rows() == 0 || !gemv_q4kt_split_supports(ctx, x, w, parts)) return false;
   if (run) gemv_q4kt_split(ctx, x, w, parts);
   return true;
@@ -110,7 +159,11 @@ const bool registered = [] {
   add_matmul<DType::Q4_KR>();
   for (DType t : {DType::Q4_KT, DType::Q8_0T}) ops::matmul_table().add(Device::CUDA, t, matmul_tiled);
   ops::matmul_split_table().add(Device::CUDA, DType::Q4_KT, matmul_split_cuda);
-  for (DType t : {DType::Q4_KT, DType::Q4_KR, DType::Q8_0T, DType::Q8_0R, DType::Q4_K, DType::Q5_K, DType::F16})
+  ops::matmul_table().add(Device::CUDA, DType::Q4_KI, matmul_q4ki);
+  ops::matmul_split_table().add(Device::CUDA, DType::Q4_KI, matmul_split_cuda);
+  ops::matmul_input_dtype_table().add(Device::CUDA, DType::Q4_KI, matmul_input_dtype_q4ki);
+  for (DType t : {DType::Q4_KI, DType::Q4_KT, DType::Q4_KR, DType::Q8_0T, DType::Q8_0R, DType::Q4_K, DType::Q5_K,
+                  DType::F16})
     ops::matmul_swiglu_table().add(Device::CUDA, t, matmul_swiglu_cuda);
   return true;
 }();

@@ -4,6 +4,7 @@
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/norm.cuh"
 #include "backends/cuda/pdl.cuh"
+#include "backends/cuda/q8kx.cuh"
 #include "ops/norm.h"
 
 namespace vi::cuda {
@@ -81,15 +82,17 @@ __device__ __forceinline__ uint4 pack16(const float (&f)[Vec16<T>::N]) {
 // (w + w_offset)) with inv = 1 / sqrt(sum(s^2) / n + eps); only the order in which the
 // squares are added differs (each thread's V * C contiguous ones, then block_sum), so y may
 // differ from the old kernel's in the last bit of inv.
-template <class T, int C>
+// Q8: y is Q8_KX blocks (T = __half: a warp's 32 vectors are one 256-value block) for a Q4_KI
+// GEMV (gemv_q4ki.cuh): the f16 output, rounded as it would be stored, quantized per block.
+template <class T, int C, bool Q8 = false>
 __global__ void add_rms_norm_vec_kernel(T* x, const T* o, const float* __restrict__ w, float eps, float w_offset,
-                                        T* y, int64_t n) {
+                                        void* y_out, int64_t n) {
   constexpr int V = Vec16<T>::N;
   __shared__ float red[32];
   const int64_t nv = n / V;
   T* xr = x + blockIdx.x * n;
   const T* orow = o + blockIdx.x * n;
-  T* yr = y + blockIdx.x * n;
+  T* yr = static_cast<T*>(y_out) + blockIdx.x * n;
   float wv[C][V];  // w + w_offset of the thread's vectors
 #pragma unroll
   for (int c = 0; c < C; ++c) {
@@ -143,7 +146,14 @@ __global__ void add_rms_norm_vec_kernel(T* x, const T* o, const float* __restric
     float out[V];
 #pragma unroll
     for (int i = 0; i < V; ++i) out[i] = (s[c][i] * inv) * wv[c][i];
-    reinterpret_cast<uint4*>(yr)[v] = pack16<T>(out);
+    if constexpr (Q8) {
+      static_assert(V == 8, "Q8_KX output from f16 rows only");
+      unpack16<T>(pack16<T>(out), out);  // the values the f16 output would hold
+      uint8_t* blk = static_cast<uint8_t*>(y_out) + (blockIdx.x * (n / kQKK) + v / 32) * int64_t(sizeof(BlockQ8_KX));
+      quantize_warp_q8kx(out, blk, threadIdx.x & 31);
+    } else {
+      reinterpret_cast<uint4*>(yr)[v] = pack16<T>(out);
+    }
   }
 }
 
@@ -185,8 +195,28 @@ void rms_norm_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, float ep
   });
 }
 
+// y as Q8_KX blocks: the vector kernel's Q8 form (f16 rows of whole 256-value blocks).
+void add_rms_norm_q8kx(ops::Context& ctx, Tensor& x, const Tensor& o, const Tensor& w, float eps, float w_offset,
+                       Tensor& y) {
+  const int64_t n = x.cols(), nv = n / 8;
+  VI_CHECK(x.dtype() == DType::F16 && n % kQKK == 0 && nv <= 4 * 1024 && is_aligned(x.data(), 16) &&
+               is_aligned(o.data(), 16) && is_aligned(y.data(), 16) && is_aligned(w.data(), 16),
+           "op 'add_rms_norm' on cuda: Q8_KX output needs f16 rows of whole 256-value blocks (at most 32768, 16-byte "
+           "aligned), got x {} {}",
+           dtype_name(x.dtype()), x.shape_str());
+  if (x.numel() == 0) return;
+  const int C = nv <= 1024 ? 1 : nv <= 2048 ? 2 : 4;
+  const int threads = static_cast<int>((nv + C - 1) / C + 31) / 32 * 32;
+  auto kernel = C == 1   ? add_rms_norm_vec_kernel<__half, 1, true>
+                : C == 2 ? add_rms_norm_vec_kernel<__half, 2, true>
+                         : add_rms_norm_vec_kernel<__half, 4, true>;
+  VI_CUDA_CHECK(pdl_launch(kernel, row_grid("add_rms_norm", x), threads, 0, stream_of(ctx), x.ptr<__half>(),
+                           o.ptr<__half>(), w.ptr<float>(), eps, w_offset, y.data(), n));
+}
+
 void add_rms_norm_cuda(ops::Context& ctx, Tensor& x, const Tensor& o, const Tensor& w, float eps, float w_offset,
                        Tensor& y) {
+  if (y.dtype() == DType::Q8_KX) return add_rms_norm_q8kx(ctx, x, o, w, eps, w_offset, y);
   dispatch_act("add_rms_norm", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (x.numel() == 0) return;
@@ -205,7 +235,7 @@ void add_rms_norm_cuda(ops::Context& ctx, Tensor& x, const Tensor& o, const Tens
       auto kernel = C == 1 ? add_rms_norm_vec_kernel<T, 1> : C == 2 ? add_rms_norm_vec_kernel<T, 2>
                                                                     : add_rms_norm_vec_kernel<T, 4>;
       VI_CUDA_CHECK(pdl_launch(kernel, grid, threads, 0, stream_of(ctx), x.ptr<T>(), o.ptr<T>(), w.ptr<float>(), eps,
-                               w_offset, y.ptr<T>(), n));
+                               w_offset, static_cast<void*>(y.ptr<T>()), n));
       return;
     }
     VI_CUDA_CHECK(pdl_launch(add_rms_norm_kernel<T>, grid, norm_threads(n), 0, stream_of(ctx), x.ptr<T>(), o.ptr<T>(),

@@ -7,6 +7,8 @@
 //    its integer instructions at 40-55% of the H200's bandwidth; +2.8% bytes. Then, where the
 //    native-profile GEMV reads it, -> Q4_KT (the same bytes in 16-row tiles, gemv_q4kt.cu):
 //    contiguous loads for each warp, 10-14% faster GEMVs at the 27B shapes.
+//    Where add_rms_norm writes the weight's input (MatmulInput::kNorm), -> Q4_KI instead: the
+//    same bytes for the int8-activation GEMV (gemv_q4ki.cu), ~10% faster again.
 //  Q8_0 -> Q8_0R -> Q8_0T likewise, for gemv_mma's step kernel.
 //  F16 is read in its file layout.
 #include <algorithm>
@@ -15,6 +17,7 @@
 
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device.cuh"
+#include "backends/cuda/gemv_q4ki.cuh"
 #include "backends/cuda/gemv_q4kt.cuh"
 #include "backends/cuda/quant.cuh"
 #include "core/log.h"
@@ -69,7 +72,17 @@ bool tiled_ok(const ops::Context& ctx, int64_t N, const std::vector<int64_t>& pa
   return std::all_of(parts.begin(), parts.end(), [](int64_t rows) { return rows % kTiledRows == 0; });
 }
 
-Tensor prepare_q8_0(ops::Context& ctx, const Tensor& w, const std::vector<int64_t>& parts) {
+// Q4_KI (int8 activations, gemv_q4ki.cu) for the weights a norm feeds; VI_INT8_ACT=0 keeps Q4_KT
+// there too (A/B runs, and the f16 activations' exact path).
+bool int8_act_ok() {
+  static const bool off = [] {
+    const char* e = std::getenv("VI_INT8_ACT");
+    return e != nullptr && std::string(e) == "0";
+  }();
+  return !off;
+}
+
+Tensor prepare_q8_0(ops::Context& ctx, const Tensor& w, const std::vector<int64_t>& parts, ops::MatmulInput) {
   const int64_t N = w.dim(0), K = w.dim(1);
   if (K % (8 * kQK) != 0) return w;  // rows would not be whole Q8_0R groups: keep Q8_0
   Tensor out = ops::empty(ctx, DType::Q8_0R, {N, K});
@@ -124,7 +137,7 @@ __global__ void repack_q4_kr_kernel(const BlockQ4_K* __restrict__ in, BlockQ4_KR
   out[i] = r;
 }
 
-Tensor prepare_q4_k(ops::Context& ctx, const Tensor& w, const std::vector<int64_t>& parts) {
+Tensor prepare_q4_k(ops::Context& ctx, const Tensor& w, const std::vector<int64_t>& parts, ops::MatmulInput input) {
   const int64_t N = w.dim(0), K = w.dim(1);
   if (K % (4 * kQKK) != 0) return w;  // rows would not be whole Q4_KR blocks: keep Q4_K
   Tensor out = ops::empty(ctx, DType::Q4_KR, {N, K});
@@ -135,7 +148,8 @@ Tensor prepare_q4_k(ops::Context& ctx, const Tensor& w, const std::vector<int64_
         w.ptr<BlockQ4_K>(), out.ptr<BlockQ4_KR>(), n);
     VI_CUDA_LAUNCH_CHECK();
   }
-  if (tiled_ok(ctx, N, parts)) out = q4kt_from_q4kr(ctx, out);
+  if (tiled_ok(ctx, N, parts))
+    out = input == ops::MatmulInput::kNorm && int8_act_ok() ? q4ki_from_q4kr(ctx, out) : q4kt_from_q4kr(ctx, out);
   VI_LOG_DEBUG("{} [{}, {}]: q4_k -> {}", w.name(), N, K, dtype_name(out.dtype()));
   return out;
 }

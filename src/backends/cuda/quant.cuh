@@ -194,6 +194,26 @@ __device__ __forceinline__ void dq8_q4kt(const uint8_t* w, int64_t n_sb, int64_t
   for (int k = 0; k < 8; ++k) out[k] = dl * static_cast<float>((wq >> (4 * ((k >> 1) + 4 * (k & 1)))) & 0xF) - ml;
 }
 
+// Values k0 .. k0 + 7 (k0 % 8 == 0) of row r of a Q4_KI matrix w (core/dtype.h; n_sb
+// super-blocks per row): d·sc·q − dmin·m of Q4_K, from the words of lanes 4g + c and 4g + c + 1.
+__device__ __forceinline__ void dq8_q4ki(const uint8_t* w, int64_t n_sb, int64_t r, int64_t k0, float out[8]) {
+  const int rr = static_cast<int>(r % 16), g = rr % 8, hi = rr / 8;
+  const int v = static_cast<int>(k0 % kQKK), j = v / 32, vv = v % 32, p = j & 3, h = vv >> 4;
+  const int c0 = (vv & 15) >> 2, shift = 4 * (j >> 2);
+  const uint8_t* u = w + ((r / 16) * n_sb + k0 / kQKK) * kQ4ktUnitBytes;
+  const uint8_t* words = u + 512 * (2 * (p >> 1) + hi) + 4 * (2 * (p & 1) + h);
+  const uint8_t* sm = u + 2048 + 16 * rr;
+  const uint32_t dd = *reinterpret_cast<const uint32_t*>(u + 2304 + 8 * g + 4 * hi);
+  const float dl = half_bits_to_f32(static_cast<uint16_t>(dd & 0xFFFF)) * static_cast<float>(sm[j]);
+  const float ml = half_bits_to_f32(static_cast<uint16_t>(dd >> 16)) * static_cast<float>(sm[8 + j]);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const uint32_t wd = *reinterpret_cast<const uint32_t*>(words + 16 * (4 * g + c0 + half));
+#pragma unroll
+    for (int k = 0; k < 4; ++k) out[4 * half + k] = dl * static_cast<float>((wd >> (8 * k + shift)) & 0xF) - ml;
+  }
+}
+
 // Values k0 .. k0 + 7 (k0 % 8 == 0) of row r of a Q8_0T matrix w (core/dtype.h; K values per
 // row), as dq8<Q8_0R> decodes them from the row layout.
 __device__ __forceinline__ void dq8_q8t(const uint8_t* w, int64_t K, int64_t r, int64_t k0, float out[8]) {

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The int8-activation GEMV (Q4_KI, gemv_q4ki.cu) against the f16 one (Q4_KT) in one job, on a
+# GPU machine (repository root), from a bundle of scripts/gpu_test.sh (bundle + pack):
+#
+#   scripts/gpu_int8_ab.sh BUNDLE.tar.xz [LOG_DIR]
+#
+# 1. hwcheck (copy bandwidth for MBU); make-model 27B Q4_K (seed 1).
+# 2. voltinfer bench, native profile, int8 KV, 8K and 128K context, 1- and 4-token verify
+#    rounds, alternating VI_INT8_ACT=1 (the default: Q4_KI for the projections a norm feeds) and
+#    VI_INT8_ACT=0 (Q4_KT everywhere, f16 activations), REPS_AB times each.
+# 3. The logits of both at every position of a 24-token decode (voltinfer logits --decode),
+#    compared by scripts/compare_logits.py at the GPU golden tolerance (3e-2 of the row max).
+# Env: NGEN (64), REPS (2), REPS_AB (2), DEPTHS (8192,131072). Logs to LOG_DIR (default $OUT).
+set -uo pipefail
+
+bundle=$1
+out=${2:-${OUT:-/tmp/gpu_int8_ab}}
+mkdir -p "$out"
+tmp=$(mktemp -d)
+tar -C "$tmp" -xJf "$bundle" || { echo "cannot unpack $bundle" >&2; exit 1; }
+root=$(find "$tmp" -mindepth 1 -maxdepth 1 -type d | head -1)
+vi=$(find "$root" -path '*/bin/voltinfer' | head -1)
+cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null)
+export LD_LIBRARY_PATH="$root/lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
+t0=$SECONDS
+{
+  date -u +"date: %Y-%m-%d %H:%M UTC"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/gpu: /'
+} | tee "$out/summary.txt"
+timeout 90 "$vi" hwcheck --json > "$out/hwcheck.json" 2> "$out/hwcheck.txt"
+bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["devices"][0]["copy_gbs"]["median"])' \
+     "$out/hwcheck.json" 2>/dev/null || echo 0)
+echo "copy bandwidth: $bw GB/s" | tee -a "$out/summary.txt"
+m=/tmp/q27-q4_k.gguf
+[ -s $m ] || timeout 150 "$vi" make-model --arch qwen3_5 --preset 27b --dtype q4_k --seed 1 -o $m > "$out/make.log" 2>&1
+echo "make-model: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
+
+for rep in $(seq "${REPS_AB:-2}"); do
+  for int8 in 1 0; do
+    echo "=== VI_INT8_ACT=$int8 run $rep" >> "$out/bench.log"
+    VI_INT8_ACT=$int8 timeout 200 stdbuf -oL -eL "$vi" bench -m $m --device cuda --kernel-profile native \
+      --cache-type-k int8 --cache-type-v int8 -p 512 --prompt-style code -d "${DEPTHS:-8192,131072}" --verify 1,4 \
+      -n "${NGEN:-64}" -r "${REPS:-2}" --bandwidth-gbs "$bw" --json "$out/bench_int8_$int8.jsonl" >> "$out/bench.log" 2>&1
+    echo "bench VI_INT8_ACT=$int8 run $rep: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
+  done
+done
+
+tokens=$(python3 -c 'import random; r = random.Random(5); print(",".join(str(r.randrange(1000, 200000)) for _ in range(24)))')
+for int8 in 1 0; do
+  VI_INT8_ACT=$int8 timeout 150 "$vi" logits -m $m --device cuda --kernel-profile native --decode --tokens "$tokens" \
+    --out "$out/logits_int8_$int8.safetensors" > "$out/logits_$int8.log" 2>&1
+  echo "logits VI_INT8_ACT=$int8: rc=$?" | tee -a "$out/summary.txt"
+done
+python3 scripts/compare_logits.py "$out/logits_int8_1.safetensors" "$out/logits_int8_0.safetensors" \
+  --ref-tensor logits --tol 3e-2 2>&1 | tee -a "$out/summary.txt"
+grep -hE '^===|^\| .* (decode|verify) ' "$out/bench.log" | cut -c1-200 >> "$out/summary.txt"
+echo "total: $((SECONDS - t0)) s" >> "$out/summary.txt"
+tail -n 30 "$out/summary.txt"
+rm -rf "$tmp"
