@@ -22,7 +22,8 @@
 # TRACE_TOKENS (1: decode rounds; "1,4" adds a table of the 4-token verify round), STYLES
 # (code,zh), VERIFY (1,2,4,8), NGEN (16), REPS (2), STEP_TIMEOUT (seconds per bench, 75), BUDGET
 # (no bench starts that could end after this many seconds, 300), KEEP_MODELS (set: the models
-# stay in MODEL_DIR, default /tmp/vi_models, for a later run of another binary). With the defaults: about 4
+# stay in MODEL_DIR, default /tmp/vi_models, for a later run of another binary), BENCH_EXTRA (more
+# bench arguments, e.g. --int8-activations). With the defaults: about 4
 # minutes on an H200 (2 models, 4 bench runs), never more than ~5.
 set -uo pipefail
 
@@ -117,7 +118,7 @@ for p in site.getsitepackages():
         echo "=== bench $dt KV $kv $prof_spec" >> "$out/bench.log"
         timeout "$step_timeout" stdbuf -oL -eL "$vi" bench -m "$m" --device cuda --kernel-profile "$prof" "${graph_flag[@]}" \
           --cache-type-k "$kv" --cache-type-v "$kv" -p "$prefill" --prompt-style "$styles" -d "$depths" --verify "$verify" -n "$ngen" \
-          -r "$reps" --profile-ops --profile-rounds 4 "${trace_flag[@]}" "${bw_flag[@]}" --json "$out/bench.jsonl" \
+          -r "$reps" --profile-ops --profile-rounds 4 "${trace_flag[@]}" "${bw_flag[@]}" ${BENCH_EXTRA:-} --json "$out/bench.jsonl" \
           --md "$out/bench.md" >> "$out/bench.log" 2>&1
         echo "bench $dt KV $kv $prof_spec: rc=$? ($((SECONDS - t0)) s)" >> "$out/summary.txt"
       done

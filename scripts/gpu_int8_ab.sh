@@ -6,10 +6,11 @@
 #
 # 1. hwcheck (copy bandwidth for MBU); make-model 27B Q4_K (seed 1).
 # 2. voltinfer bench, native profile, int8 KV, 8K and 128K context, 1- and 4-token verify
-#    rounds, alternating VI_INT8_ACT=1 (the default: Q4_KI for the projections a norm feeds) and
-#    VI_INT8_ACT=0 (Q4_KT everywhere, f16 activations), REPS_AB times each.
+#    rounds, alternating --int8-activations (Q4_KI for the projections a norm feeds) and without
+#    (Q4_KT everywhere, f16 activations), REPS_AB times each.
 # 3. The logits of both at every position of a 24-token decode (voltinfer logits --decode),
 #    compared by scripts/compare_logits.py at the GPU golden tolerance (3e-2 of the row max).
+# 4. With Q4K_DIR (scripts/golden_q4k.sh make): the Q4_K fixture against transformers, both ways.
 # Env: NGEN (64), REPS (2), REPS_AB (2), DEPTHS (8192,131072). Logs to LOG_DIR (default $OUT).
 set -uo pipefail
 
@@ -37,22 +38,31 @@ echo "make-model: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
 
 for rep in $(seq "${REPS_AB:-2}"); do
   for int8 in 1 0; do
-    echo "=== VI_INT8_ACT=$int8 run $rep" >> "$out/bench.log"
-    VI_INT8_ACT=$int8 timeout 200 stdbuf -oL -eL "$vi" bench -m $m --device cuda --kernel-profile native \
+    flag=(); [ $int8 = 1 ] && flag=(--int8-activations)
+    echo "=== int8 activations $int8, run $rep" >> "$out/bench.log"
+    timeout 200 stdbuf -oL -eL "$vi" bench -m $m --device cuda --kernel-profile native "${flag[@]}" \
       --cache-type-k int8 --cache-type-v int8 -p 512 --prompt-style code -d "${DEPTHS:-8192,131072}" --verify 1,4 \
       -n "${NGEN:-64}" -r "${REPS:-2}" --bandwidth-gbs "$bw" --json "$out/bench_int8_$int8.jsonl" >> "$out/bench.log" 2>&1
-    echo "bench VI_INT8_ACT=$int8 run $rep: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
+    echo "bench int8 activations $int8, run $rep: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
   done
 done
 
 tokens=$(python3 -c 'import random; r = random.Random(5); print(",".join(str(r.randrange(1000, 200000)) for _ in range(24)))')
 for int8 in 1 0; do
-  VI_INT8_ACT=$int8 timeout 150 "$vi" logits -m $m --device cuda --kernel-profile native --decode --tokens "$tokens" \
+  flag=(); [ $int8 = 1 ] && flag=(--int8-activations)
+  timeout 150 "$vi" logits -m $m --device cuda --kernel-profile native "${flag[@]}" --decode --tokens "$tokens" \
     --out "$out/logits_int8_$int8.safetensors" > "$out/logits_$int8.log" 2>&1
-  echo "logits VI_INT8_ACT=$int8: rc=$?" | tee -a "$out/summary.txt"
+  echo "logits int8 activations $int8: rc=$?" | tee -a "$out/summary.txt"
 done
 python3 scripts/compare_logits.py "$out/logits_int8_1.safetensors" "$out/logits_int8_0.safetensors" \
   --ref-tensor logits --tol 3e-2 2>&1 | tee -a "$out/summary.txt"
+if [ -n "${Q4K_DIR:-}" ]; then
+  for int8 in 1 0; do
+    flag=(); [ $int8 = 1 ] && flag=(--int8-activations)
+    scripts/golden_q4k.sh run "$Q4K_DIR" "$vi" 3e-2 -- --device cuda --kernel-profile native "${flag[@]}" 2>&1 |
+      sed "s/^/golden q4k, int8 activations $int8: /" | tee -a "$out/summary.txt"
+  done
+fi
 grep -hE '^===|^\| .* (decode|verify) ' "$out/bench.log" | cut -c1-200 >> "$out/summary.txt"
 echo "total: $((SECONDS - t0)) s" >> "$out/summary.txt"
 tail -n 30 "$out/summary.txt"

@@ -138,6 +138,7 @@ json Bench::conditions() const {
               {"kernel_profile", profile_},
               {"cuda_graphs", L_.ctx.device != Device::CPU && L_.ctx.graphs},
               {"act_dtype", dtype_name(L_.ctx.act)},
+              {"int8_activations", L_.ctx.int8_act},
               {"kv_dtype", kv_dtype_},
               {"threads", ThreadPool::global().size()},
               {"speculation", "none"},
@@ -450,7 +451,10 @@ void Bench::run() {
       "decode context: {}\n\n"
       "| device | profile | test | prompt | mean | min–max | notes |\n"
       "| --- | --- | --- | --- | ---: | ---: | --- |\n",
-      info.name, info.arch, info.n_params / 1e9, info.weight_bytes / 1e9, wformat_, dtype_name(L_.ctx.act), kv_dtype_,
+      info.name, info.arch, info.n_params / 1e9, info.weight_bytes / 1e9, wformat_,
+      L_.ctx.int8_act ? fmt::format("{} (int8 into the Q4_K projections after norms)", dtype_name(L_.ctx.act))
+                      : std::string(dtype_name(L_.ctx.act)),
+      kv_dtype_,
       ceil_.copy_gbs, ceil_.copy_how, ceil_.tensor_tflops > 0 ? fmt::format("{:.0f} TFLOP/s", ceil_.tensor_tflops) : "n/a",
       ceil_.tensor_how,
       a_.fill == "synthetic"

@@ -86,6 +86,9 @@ void ModelFlags::add(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "volta", "native"}));
   app.add_flag("--no-cuda-graphs", no_graphs,
                "Run decode steps op by op instead of recording each step shape once as a CUDA graph and replaying it");
+  app.add_flag("--int8-activations", int8_act,
+               "cuda, native profile: multiply the Q4_K projections after each norm with int8 activations (one scale per "
+               "256 values): ~5% faster decode, logits ~20x further from exact than with f16 activations");
   // llama-server's flag names (-ctk/-ctv too, see normalize_args); int8 is voltinfer's own
   // cache format (ops/kv_quant.h), not llama.cpp's q8_0.
   const char* kCacheHelp =
@@ -152,7 +155,9 @@ Loaded load(const ModelFlags& flags, bool need_tokenizer) {
                     : flags.kernel_profile == "native" ? ops::KernelProfile::kNative
                                                        : ops::KernelProfile::kAuto;
     L.ctx.graphs = !flags.no_graphs;
+    L.ctx.int8_act = flags.int8_act;
   }
+  VI_CHECK(!flags.int8_act || flags.device == "cuda", "--int8-activations needs --device cuda");
   LoadOptions opts;
   opts.ctx = L.ctx;  // weights, caches and activations live on the chosen device
   auto cache_type = [](const std::string& name) -> std::optional<DType> {

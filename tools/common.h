@@ -25,6 +25,7 @@ struct ModelFlags {
   std::string device = "cpu";
   std::string kernel_profile = "auto";  // --kernel-profile: auto, volta, native (cuda only)
   bool no_graphs = false;                // --no-cuda-graphs: decode steps op by op
+  bool int8_act = false;                 // --int8-activations (cuda only): ops::Context::int8_act
   std::string cache_type_k, cache_type_v;  // -ctk/-ctv: f16, f32, int8; empty: the activation dtype
   std::string log_level = "warn";
   void add(CLI::App& app);

@@ -18,8 +18,9 @@ namespace vi::ops {
 // (dtype_info(t).row_tile, e.g. Q4_KT on CUDA in the native profile with f16 activations) is
 // chosen only where every view begins and ends on a tile.
 // input: what writes the weight's activations. kNorm: ops::add_rms_norm, which can write them as
-// int8 blocks (ops::matmul_input_dtype), so a layout for int8 activations may be chosen (CUDA,
-// native profile: Q4_K -> Q4_KI); every matmul op still takes activations of ctx.act.
+// int8 blocks (ops::matmul_input_dtype), so with ctx.int8_act a layout for int8 activations may
+// be chosen (CUDA, native profile: Q4_K -> Q4_KI); every matmul op still takes activations of
+// ctx.act.
 enum class MatmulInput { kAny, kNorm };
 Tensor prepare_matmul_weight(Context& ctx, const Tensor& w, const std::vector<int64_t>& parts = {},
                              MatmulInput input = MatmulInput::kAny);

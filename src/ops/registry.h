@@ -35,6 +35,10 @@ struct Context {
   KernelProfile profile = KernelProfile::kAuto;  // CUDA backend only
   OpProfiler* profiler = nullptr;  // times every op entry point (ops/profiler.h); null: off
   bool graphs = true;  // models may record small steps once and replay them (ops/graph.h)
+  // The projections a norm feeds may multiply int8 activations (one scale per 256 values) where
+  // a device has such a GEMV (CUDA native: Q4_K -> Q4_KI, ops/prepare_matmul_weight.h): faster,
+  // but the activations' rounding is ~20x the f16 one (docs/PERFORMANCE.md). Off: f16 throughout.
+  bool int8_act = false;
 };
 
 constexpr size_t kNumDevices = 2;

@@ -54,6 +54,7 @@ OUTTYPES = {
     "f32": (gguf.GGMLQuantizationType.F32, gguf.LlamaFileType.ALL_F32),
     "f16": (gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
     "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+    "q4_k": (gguf.GGMLQuantizationType.Q4_K, gguf.LlamaFileType.MOSTLY_Q4_K_S),
 }
 
 FAMILY_BY_CLASS = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "Qwen3_5ForCausalLM": "qwen35"}
@@ -222,10 +223,42 @@ def encode(w: np.ndarray, qtype: gguf.GGMLQuantizationType) -> tuple[np.ndarray,
         return w.astype(np.float32), qtype
     if qtype == gguf.GGMLQuantizationType.F16:
         return w.astype(np.float16), qtype
+    if qtype == gguf.GGMLQuantizationType.Q4_K:  # gguf-py has no Q4_K quantizer
+        if w.shape[-1] % 256 != 0:
+            return w.astype(np.float16), gguf.GGMLQuantizationType.F16
+        return quantize_q4_k(w), qtype
     try:
         return gguf_quants.quantize(w, qtype), qtype
     except gguf.QuantError:  # row length not a multiple of the block: llama.cpp falls back to F16
         return w.astype(np.float16), gguf.GGMLQuantizationType.F16
+
+
+def quantize_q4_k(w: np.ndarray) -> np.ndarray:
+    """Q4_K blocks in ggml's layout (d, dmin as f16; 8 sub-blocks of 32 with 6-bit scales and mins
+    packed into 12 bytes; nibbles of sub-blocks 2i and 2i+1 share bytes 32i..32i+31) by a plain
+    min/max fit per sub-block: x ~ d*sc*q - dmin*m. Not llama.cpp's search for the best scales,
+    only a valid file: the reference logits are computed from the values read back from it."""
+    rows = w.reshape(-1, w.shape[-1]).astype(np.float32)
+    x = rows.reshape(-1, 8, 32)                                   # [blocks, sub-block, value]
+    lo = np.minimum(x.min(axis=2), 0.0)
+    hi = x.max(axis=2)
+    scale, mins = (hi - lo) / 15.0, -lo
+    d = (scale.max(axis=1) / 63.0).astype(np.float16)
+    dmin = (mins.max(axis=1) / 63.0).astype(np.float16)
+    df, dminf = d.astype(np.float32)[:, None], dmin.astype(np.float32)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(df > 0, np.clip(np.rint(scale / df), 0, 63), 0).astype(np.uint8)
+        m = np.where(dminf > 0, np.clip(np.rint(mins / dminf), 0, 63), 0).astype(np.uint8)
+        step = (df * sc)[:, :, None]
+        q = np.where(step > 0, np.clip(np.rint((x + (dminf * m)[:, :, None]) / step), 0, 15), 0).astype(np.uint8)
+    scales = np.zeros((x.shape[0], 12), dtype=np.uint8)
+    for j in range(4):
+        scales[:, j] = (sc[:, j] & 63) | ((sc[:, j + 4] >> 4) << 6)
+        scales[:, j + 4] = (m[:, j] & 63) | ((m[:, j + 4] >> 4) << 6)
+        scales[:, j + 8] = (sc[:, j + 4] & 0xF) | ((m[:, j + 4] & 0xF) << 4)
+    qs = (q[:, 0::2, :] | (q[:, 1::2, :] << 4)).reshape(-1, 128)
+    blocks = np.concatenate([d.view(np.uint8).reshape(-1, 2), dmin.view(np.uint8).reshape(-1, 2), scales, qs], axis=1)
+    return blocks.reshape(*w.shape[:-1], w.shape[-1] // 256 * 144)
 
 
 # ---------------------------------------------------------------------------------------------

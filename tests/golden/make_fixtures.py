@@ -181,6 +181,30 @@ SPECS: list[Spec] = [
 ]
 
 
+# Built only when named (--only): too large to commit (~45 MB f32), made on demand for checks that
+# need rows a K-quant GEMV takes (hidden size a multiple of 1024, every stacked projection part a
+# multiple of 16 rows): scripts/golden_q4k.sh turns it into a Q4_K GGUF and its reference logits.
+LARGE_SPECS: list[Spec] = [
+    Spec(
+        name="qwen35_k",
+        family="qwen3_5",
+        seed=1011,
+        note="hidden 1024 for Q4_K rows (K % 1024 == 0): layer_types [linear, full], untied, 8 q / 2 kv "
+             "heads of 64, GDN 4 k heads of 64 and 16 v heads of 32; linear weights N(0, 0.02^2), head 0.0625 "
+             "(the small fixtures' scale times sqrt(64 / 1024))",
+        config=dict(vocab_size=512, hidden_size=1024, intermediate_size=1024, num_hidden_layers=2,
+                    layer_types=["linear_attention", "full_attention"],
+                    num_attention_heads=8, num_key_value_heads=2, head_dim=64,
+                    linear_num_key_heads=4, linear_num_value_heads=16,
+                    linear_key_head_dim=64, linear_value_head_dim=32, linear_conv_kernel_dim=4,
+                    rms_norm_eps=1e-6, tie_word_embeddings=False, max_position_embeddings=4096,
+                    rope_parameters=qwen35_rope(1e7, 64)),
+        init_std=0.02,
+        head_std=0.0625,
+    ),
+]
+
+
 def build_config(spec: Spec):
     if spec.family == "qwen3_5":
         from transformers import Qwen3_5TextConfig as C
@@ -390,7 +414,8 @@ def generate(spec: Spec, out_root: Path, verbose: bool = True) -> dict:
               f"decode-prefill={stats['decode_vs_prefill_max_abs']:.2e} "
               f"chunked-prefill={stats['chunked_vs_prefill_max_abs']:.2e}")
         print(f"{'':12s} hidden rms per layer: " + " ".join(f"{x:.2f}" for x in stats["hidden_rms_per_layer"]))
-        assert total < 2_000_000, f"{spec.name}: fixture folder is {total} bytes (> 2 MB)"
+        # Committed fixtures stay small; LARGE_SPECS are never committed.
+        assert total < 2_000_000 or spec in LARGE_SPECS, f"{spec.name}: fixture folder is {total} bytes (> 2 MB)"
     return meta
 
 
@@ -434,8 +459,9 @@ def main() -> int:
     args = ap.parse_args()
 
     specs = [s for s in SPECS if not args.only or s.name in args.only]
+    specs += [s for s in LARGE_SPECS if args.only and s.name in args.only]
     if args.only and len(specs) != len(args.only):
-        known = ", ".join(s.name for s in SPECS)
+        known = ", ".join(s.name for s in SPECS + LARGE_SPECS)
         ap.error(f"unknown fixture name in {args.only}; known: {known}")
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, float32, eager attention; "
           f"optional kernel packages present: {PACKAGES_PRESENT}")

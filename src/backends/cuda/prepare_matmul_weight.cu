@@ -7,8 +7,9 @@
 //    its integer instructions at 40-55% of the H200's bandwidth; +2.8% bytes. Then, where the
 //    native-profile GEMV reads it, -> Q4_KT (the same bytes in 16-row tiles, gemv_q4kt.cu):
 //    contiguous loads for each warp, 10-14% faster GEMVs at the 27B shapes.
-//    Where add_rms_norm writes the weight's input (MatmulInput::kNorm), -> Q4_KI instead: the
-//    same bytes for the int8-activation GEMV (gemv_q4ki.cu), ~10% faster again.
+//    Where add_rms_norm writes the weight's input (MatmulInput::kNorm) and the context asks for
+//    int8 activations, -> Q4_KI instead: the same bytes for the int8-activation GEMV
+//    (gemv_q4ki.cu), ~10% faster again.
 //  Q8_0 -> Q8_0R -> Q8_0T likewise, for gemv_mma's step kernel.
 //  F16 is read in its file layout.
 #include <algorithm>
@@ -72,15 +73,9 @@ bool tiled_ok(const ops::Context& ctx, int64_t N, const std::vector<int64_t>& pa
   return std::all_of(parts.begin(), parts.end(), [](int64_t rows) { return rows % kTiledRows == 0; });
 }
 
-// Q4_KI (int8 activations, gemv_q4ki.cu) for the weights a norm feeds; VI_INT8_ACT=0 keeps Q4_KT
-// there too (A/B runs, and the f16 activations' exact path).
-bool int8_act_ok() {
-  static const bool off = [] {
-    const char* e = std::getenv("VI_INT8_ACT");
-    return e != nullptr && std::string(e) == "0";
-  }();
-  return !off;
-}
+// Q4_KI (int8 activations, gemv_q4ki.cu) for the weights a norm feeds, where the context asks for
+// int8 activations (ops::Context::int8_act, --int8-activations).
+bool int8_act_ok(const ops::Context& ctx) { return ctx.int8_act && ctx.act == DType::F16; }
 
 Tensor prepare_q8_0(ops::Context& ctx, const Tensor& w, const std::vector<int64_t>& parts, ops::MatmulInput) {
   const int64_t N = w.dim(0), K = w.dim(1);
@@ -149,7 +144,7 @@ Tensor prepare_q4_k(ops::Context& ctx, const Tensor& w, const std::vector<int64_
     VI_CUDA_LAUNCH_CHECK();
   }
   if (tiled_ok(ctx, N, parts))
-    out = input == ops::MatmulInput::kNorm && int8_act_ok() ? q4ki_from_q4kr(ctx, out) : q4kt_from_q4kr(ctx, out);
+    out = input == ops::MatmulInput::kNorm && int8_act_ok(ctx) ? q4ki_from_q4kr(ctx, out) : q4kt_from_q4kr(ctx, out);
   VI_LOG_DEBUG("{} [{}, {}]: q4_k -> {}", w.name(), N, K, dtype_name(out.dtype()));
   return out;
 }
