@@ -8,6 +8,7 @@
 #include "backends/cuda/q8kx.cuh"
 #include "backends/cuda/q4kr_bits.cuh"
 #include "backends/cuda/q4kr_mma.cuh"
+#include "backends/cuda/q4kr_tiles.cuh"
 #include "ops/memory.h"
 
 namespace vi::cuda {
@@ -114,30 +115,28 @@ __device__ __forceinline__ void q4ki_sb(const Q4kiSb& s, const uint8_t* xb, cons
   const uint2 xs = __ldg(reinterpret_cast<const uint2*>(xb + kXSumOff + 8 * c));
   const float dx0 = __ldg(reinterpret_cast<const float*>(xd0 + kXScaleOff));
   const float dx1 = __ldg(reinterpret_cast<const float*>(xd1 + kXScaleOff));
-  // ti: Σ sc·(q·x) of sub-blocks 0..3; th: of sub-blocks 4..7, 16 times over (their nibbles are
-  // masked in place, as 16q), so t = ti + th / 16 exactly.
-  int ti[4] = {0, 0, 0, 0}, th[4] = {0, 0, 0, 0};
+  // t[0]: Σ sc·(q·x) of sub-blocks 0..3 (low nibbles); t[1]: of sub-blocks 4..7, 16 times over
+  // (their nibbles are masked in place, as 16q), so the sum is t[0] + t[1] / 16 exactly.
+  int t[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll
   for (int p = 0; p < 4; ++p) {
     const uint4& ra = s.q[2 * (p >> 1)];
     const uint4& rb = s.q[2 * (p >> 1) + 1];
     const int o = 2 * (p & 1);
     const uint32_t w0 = word(ra, o), w2 = word(ra, o + 1), w1 = word(rb, o), w3 = word(rb, o + 1);
-    int C[4];
-    mma_u8s8_z(C, w0 & 0x0F0F0F0Fu, w1 & 0x0F0F0F0Fu, w2 & 0x0F0F0F0Fu, w3 & 0x0F0F0F0Fu, xw[p].x, xw[p].y);
-    const int lg = static_cast<int>(__byte_perm(s.sg.x, 0u, 0x4440u + p));
-    const int l8 = static_cast<int>(__byte_perm(s.s8.x, 0u, 0x4440u + p));
-    ti[0] += lg * C[0];
-    ti[1] += lg * C[1];
-    ti[2] += l8 * C[2];
-    ti[3] += l8 * C[3];
-    mma_u8s8_z(C, w0 & 0xF0F0F0F0u, w1 & 0xF0F0F0F0u, w2 & 0xF0F0F0F0u, w3 & 0xF0F0F0F0u, xw[p].z, xw[p].w);
-    const int hg = static_cast<int>(__byte_perm(s.sg.y, 0u, 0x4440u + p));
-    const int h8 = static_cast<int>(__byte_perm(s.s8.y, 0u, 0x4440u + p));
-    th[0] += hg * C[0];
-    th[1] += hg * C[1];
-    th[2] += h8 * C[2];
-    th[3] += h8 * C[3];
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      const uint32_t m = hi ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+      int C[4];
+      mma_u8s8_z(C, w0 & m, w1 & m, w2 & m, w3 & m, hi ? xw[p].z : xw[p].x, hi ? xw[p].w : xw[p].y);
+      // The scales of sub-block p + 4·hi of rows g and g + 8: byte p of each row's word hi.
+      const int sg = static_cast<int>(__byte_perm(hi ? s.sg.y : s.sg.x, 0u, 0x4440u + p));
+      const int s8 = static_cast<int>(__byte_perm(hi ? s.s8.y : s.s8.x, 0u, 0x4440u + p));
+      t[hi][0] += sg * C[0];
+      t[hi][1] += sg * C[1];
+      t[hi][2] += s8 * C[2];
+      t[hi][3] += s8 * C[3];
+    }
   }
   // u = Σ m·s over the 8 sub-blocks by one f16 mma: k 0..7 the sums' multiples of 32, k 8..15
   // their remainders, against m (rows g, g + 8; sub-blocks 2c, 2c + 1 at k 2c, 2c + 1 and
@@ -150,8 +149,8 @@ __device__ __forceinline__ void q4ki_sb(const Q4kiSb& s, const uint8_t* xb, cons
   float u[4];
   mma_16816_z(u, am0, am1, am0, am1, xs.x, xs.y);
   const float2 dg = __half22float2(as_h2(s.dd.x)), d8 = __half22float2(as_h2(s.dd.y));
-  const float t0 = static_cast<float>(ti[0] + (th[0] >> 4)), t1 = static_cast<float>(ti[1] + (th[1] >> 4));
-  const float t2 = static_cast<float>(ti[2] + (th[2] >> 4)), t3 = static_cast<float>(ti[3] + (th[3] >> 4));
+  const float t0 = static_cast<float>(t[0][0] + (t[1][0] >> 4)), t1 = static_cast<float>(t[0][1] + (t[1][1] >> 4));
+  const float t2 = static_cast<float>(t[0][2] + (t[1][2] >> 4)), t3 = static_cast<float>(t[0][3] + (t[1][3] >> 4));
   acc[0] = fmaf(dx0, fmaf(dg.x, t0, -dg.y * u[0]), acc[0]);
   acc[1] = fmaf(dx1, fmaf(dg.x, t1, -dg.y * u[1]), acc[1]);
   acc[2] = fmaf(dx0, fmaf(d8.x, t2, -d8.y * u[2]), acc[2]);
@@ -254,20 +253,7 @@ void launch_for(const ops::Context& ctx, const Tensor& xq, const Tensor& w, cons
 }  // namespace
 
 Tensor q4ki_from_q4kr(ops::Context& ctx, const Tensor& w) {
-  VI_CHECK(w.dtype() == DType::Q4_KR && w.ndim() == 2 && w.dim(0) % kTiledRows == 0,
-           "q4ki_from_q4kr: needs a Q4_KR matrix of whole {}-row tiles, got {} {}", kTiledRows,
-           dtype_name(w.dtype()), w.shape_str());
-  const int64_t N = w.dim(0), K = w.dim(1), units = N / 16 * (K / kQKK);
-  Tensor out = ops::empty(ctx, DType::Q4_KI, {N, K});
-  out.set_name(w.name());
-  VI_CHECK(out.nbytes() == static_cast<size_t>(units) * kQ4ktUnitBytes, "q4ki_from_q4kr: {} bytes for {} units",
-           out.nbytes(), units);
-  if (units > 0) {
-    q4ki_from_q4kr_kernel<<<static_cast<unsigned>((units + 3) / 4), 128, 0, stream_of(ctx)>>>(
-        w.ptr<uint8_t>(), w.row_bytes(), out.ptr<uint8_t>(), static_cast<int>(K / kQKK), units);
-    VI_CUDA_LAUNCH_CHECK();
-  }
-  return out;
+  return repack_q4kr_tiles(ctx, w, DType::Q4_KI, q4ki_from_q4kr_kernel);
 }
 
 void quantize_q8kx(const ops::Context& ctx, const Tensor& x, Tensor& xq) {

@@ -9,6 +9,7 @@
 #include "backends/cuda/pdl.cuh"
 #include "backends/cuda/q4kr_bits.cuh"
 #include "backends/cuda/q4kr_mma.cuh"
+#include "backends/cuda/q4kr_tiles.cuh"
 #include "ops/copy.h"
 #include "ops/memory.h"
 
@@ -154,20 +155,7 @@ void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const
 }  // namespace
 
 Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w) {
-  VI_CHECK(w.dtype() == DType::Q4_KR && w.ndim() == 2 && w.dim(0) % kTiledRows == 0,
-           "q4kt_from_q4kr: needs a Q4_KR matrix of whole {}-row tiles, got {} {}", kTiledRows,
-           dtype_name(w.dtype()), w.shape_str());
-  const int64_t N = w.dim(0), K = w.dim(1), units = N / 16 * (K / kQKK);
-  Tensor out = ops::empty(ctx, DType::Q4_KT, {N, K});
-  out.set_name(w.name());
-  VI_CHECK(out.nbytes() == static_cast<size_t>(units) * kQ4ktUnitBytes, "q4kt_from_q4kr: {} bytes for {} units",
-           out.nbytes(), units);
-  if (units > 0) {
-    q4kt_from_q4kr_kernel<<<static_cast<unsigned>((units + 3) / 4), 128, 0, stream_of(ctx)>>>(
-        w.ptr<uint8_t>(), w.row_bytes(), out.ptr<uint8_t>(), static_cast<int>(K / kQKK), units);
-    VI_CUDA_LAUNCH_CHECK();
-  }
-  return out;
+  return repack_q4kr_tiles(ctx, w, DType::Q4_KT, q4kt_from_q4kr_kernel);
 }
 
 int gemv_q4kt_default_blocks(int64_t N) {
