@@ -88,7 +88,7 @@ void ModelFlags::add(CLI::App& app) {
                "Run decode steps op by op instead of recording each step shape once as a CUDA graph and replaying it");
   app.add_flag("--int8-activations", int8_act,
                "cuda, native profile: multiply the Q4_K projections after each norm with int8 activations (one scale per "
-               "256 values): ~5% faster decode, logits ~20x further from exact than with f16 activations");
+               "256 values): ~5% faster decode, logits ~17x further from exact than with f16 activations");
   // llama-server's flag names (-ctk/-ctv too, see normalize_args); int8 is voltinfer's own
   // cache format (ops/kv_quant.h), not llama.cpp's q8_0.
   const char* kCacheHelp =

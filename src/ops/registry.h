@@ -37,7 +37,7 @@ struct Context {
   bool graphs = true;  // models may record small steps once and replay them (ops/graph.h)
   // The projections a norm feeds may multiply int8 activations (one scale per 256 values) where
   // a device has such a GEMV (CUDA native: Q4_K -> Q4_KI, ops/prepare_matmul_weight.h): faster,
-  // but the activations' rounding is ~20x the f16 one (docs/PERFORMANCE.md). Off: f16 throughout.
+  // but the logits move ~17x further from exact than with f16 (docs/PERFORMANCE.md). Off: f16 throughout.
   bool int8_act = false;
 };
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cuda/q4kr_mma.cuh"  // finish_split_k_tile
 #include "core/error.h"
 #include "core/tensor.h"
 #include "ops/copy.h"  // kSplitMaxParts
@@ -29,6 +30,22 @@ __device__ __forceinline__ void gemv_out_part(const GemvOut& out, int64_t n0, __
   begin = p > 0 ? out.end[p - 1] : 0;
   rows = out.end[p] - begin;
   y = out.y[p];
+}
+
+// The end of a tiled decode GEMV whose 4 warps split a 16-row tile's K (gemv_q4kt, gemv_q4ki):
+// the tile's sums into its part of out; with SWIGLU (rows g gate, rows g + 8 up, out one part of
+// N / 2 columns) h = silu(gate) · up. Every thread of the block calls it.
+template <bool SWIGLU>
+__device__ __forceinline__ void finish_gemv_out_tile(const float acc[4], const GemvOut& out, int64_t N, int n_tok) {
+  if constexpr (SWIGLU) {
+    finish_split_k_tile<true>(acc, out.y[0], N, n_tok, 0, 0);
+  } else {
+    const int64_t n0 = int64_t(blockIdx.x) * 16;
+    __half* y;
+    int64_t begin, rows;
+    gemv_out_part(out, n0, y, begin, rows);
+    finish_split_k_tile<false>(acc, y, rows, n_tok, n0 - begin, rows);
+  }
 }
 
 // One part: all N rows into y [T, N].

@@ -123,15 +123,7 @@ __global__ void __launch_bounds__(128, MINB)
     pdb += kDepth * kStep;
     xs += kDepth * 1024;
   }
-  if constexpr (SWIGLU) {
-    finish_split_k_tile<true>(acc, out.y[0], N, n_tok, 0, 0);
-  } else {
-    const int64_t n0 = int64_t(blockIdx.x) * 16;
-    __half* y;
-    int64_t begin, rows;
-    gemv_out_part(out, n0, y, begin, rows);
-    finish_split_k_tile<false>(acc, y, rows, n_tok, n0 - begin, rows);
-  }
+  finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
 }
 
 template <int MINB, bool SWIGLU>

@@ -195,6 +195,22 @@ void rms_norm_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, float ep
   });
 }
 
+// add_rms_norm_vec_kernel for rows of n = V·nv values (nv <= 4096 vectors): threads = the vectors
+// / C, rounded up to a warp, with the fewest vectors per thread C that fits (f16 5120: 640
+// threads of one vector each). y: T elements, or Q8_KX blocks with Q8.
+template <class T, bool Q8>
+void launch_add_rms_norm_vec(ops::Context& ctx, Tensor& x, const Tensor& o, const Tensor& w, float eps,
+                             float w_offset, void* y, int64_t n) {
+  const int64_t nv = n / Vec16<T>::N;
+  const int C = nv <= 1024 ? 1 : nv <= 2048 ? 2 : 4;
+  const int threads = static_cast<int>((nv + C - 1) / C + 31) / 32 * 32;
+  auto kernel = C == 1   ? add_rms_norm_vec_kernel<T, 1, Q8>
+                : C == 2 ? add_rms_norm_vec_kernel<T, 2, Q8>
+                         : add_rms_norm_vec_kernel<T, 4, Q8>;
+  VI_CUDA_CHECK(pdl_launch(kernel, row_grid("add_rms_norm", x), threads, 0, stream_of(ctx), x.ptr<T>(), o.ptr<T>(),
+                           w.ptr<float>(), eps, w_offset, y, n));
+}
+
 // y as Q8_KX blocks: the vector kernel's Q8 form (f16 rows of whole 256-value blocks).
 void add_rms_norm_q8kx(ops::Context& ctx, Tensor& x, const Tensor& o, const Tensor& w, float eps, float w_offset,
                        Tensor& y) {
@@ -205,13 +221,7 @@ void add_rms_norm_q8kx(ops::Context& ctx, Tensor& x, const Tensor& o, const Tens
            "aligned), got x {} {}",
            dtype_name(x.dtype()), x.shape_str());
   if (x.numel() == 0) return;
-  const int C = nv <= 1024 ? 1 : nv <= 2048 ? 2 : 4;
-  const int threads = static_cast<int>((nv + C - 1) / C + 31) / 32 * 32;
-  auto kernel = C == 1   ? add_rms_norm_vec_kernel<__half, 1, true>
-                : C == 2 ? add_rms_norm_vec_kernel<__half, 2, true>
-                         : add_rms_norm_vec_kernel<__half, 4, true>;
-  VI_CUDA_CHECK(pdl_launch(kernel, row_grid("add_rms_norm", x), threads, 0, stream_of(ctx), x.ptr<__half>(),
-                           o.ptr<__half>(), w.ptr<float>(), eps, w_offset, y.data(), n));
+  launch_add_rms_norm_vec<__half, true>(ctx, x, o, w, eps, w_offset, y.data(), n);
 }
 
 void add_rms_norm_cuda(ops::Context& ctx, Tensor& x, const Tensor& o, const Tensor& w, float eps, float w_offset,
@@ -223,19 +233,12 @@ void add_rms_norm_cuda(ops::Context& ctx, Tensor& x, const Tensor& o, const Tens
     const int64_t n = x.cols();
     const unsigned grid = row_grid("add_rms_norm", x);
     // The register kernel where rows split into 16-byte vectors and fit 1024 threads x 4
-    // vectors (f16 rows up to 32768): threads = the vectors / C, rounded up to a warp, with
-    // the fewest vectors per thread C that fits (f16 5120: 640 threads of one vector each).
+    // vectors (f16 rows up to 32768; launch_add_rms_norm_vec picks the threads).
     constexpr int V = Vec16<T>::N;
     const bool vec = n % V == 0 && n / V <= 4 * 1024 && is_aligned(x.data(), 16) && is_aligned(o.data(), 16) &&
                      is_aligned(y.data(), 16) && is_aligned(w.data(), 16);
     if (vec) {
-      const int64_t nv = n / V;
-      const int C = nv <= 1024 ? 1 : nv <= 2048 ? 2 : 4;
-      const int threads = static_cast<int>((nv + C - 1) / C + 31) / 32 * 32;
-      auto kernel = C == 1 ? add_rms_norm_vec_kernel<T, 1> : C == 2 ? add_rms_norm_vec_kernel<T, 2>
-                                                                    : add_rms_norm_vec_kernel<T, 4>;
-      VI_CUDA_CHECK(pdl_launch(kernel, grid, threads, 0, stream_of(ctx), x.ptr<T>(), o.ptr<T>(), w.ptr<float>(), eps,
-                               w_offset, static_cast<void*>(y.ptr<T>()), n));
+      launch_add_rms_norm_vec<T, false>(ctx, x, o, w, eps, w_offset, static_cast<void*>(y.ptr<T>()), n);
       return;
     }
     VI_CUDA_CHECK(pdl_launch(add_rms_norm_kernel<T>, grid, norm_threads(n), 0, stream_of(ctx), x.ptr<T>(), o.ptr<T>(),
