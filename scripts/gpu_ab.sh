@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Two settings of one voltinfer binary, alternated in one job on a GPU machine (repository root),
+# so the comparison does not ride on the ~3% the round moves between device jobs:
+#
+#   A="VI_GEMV_STREAM=1" B="VI_GEMV_STREAM=0" scripts/gpu_ab.sh BUNDLE.tar.xz [LOG_DIR]
+#
+# A and B are each a list of environment assignments (NAME=value) and voltinfer bench flags
+# (words starting with -), e.g. B="--int8-activations". BUNDLE.tar.xz holds a folder with
+# bin/voltinfer and lib/ (scripts/gpu_test.sh bundle + pack makes one).
+# 1. hwcheck (copy bandwidth for MBU); make-model 27B (seed 1, DTYPE q4_k).
+# 2. voltinfer bench, native profile, int8 KV, DEPTHS (8192,131072), 1- and 4-token verify rounds,
+#    A then B, REPS_AB (2) times; NGEN (64) tokens, REPS (2) repetitions each.
+# Logs to LOG_DIR (default $OUT): summary.txt ends with each run's decode and verify rows.
+set -uo pipefail
+
+bundle=$1
+out=${2:-${OUT:-/tmp/gpu_ab}}
+mkdir -p "$out"
+tmp=$(mktemp -d)
+tar -C "$tmp" -xJf "$bundle" || { echo "cannot unpack $bundle" >&2; exit 1; }
+vi=$(find "$tmp" -path '*/bin/voltinfer' | head -1)
+[ -x "$vi" ] || { echo "no bin/voltinfer in $bundle" >&2; exit 1; }
+lib=$(find "$tmp" -maxdepth 2 -type d -name lib | head -1)
+cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null)
+export LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
+t0=$SECONDS
+{
+  date -u +"date: %Y-%m-%d %H:%M UTC"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/gpu: /'
+  echo "A: ${A:-}"
+  echo "B: ${B:-}"
+} | tee "$out/summary.txt"
+timeout 90 "$vi" hwcheck --json > "$out/hwcheck.json" 2> "$out/hwcheck.txt"
+bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["devices"][0]["copy_gbs"]["median"])' \
+     "$out/hwcheck.json" 2>/dev/null || echo 0)
+echo "copy bandwidth: $bw GB/s" | tee -a "$out/summary.txt"
+dtype=${DTYPE:-q4_k}
+m=/tmp/q27-$dtype.gguf
+[ -s $m ] || timeout 150 "$vi" make-model --arch qwen3_5 --preset 27b --dtype "$dtype" --seed 1 -o $m > "$out/make.log" 2>&1
+echo "make-model $dtype: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
+
+# One setting: its NAME=value words go to env, the rest to bench.
+run_setting() {
+  local name=$1 spec=$2 envs=() flags=() word
+  for word in $spec; do
+    if [[ $word == -* ]]; then flags+=("$word"); else envs+=("$word"); fi
+  done
+  echo "=== $name: $spec" >> "$out/bench.log"
+  timeout 200 env "${envs[@]}" stdbuf -oL -eL "$vi" bench -m $m --device cuda --kernel-profile native "${flags[@]}" \
+    --cache-type-k int8 --cache-type-v int8 -p 512 --prompt-style code -d "${DEPTHS:-8192,131072}" --verify 1,4 \
+    -n "${NGEN:-64}" -r "${REPS:-2}" --bandwidth-gbs "$bw" --json "$out/bench_$name.jsonl" >> "$out/bench.log" 2>&1
+  echo "bench $name: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
+}
+for rep in $(seq "${REPS_AB:-2}"); do
+  run_setting A "${A:-}"
+  run_setting B "${B:-}"
+done
+grep -hE '^===|^\| .* (decode|verify) ' "$out/bench.log" | cut -c1-200 >> "$out/summary.txt"
+echo "total: $((SECONDS - t0)) s" >> "$out/summary.txt"
+tail -n 30 "$out/summary.txt"
+rm -rf "$tmp"
