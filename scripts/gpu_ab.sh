@@ -4,9 +4,11 @@
 #
 #   A="VI_GEMV_STREAM=1" B="VI_GEMV_STREAM=0" scripts/gpu_ab.sh BUNDLE.tar.xz [LOG_DIR]
 #
-# A and B are each a list of environment assignments (NAME=value) and voltinfer bench flags
-# (words starting with -), e.g. B="--int8-activations". BUNDLE.tar.xz holds a folder with
-# bin/voltinfer and lib/ (scripts/gpu_test.sh bundle + pack makes one).
+# A and B are each a list of environment assignments (NAME=value), voltinfer bench flags (words
+# starting with -) and at most one bin=NAME (run bin/NAME of the bundle instead of bin/voltinfer:
+# two builds side by side), e.g. A="bin=voltinfer" B="bin=voltinfer_base" or
+# B="--int8-activations". BUNDLE.tar.xz holds a folder with bin/voltinfer and lib/
+# (scripts/gpu_test.sh bundle + pack makes one).
 # 1. hwcheck (copy bandwidth for MBU); make-model 27B (seed 1, DTYPE q4_k).
 # 2. voltinfer bench, native profile, int8 KV, DEPTHS (8192,131072), 1- and 4-token verify rounds,
 #    A then B, REPS_AB (2) times; NGEN (64) tokens, REPS (2) repetitions each.
@@ -39,14 +41,17 @@ m=/tmp/q27-$dtype.gguf
 [ -s $m ] || timeout 150 "$vi" make-model --arch qwen3_5 --preset 27b --dtype "$dtype" --seed 1 -o $m > "$out/make.log" 2>&1
 echo "make-model $dtype: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
 
-# One setting: its NAME=value words go to env, the rest to bench.
+# One setting: bin=NAME picks the binary, other NAME=value words go to env, the rest to bench.
 run_setting() {
-  local name=$1 spec=$2 envs=() flags=() word
+  local name=$1 spec=$2 envs=() flags=() word exe=$vi
   for word in $spec; do
-    if [[ $word == -* ]]; then flags+=("$word"); else envs+=("$word"); fi
+    if [[ $word == bin=* ]]; then exe=$(dirname "$vi")/${word#bin=}
+    elif [[ $word == -* ]]; then flags+=("$word")
+    else envs+=("$word"); fi
   done
   echo "=== $name: $spec" >> "$out/bench.log"
-  timeout 200 env "${envs[@]}" stdbuf -oL -eL "$vi" bench -m $m --device cuda --kernel-profile native "${flags[@]}" \
+  [ -x "$exe" ] || { echo "bench $name: no $exe in the bundle" | tee -a "$out/summary.txt"; return; }
+  timeout 200 env "${envs[@]}" stdbuf -oL -eL "$exe" bench -m $m --device cuda --kernel-profile native "${flags[@]}" \
     --cache-type-k int8 --cache-type-v int8 -p 512 --prompt-style code -d "${DEPTHS:-8192,131072}" --verify 1,4 \
     -n "${NGEN:-64}" -r "${REPS:-2}" --bandwidth-gbs "$bw" --json "$out/bench_$name.jsonl" >> "$out/bench.log" 2>&1
   echo "bench $name: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"

@@ -29,10 +29,16 @@ void swiglu_to_device(ops::Context& ctx, SwigluWeights& m) {
   }
 }
 
-void swiglu_mlp(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tensor& gu, Tensor& o) {
+Tensor swiglu_scratch(ops::Context& ctx, int64_t N, int64_t d_ff) {
+  return N <= kStackedMlpMaxRows ? ops::empty(ctx, ctx.act, {N, d_ff}) : Tensor();
+}
+
+void swiglu_mlp(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tensor& gu, Tensor& h, Tensor& o) {
   const int64_t N = n.rows(), F = gu.cols() / 2;
   if (m.gate_up.data() != nullptr && N <= kStackedMlpMaxRows) {
-    Tensor h = ops::empty(ctx, gu.dtype(), {N, F});  // [N, d_ff] SwiGLU output
+    VI_CHECK(h.data() != nullptr && h.rows() == N && h.cols() == F && h.dtype() == gu.dtype(),
+             "swiglu_mlp: h must be swiglu_scratch({}, {}), got [{}, {}] {}", N, F, h.rows(), h.cols(),
+             dtype_name(h.dtype()));
     ops::matmul_swiglu(ctx, n, m.gate_up, gu, h);
     ops::matmul(ctx, h, m.down, o);
     return;

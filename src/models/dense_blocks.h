@@ -35,9 +35,16 @@ void swiglu_to_device(ops::Context& ctx, SwigluWeights& m);
 // 27B model's d_ff in f16).
 constexpr int64_t kStackedMlpMaxRows = 8;
 
+// The SwiGLU output scratch of a step of N rows: [N, d_ff] where the stacked path runs (N <=
+// kStackedMlpMaxRows), else empty. Allocate it with the step's other scratch, before the layers:
+// an allocation inside a recorded step is a graph node between two kernels, and the second then
+// cannot start (programmatic launch, backends/cuda/pdl.cuh) before the first has finished.
+Tensor swiglu_scratch(ops::Context& ctx, int64_t N, int64_t d_ff);
+
 // o = down(silu(gate(n)) * up(n)). n, o: [N, d]; gu: [N, 2 * d_ff] scratch (stacked: each
-// row's gate|up product; else: the gate products of all rows, then the up products).
-void swiglu_mlp(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tensor& gu, Tensor& o);
+// row's gate|up product; else: the gate products of all rows, then the up products); h: what
+// swiglu_scratch(N) gave.
+void swiglu_mlp(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tensor& gu, Tensor& h, Tensor& o);
 
 // logits = head(rows of the normed stream n that the plan returns), [rows, n_vocab] in
 // ctx.act, then moved to the host as f32 when `where` asks for it. n: [N, d], already through

@@ -443,6 +443,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   Tensor n = ops::empty(ctx, ctx.act, {N, d});  // [N, d] the stream through the next norm
   Tensor o = ops::empty(ctx, ctx.act, {N, d});  // [N, d] a block's output, added to x
   Tensor ff_gu = ops::empty(ctx, ctx.act, {N, 2 * hp_.d_ff});  // MLP gate|up products
+  Tensor ff_h = swiglu_scratch(ctx, N, hp_.d_ff);               // MLP SwiGLU output (decode, verify)
   // Full-attention scratch: q, gate, k, v in the stack's order.
   const bool attn_fused = N <= kStackedMlpMaxRows && attn_in_fused_;
   ProjOutputs attn_in(ctx, attn_fused, N, 2 * Hq * hd + 2 * kv_w);
@@ -580,7 +581,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     const bool mlp_stacked = L.mlp.gate_up.data() != nullptr && N <= kStackedMlpMaxRows;
     Tensor& mlp_in = norm_out(mlp_stacked ? &L.mlp.gate_up : nullptr);
     ops::add_rms_norm(ctx, x, o, L.post_norm, eps, off, mlp_in);  // x += block(x); mlp_in = post_norm(x)
-    swiglu_mlp(ctx, mlp_in, L.mlp, ff_gu, o);
+    swiglu_mlp(ctx, mlp_in, L.mlp, ff_gu, ff_h, o);
     Tensor& next_in = norm_out(stacked_input(l + 1));
     ops::add_rms_norm(ctx, x, o, norm_after(l), eps, off, next_in);  // x += mlp; next_in = next norm(x)
     in = &next_in;

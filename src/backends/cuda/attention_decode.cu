@@ -17,6 +17,7 @@
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/kv_quant.cuh"
 #include "backends/cuda/pdl.cuh"
+#include "backends/cuda/workspace.cuh"
 
 namespace vi::cuda {
 namespace {
@@ -517,13 +518,15 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
 
   const DecodeTuning tuning = decode_tuning();
   const int64_t n_rows = a.T * a.Hq;
-  // One split writes the output itself: no partials. (Before the tuning a 4-byte buffer was
-  // allocated anyway, which in a recorded step puts a memory node in front of the kernel.)
-  const size_t part_floats = n_splits > 1 ? static_cast<size_t>(n_splits) * n_rows * (a.D + 2)
-                                          : tuning.pdl ? 0 : 1;
-  Scratch part(ctx, part_floats * sizeof(float));
-  float* part_acc = n_splits > 1 ? part.as<float>() : nullptr;
-  float* part_ml = n_splits > 1 ? part.as<float>() + static_cast<size_t>(n_splits) * n_rows * a.D : nullptr;
+  // One split writes the output itself: no partials. More go to this thread's workspace, not to
+  // a Scratch: in a recorded step an allocation and its free are graph nodes on both sides of
+  // attention, where the kernels before and after could not overlap it (workspace.cuh).
+  const size_t part_floats = n_splits > 1 ? static_cast<size_t>(n_splits) * n_rows * (a.D + 2) : 0;
+  float* part = part_floats ? static_cast<float*>(thread_workspace(ctx, WorkspaceSlot::kDecodeAttentionPartials,
+                                                                   part_floats * sizeof(float)))
+                            : nullptr;
+  float* part_acc = part;
+  float* part_ml = part ? part + static_cast<size_t>(n_splits) * n_rows * a.D : nullptr;
   auto combine = [&]() {
     if (n_splits <= 1) return;
     dispatch_act("paged_attention", a.q_dtype, [&](auto qtag) {

@@ -47,8 +47,10 @@ TEST(SwigluMlp, StackedAndSeparateWeightsGiveTheUnfusedOps) {
     ops::matmul(ctx, g, sep.down, want);
 
     Tensor gu = Tensor::empty(DType::F32, {N, 2 * F});
+    Tensor h = swiglu_scratch(ctx, N, F);
+    EXPECT_EQ(h.data() != nullptr, N <= kStackedMlpMaxRows);
     Tensor o = Tensor::empty(DType::F32, {N, d});
-    swiglu_mlp(ctx, n, sep, gu, o);  // no stack: two matmuls into gu's halves
+    swiglu_mlp(ctx, n, sep, gu, h, o);  // no stack: two matmuls into gu's halves
     EXPECT_TRUE(same_bits(o, want)) << "separate gate and up, N=" << N;
 
     SwigluWeights st = sep;
@@ -58,7 +60,11 @@ TEST(SwigluMlp, StackedAndSeparateWeightsGiveTheUnfusedOps) {
     EXPECT_EQ(st.up.data(), static_cast<void*>(st.gate_up.row(F)));
     EXPECT_TRUE(same_bits(st.up, sep.up));
     std::memset(o.data(), 0, o.nbytes());
-    swiglu_mlp(ctx, n, st, gu, o);  // up to kStackedMlpMaxRows: one matmul, swiglu of its halves
+    if (N <= kStackedMlpMaxRows) {  // the stacked path checks its scratch
+      Tensor wrong = Tensor::empty(DType::F32, {N, F + 1});
+      EXPECT_THROW(swiglu_mlp(ctx, n, st, gu, wrong, o), Error);
+    }
+    swiglu_mlp(ctx, n, st, gu, h, o);  // up to kStackedMlpMaxRows: one matmul, swiglu of its halves
     // Each product element is one dot product of a row of n with a weight row, whichever
     // matrix holds that row: expected bit for bit; 1e-6 relative allows another summation
     // split in the CPU matmul.
