@@ -51,10 +51,17 @@ void swiglu_mlp(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tens
   ops::matmul(ctx, g, m.down, o);
 }
 
-void output_logits(ops::Context& ctx, const BatchPlan& plan, const Tensor& n, const Tensor& lm_head, int64_t n_vocab,
-                   LogitsOn where, Tensor& logits) {
+Tensor logits_scratch(ops::Context& ctx, const BatchPlan& plan, int64_t n_vocab) {
+  return ops::empty(ctx, ctx.act, {static_cast<int64_t>(plan.out_rows.size()), n_vocab});
+}
+
+void output_logits(ops::Context& ctx, const BatchPlan& plan, const Tensor& n, const Tensor& lm_head, LogitsOn where,
+                   const Tensor& out, Tensor& logits) {
   Tensor last = gather_output_rows(ctx, plan, n);
-  logits = ops::empty(ctx, ctx.act, {last.dim(0), n_vocab});
+  VI_CHECK(out.rows() == last.dim(0) && out.cols() == lm_head.dim(0),
+           "output_logits: out [{}, {}] for {} rows and a vocabulary of {}", out.rows(), out.cols(), last.dim(0),
+           lm_head.dim(0));
+  logits = out;
   ops::matmul(ctx, last, lm_head, logits);
   if (where == LogitsOn::kHostF32) logits = logits_to_host_f32(ctx, logits);
 }

@@ -50,7 +50,10 @@ void swiglu_mlp(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tens
 // ctx.act, then moved to the host as f32 when `where` asks for it. n: [N, d], already through
 // the final norm (norms are per row, so norming all rows and then picking equals picking
 // then norming).
-void output_logits(ops::Context& ctx, const BatchPlan& plan, const Tensor& n, const Tensor& lm_head, int64_t n_vocab,
-                   LogitsOn where, Tensor& logits);
+// out: logits_scratch(plan, n_vocab), allocated with the step's other scratch (see swiglu_scratch).
+void output_logits(ops::Context& ctx, const BatchPlan& plan, const Tensor& n, const Tensor& lm_head, LogitsOn where,
+                   const Tensor& out, Tensor& logits);
+// [rows the plan wants logits for, n_vocab] in ctx.act.
+Tensor logits_scratch(ops::Context& ctx, const BatchPlan& plan, int64_t n_vocab);
 
 }  // namespace vi

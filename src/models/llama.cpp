@@ -209,6 +209,7 @@ void LlamaModel::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::spa
   Tensor o = ops::empty(ctx, ctx.act, {N, d});
   Tensor gu = ops::empty(ctx, ctx.act, {N, 2 * hp_.d_ff});  // MLP gate|up products
   Tensor ff_h = swiglu_scratch(ctx, N, hp_.d_ff);           // MLP SwiGLU output (decode, verify)
+  const Tensor out_logits = logits_scratch(ctx, plan, hp_.n_vocab);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   // The norm the residual stream goes through after layer l: the next layer's attention
   // norm, after the last layer the output norm.
@@ -244,7 +245,7 @@ void LlamaModel::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::spa
     swiglu_mlp(ctx, n, L.mlp, gu, ff_h, o);
     ops::add_rms_norm(ctx, x, o, norm_after(l), hp_.norm_eps, 0.0f, n);  // x += mlp; n = next norm(x)
   }
-  output_logits(ctx, plan, n, lm_head_, hp_.n_vocab, where, logits);
+  output_logits(ctx, plan, n, lm_head_, where, out_logits, logits);
 }
 
 }  // namespace

@@ -78,6 +78,7 @@ void Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, T
           forward_plan(rctx, plan, items, out, LogitsOn::kDevice);
           ops::copy(rctx, out, st.logits);
         });
+        r.stats.kernels_behind_memory = st.graph->shape().kernels_behind_memory;
         it = r.steps.emplace(key, std::move(st)).first;
         ++r.stats.recorded;
       } catch (const std::exception& e) {

@@ -143,6 +143,8 @@ class Model {
   // Recorded steps so far: made (recordings) and run (replays).
   struct StepStats {
     int64_t recorded = 0, replayed = 0, eager = 0;
+    // The latest recording's kernels behind memory (ops::GraphShape): 0 for a well-formed step.
+    int64_t kernels_behind_memory = 0;
   };
   StepStats step_stats() const;
 

@@ -444,6 +444,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   Tensor o = ops::empty(ctx, ctx.act, {N, d});  // [N, d] a block's output, added to x
   Tensor ff_gu = ops::empty(ctx, ctx.act, {N, 2 * hp_.d_ff});  // MLP gate|up products
   Tensor ff_h = swiglu_scratch(ctx, N, hp_.d_ff);               // MLP SwiGLU output (decode, verify)
+  const Tensor out_logits = logits_scratch(ctx, plan, hp_.n_vocab);
   // Full-attention scratch: q, gate, k, v in the stack's order.
   const bool attn_fused = N <= kStackedMlpMaxRows && attn_in_fused_;
   ProjOutputs attn_in(ctx, attn_fused, N, 2 * Hq * hd + 2 * kv_w);
@@ -586,7 +587,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     ops::add_rms_norm(ctx, x, o, norm_after(l), eps, off, next_in);  // x += mlp; next_in = next norm(x)
     in = &next_in;
   }
-  output_logits(ctx, plan, n, lm_head_, hp_.n_vocab, where, logits);
+  output_logits(ctx, plan, n, lm_head_, where, out_logits, logits);
 }
 
 }  // namespace

@@ -12,11 +12,23 @@
 
 namespace vi::ops {
 
+// What a recording holds. A kernel behind memory waits on an allocation or free node that itself
+// follows a kernel: such a kernel cannot be launched while the kernel before it runs
+// (programmatic launch links kernel to kernel only), so it pays a launch and its first loads
+// on the critical path. A decode step should have none (allocate a step's scratch before its
+// first kernel).
+struct GraphShape {
+  int64_t kernels = 0;
+  int64_t memory_nodes = 0;
+  int64_t kernels_behind_memory = 0;
+};
+
 class Graph {
  public:
   virtual ~Graph() = default;
   // Queues the recorded work on ctx's stream.
   virtual void launch(Context& ctx) = 0;
+  virtual GraphShape shape() const { return {}; }
 };
 
 // Whether ctx's device can record (false on the CPU, or where the backend has no graphs).

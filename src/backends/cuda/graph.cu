@@ -3,6 +3,7 @@
 // thread-local mode, so another thread's work is never pulled in; replays go to the caller's
 // stream. Allocations inside the recording (cudaMallocAsync) become the graph's own memory.
 #include <memory>
+#include <vector>
 
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device.cuh"
@@ -13,13 +14,79 @@ namespace {
 
 class CudaGraph final : public ops::Graph {
  public:
-  explicit CudaGraph(cudaGraphExec_t exec) : exec_(exec) {}
+  CudaGraph(cudaGraphExec_t exec, const ops::GraphShape& shape) : exec_(exec), shape_(shape) {}
   ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
   void launch(ops::Context& ctx) override { VI_CUDA_CHECK(cudaGraphLaunch(exec_, stream_of(ctx))); }
+  ops::GraphShape shape() const override { return shape_; }
 
  private:
   cudaGraphExec_t exec_;
+  ops::GraphShape shape_;
 };
+
+// A node's dependencies. Where edges carry types (CUDA 12.3+: programmatic launch makes some of
+// them programmatic), the query must take the edge data too, or it fails as lossy.
+std::vector<cudaGraphNode_t> dependencies(cudaGraphNode_t node) {
+  size_t n = 0;
+#if CUDART_VERSION >= 12030
+#if CUDART_VERSION >= 13000
+  auto query = [&](cudaGraphNode_t* d, cudaGraphEdgeData* e) { return cudaGraphNodeGetDependencies(node, d, e, &n); };
+#else
+  auto query = [&](cudaGraphNode_t* d, cudaGraphEdgeData* e) { return cudaGraphNodeGetDependencies_v2(node, d, e, &n); };
+#endif
+  VI_CUDA_CHECK(query(nullptr, nullptr));
+  std::vector<cudaGraphNode_t> deps(n);
+  std::vector<cudaGraphEdgeData> edges(n);
+  if (n) VI_CUDA_CHECK(query(deps.data(), edges.data()));
+#else
+  VI_CUDA_CHECK(cudaGraphNodeGetDependencies(node, nullptr, &n));
+  std::vector<cudaGraphNode_t> deps(n);
+  if (n) VI_CUDA_CHECK(cudaGraphNodeGetDependencies(node, deps.data(), &n));
+#endif
+  deps.resize(n);
+  return deps;
+}
+
+bool is_memory_node(cudaGraphNodeType t) { return t == cudaGraphNodeTypeMemAlloc || t == cudaGraphNodeTypeMemFree; }
+
+// Counts kernels, memory nodes and kernels behind memory (ops::GraphShape) of a captured graph.
+ops::GraphShape shape_of(cudaGraph_t graph) {
+  size_t n = 0;
+  VI_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n) VI_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+  auto type_of = [](cudaGraphNode_t node) {
+    cudaGraphNodeType t;
+    VI_CUDA_CHECK(cudaGraphNodeGetType(node, &t));
+    return t;
+  };
+  // Whether a kernel comes before `node` through memory nodes only.
+  auto kernel_before = [&](cudaGraphNode_t node) {
+    std::vector<cudaGraphNode_t> todo = dependencies(node);
+    while (!todo.empty()) {
+      cudaGraphNode_t d = todo.back();
+      todo.pop_back();
+      const cudaGraphNodeType t = type_of(d);
+      if (t == cudaGraphNodeTypeKernel) return true;
+      if (is_memory_node(t))
+        for (cudaGraphNode_t p : dependencies(d)) todo.push_back(p);
+    }
+    return false;
+  };
+  ops::GraphShape s;
+  for (cudaGraphNode_t node : nodes) {
+    const cudaGraphNodeType t = type_of(node);
+    if (is_memory_node(t)) ++s.memory_nodes;
+    if (t != cudaGraphNodeTypeKernel) continue;
+    ++s.kernels;
+    for (cudaGraphNode_t d : dependencies(node))
+      if (is_memory_node(type_of(d)) && kernel_before(d)) {
+        ++s.kernels_behind_memory;
+        break;
+      }
+  }
+  return s;
+}
 
 cudaStream_t recording_stream() {
   constexpr int kMaxDevices = 64;
@@ -43,11 +110,18 @@ std::unique_ptr<ops::Graph> cuda_record(ops::Context& ctx, const std::function<v
     throw;
   }
   VI_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  ops::GraphShape shape;
+  try {
+    shape = shape_of(graph);
+  } catch (...) {
+    cudaGraphDestroy(graph);
+    throw;
+  }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t err = cudaGraphInstantiateWithFlags(&exec, graph, 0);
   cudaGraphDestroy(graph);  // the executable keeps what it needs
   VI_CUDA_CHECK(err);
-  return std::make_unique<CudaGraph>(exec);
+  return std::make_unique<CudaGraph>(exec, shape);
 }
 
 const bool registered = [] {

@@ -208,6 +208,11 @@ TEST_P(GoldenOnGpu, RecordedStepsMatchOpByOpSteps) {
     for (int i = 0; i < 10; ++i) step(1, false, "decode");  // crosses 256 keys
     step(4, true, "verify");
     while (fed < 520) step(1, false, "decode");  // crosses 512 keys
+    // The decode step just recorded keeps its kernels linked: no allocation or free between two
+    // of them (ops::GraphShape).
+    EXPECT_EQ(gpu_model->step_stats().kernels_behind_memory, 0)
+        << path << ": kernels of a recorded decode step that wait on an allocation or free made after another "
+        << "kernel (allocate a step's scratch before its first kernel)";
     EXPECT_EQ(eager_seq->n_past(), fed);
     EXPECT_EQ(rec_seq->n_past(), fed);
     // Two sequences in one recorded step: each gets its own logits row.

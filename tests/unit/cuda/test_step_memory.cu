@@ -1,7 +1,10 @@
-// Per-thread device workspaces (backends/cuda/workspace.cuh): a request that fits returns the same
-// buffer, a larger one a new buffer while the old one stays allocated (a recorded step may still
-// use it), each slot and each thread has its own, and growing inside a recording works and leaves
-// the recording replayable.
+// Device memory in recorded steps.
+// - Per-thread workspaces (backends/cuda/workspace.cuh): a request that fits returns the same
+//   buffer, a larger one a new buffer while the old one stays allocated (a recorded step may still
+//   use it), each thread has its own, and growing inside a recording works and leaves the
+//   recording replayable.
+// - ops::GraphShape of a recording: a kernel that waits on an allocation made after another
+//   kernel is counted, one whose scratch was allocated before the first kernel is not.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -13,6 +16,7 @@
 #include "backends/cuda/workspace.cuh"
 #include "cuda_test_util.h"
 #include "ops/graph.h"
+#include "ops/memory.h"
 
 namespace vi::cudatest {
 namespace {
@@ -107,6 +111,38 @@ TEST_F(Workspace, GrowsInsideARecordingWhichStaysReplayable) {
   VI_CUDA_CHECK(cudaDeviceSynchronize());
   value = read_back(inside, 1024).back();
   EXPECT_EQ(value, 7u) << "the replay must write the buffer it was recorded with";
+}
+
+TEST_F(Workspace, GraphShapeCountsKernelsBehindMemory) {
+  if (!ops::graphs_supported(ctx)) GTEST_SKIP() << "no graphs on this device";
+  const int n = 4096;
+  Tensor a = ops::empty(ctx, DType::I32, {n});
+  auto fill = [&](ops::Context& c, const Tensor& t, uint32_t v) {
+    fill_kernel<<<8, 256, 0, cuda::stream_of(c)>>>(static_cast<uint32_t*>(t.data()), n, v);
+    VI_CUDA_CHECK(cudaGetLastError());
+  };
+  // Scratch allocated between two kernels: the second waits on the allocation.
+  std::unique_ptr<ops::Graph> late = ops::record(ctx, [&](ops::Context& r) {
+    fill(r, a, 1);
+    Tensor s = ops::empty(r, DType::I32, {n});
+    fill(r, s, 2);
+  });
+  EXPECT_EQ(late->shape().kernels, 2);
+  EXPECT_GE(late->shape().memory_nodes, 1);
+  EXPECT_EQ(late->shape().kernels_behind_memory, 1);
+  // The same work with the scratch allocated first.
+  std::unique_ptr<ops::Graph> early = ops::record(ctx, [&](ops::Context& r) {
+    Tensor s = ops::empty(r, DType::I32, {n});
+    fill(r, a, 1);
+    fill(r, s, 2);
+  });
+  EXPECT_EQ(early->shape().kernels, 2);
+  EXPECT_GE(early->shape().memory_nodes, 1);
+  EXPECT_EQ(early->shape().kernels_behind_memory, 0);
+  early->launch(ctx);
+  late->launch(ctx);
+  VI_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(read_back(a.data(), n).back(), 1u);
 }
 
 }  // namespace
