@@ -18,13 +18,8 @@ set -uo pipefail
 bundle=$1
 out=${2:-${OUT:-/tmp/gpu_ab}}
 mkdir -p "$out"
-tmp=$(mktemp -d)
-tar -C "$tmp" -xJf "$bundle" || { echo "cannot unpack $bundle" >&2; exit 1; }
-vi=$(find "$tmp" -path '*/bin/voltinfer' | head -1)
-[ -x "$vi" ] || { echo "no bin/voltinfer in $bundle" >&2; exit 1; }
-lib=$(find "$tmp" -maxdepth 2 -type d -name lib | head -1)
-cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null)
-export LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
+. "$(dirname "$0")/bundle_env.sh"
+unpack_bundle "$bundle"
 t0=$SECONDS
 {
   date -u +"date: %Y-%m-%d %H:%M UTC"
@@ -63,4 +58,4 @@ done
 grep -hE '^===|^\| .* (decode|verify) ' "$out/bench.log" | cut -c1-200 >> "$out/summary.txt"
 echo "total: $((SECONDS - t0)) s" >> "$out/summary.txt"
 tail -n 30 "$out/summary.txt"
-rm -rf "$tmp"
+rm -rf "$bundle_tmp"

@@ -1,0 +1,16 @@
+# Sourced by the device-side scripts that take a bundle (a .tar.xz holding one folder with
+# bin/voltinfer and lib/, as scripts/gpu_test.sh bundle + pack make it):
+#   unpack_bundle BUNDLE.tar.xz
+# unpacks it into a fresh temporary folder (bundle_tmp: remove it when done), sets vi to its
+# bin/voltinfer and puts its lib/, the toolkit's and the Python cuBLAS wheel's libraries on
+# LD_LIBRARY_PATH. Exits with a message if the bundle does not unpack or holds no voltinfer.
+unpack_bundle() {
+  local lib cublas_dir
+  bundle_tmp=$(mktemp -d)
+  tar -C "$bundle_tmp" -xJf "$1" || { echo "cannot unpack $1" >&2; exit 1; }
+  vi=$(find "$bundle_tmp" -path '*/bin/voltinfer' | head -1)
+  [ -x "$vi" ] || { echo "no bin/voltinfer in $1" >&2; exit 1; }
+  lib=$(dirname "$(dirname "$vi")")/lib
+  cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null)
+  export LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
+}
