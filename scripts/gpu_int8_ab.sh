@@ -4,45 +4,25 @@
 #
 #   scripts/gpu_int8_ab.sh BUNDLE.tar.xz [LOG_DIR]
 #
-# 1. hwcheck (copy bandwidth for MBU); make-model 27B Q4_K (seed 1).
-# 2. voltinfer bench, native profile, int8 KV, 8K and 128K context, 1- and 4-token verify
-#    rounds, alternating --int8-activations (Q4_KI for the projections a norm feeds) and without
-#    (Q4_KT everywhere, f16 activations), REPS_AB times each.
-# 3. The logits of both at every position of a 24-token decode (voltinfer logits --decode),
+# 1. scripts/gpu_ab.sh with A="--int8-activations" (Q4_KI for the projections a norm feeds) and
+#    B="" (Q4_KT everywhere, f16 activations): hwcheck, make-model 27B Q4_K (seed 1), then
+#    voltinfer bench (native profile, int8 KV, 8K and 128K, 1- and 4-token verify rounds)
+#    alternating the two REPS_AB times.
+# 2. The logits of both at every position of a 24-token decode (voltinfer logits --decode),
 #    compared by scripts/compare_logits.py at the GPU golden tolerance (3e-2 of the row max).
-# 4. With Q4K_DIR (scripts/golden_q4k.sh make): the Q4_K fixture against transformers, both ways.
+# 3. With Q4K_DIR (scripts/golden_q4k.sh make): the Q4_K fixture against transformers, both ways.
 # Env: NGEN (64), REPS (2), REPS_AB (2), DEPTHS (8192,131072). Logs to LOG_DIR (default $OUT).
 set -uo pipefail
 
 bundle=$1
 out=${2:-${OUT:-/tmp/gpu_int8_ab}}
 mkdir -p "$out"
+t0=$SECONDS
+A="--int8-activations" B="" DTYPE=q4_k "$(dirname "$0")/gpu_ab.sh" "$bundle" "$out" > /dev/null
+m=/tmp/q27-q4_k.gguf  # gpu_ab.sh's model
+
 . "$(dirname "$0")/bundle_env.sh"
 unpack_bundle "$bundle"
-t0=$SECONDS
-{
-  date -u +"date: %Y-%m-%d %H:%M UTC"
-  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/gpu: /'
-} | tee "$out/summary.txt"
-timeout 90 "$vi" hwcheck --json > "$out/hwcheck.json" 2> "$out/hwcheck.txt"
-bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["devices"][0]["copy_gbs"]["median"])' \
-     "$out/hwcheck.json" 2>/dev/null || echo 0)
-echo "copy bandwidth: $bw GB/s" | tee -a "$out/summary.txt"
-m=/tmp/q27-q4_k.gguf
-[ -s $m ] || timeout 150 "$vi" make-model --arch qwen3_5 --preset 27b --dtype q4_k --seed 1 -o $m > "$out/make.log" 2>&1
-echo "make-model: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
-
-for rep in $(seq "${REPS_AB:-2}"); do
-  for int8 in 1 0; do
-    flag=(); [ $int8 = 1 ] && flag=(--int8-activations)
-    echo "=== int8 activations $int8, run $rep" >> "$out/bench.log"
-    timeout 200 stdbuf -oL -eL "$vi" bench -m $m --device cuda --kernel-profile native "${flag[@]}" \
-      --cache-type-k int8 --cache-type-v int8 -p 512 --prompt-style code -d "${DEPTHS:-8192,131072}" --verify 1,4 \
-      -n "${NGEN:-64}" -r "${REPS:-2}" --bandwidth-gbs "$bw" --json "$out/bench_int8_$int8.jsonl" >> "$out/bench.log" 2>&1
-    echo "bench int8 activations $int8, run $rep: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
-  done
-done
-
 tokens=$(python3 -c 'import random; r = random.Random(5); print(",".join(str(r.randrange(1000, 200000)) for _ in range(24)))')
 for int8 in 1 0; do
   flag=(); [ $int8 = 1 ] && flag=(--int8-activations)
@@ -59,7 +39,6 @@ if [ -n "${Q4K_DIR:-}" ]; then
       sed "s/^/golden q4k, int8 activations $int8: /" | tee -a "$out/summary.txt"
   done
 fi
-grep -hE '^===|^\| .* (decode|verify) ' "$out/bench.log" | cut -c1-200 >> "$out/summary.txt"
 echo "total: $((SECONDS - t0)) s" >> "$out/summary.txt"
 tail -n 30 "$out/summary.txt"
 rm -rf "$bundle_tmp"
