@@ -2,7 +2,7 @@
 # Two settings of one voltinfer binary, alternated in one job on a GPU machine (repository root),
 # so the comparison does not ride on the ~3% the round moves between device jobs:
 #
-#   A="VI_GEMV_STREAM=1" B="VI_GEMV_STREAM=0" scripts/gpu_ab.sh BUNDLE.tar.xz [LOG_DIR]
+#   A="VI_PDL=1" B="VI_PDL=0" scripts/gpu_ab.sh BUNDLE.tar.xz [LOG_DIR]
 #
 # A and B are each a list of environment assignments (NAME=value), voltinfer bench flags (words
 # starting with -) and at most one bin=NAME (run bin/NAME of the bundle instead of bin/voltinfer:
