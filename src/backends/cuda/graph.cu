@@ -30,9 +30,13 @@ std::vector<cudaGraphNode_t> dependencies(cudaGraphNode_t node) {
   size_t n = 0;
 #if CUDART_VERSION >= 12030
 #if CUDART_VERSION >= 13000
-  auto query = [&](cudaGraphNode_t* d, cudaGraphEdgeData* e) { return cudaGraphNodeGetDependencies(node, d, e, &n); };
+  auto query = [&](cudaGraphNode_t* d, cudaGraphEdgeData* e) {
+    return cudaGraphNodeGetDependencies(node, d, e, &n);
+  };
 #else
-  auto query = [&](cudaGraphNode_t* d, cudaGraphEdgeData* e) { return cudaGraphNodeGetDependencies_v2(node, d, e, &n); };
+  auto query = [&](cudaGraphNode_t* d, cudaGraphEdgeData* e) {
+    return cudaGraphNodeGetDependencies_v2(node, d, e, &n);
+  };
 #endif
   VI_CUDA_CHECK(query(nullptr, nullptr));
   std::vector<cudaGraphNode_t> deps(n);

@@ -222,9 +222,10 @@ TEST_F(GemvQ4ki, AddRmsNormWritesTheBlocksOfItsF16Output) {
 }
 
 // The ops on a Q4_KI weight as the model calls them: prepare_matmul_weight makes Q4_KI for a
-// norm's input (MatmulInput::kNorm) where ops::Context::int8_act asks for it, and Q4_KT otherwise; matmul_input_dtype asks for Q8_KX up to
-// 8 rows; matmul, matmul_split and matmul_swiglu take f16 x (quantized inside: the same bytes, so
-// the same y) and Q8_KX x alike; 9 rows and more run the GEMM path on dequantized tiles.
+// norm's input (MatmulInput::kNorm) where ops::Context::int8_act asks for it, and Q4_KT otherwise;
+// matmul_input_dtype asks for Q8_KX up to 8 rows; matmul, matmul_split and matmul_swiglu take f16
+// x (quantized inside: the same bytes, so the same y) and Q8_KX x alike; 9 rows and more run the
+// GEMM path on dequantized tiles.
 TEST_F(GemvQ4ki, MatmulOpsOnQ4kiLikeTheKernels) {
   const int64_t F = 64, K = 2048;
   const Tensor w = rand_weight(2 * F, K, 1.0f);
