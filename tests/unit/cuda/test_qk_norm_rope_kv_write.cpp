@@ -2,7 +2,10 @@
 // and K/V cache append in one launch) on fresh random inputs, in both kernel profiles and
 // both activation dtypes, with every mix of float (the activation dtype) and i8 pools.
 // Shapes: the 27B layer (24 q heads, 4 kv heads, D 256, rot 64), a small odd one (D 37,
-// rot 10: partial warps, Hadamard blocks 32 + 4 + 1) and a fully rotated one (D 80 = rot).
+// rot 10: partial warps, Hadamard blocks 32 + 4 + 1), a fully rotated one (D 80 = rot), D 128
+// fully rotated, D 200 rot 50 (blocks 128 + 64 + 8; pairs half a warp apart): the one-warp
+// kernel's three slot counts; D 512 rot 64 and D 300 rot 100 (blocks 256 + 32 + 8 + 4): the
+// block kernel past D 256, power of two or not.
 // Token counts 1 (decode), 3 and 37 (a prefill chunk), at positions that start at 0, sit on
 // and cross 16-row block boundaries and reach past 4096; the rows are those of a shuffled
 // block table, so they jump between blocks.
@@ -83,7 +86,8 @@ Tensor rows_f32(const ops::KvRows& host, const std::vector<int32_t>& rows) {
 
 TEST_P(QkNormRopeKvWrite, MatchesCpuAndTheSeparateOps) {
   const std::tuple<int64_t, int64_t, int64_t, int> shapes[] = {
-      {24, 4, 256, 64}, {5, 1, 37, 10}, {6, 2, 80, 80}};  // Hq, Hkv, D, rot
+      {24, 4, 256, 64}, {5, 1, 37, 10}, {6, 2, 80, 80}, {4, 2, 128, 128},
+      {2, 1, 200, 50},  {3, 1, 512, 64}, {3, 1, 300, 100}};  // Hq, Hkv, D, rot
   const std::pair<int64_t, int32_t> runs[] = {{1, 0}, {1, 15}, {1, 16}, {3, 14}, {1, 4097}, {37, 100}};  // T, pos0
   const float eps = 1e-6f, theta = 1e7f;
   const int64_t bs = 16, n_blocks = 8, n_rows = bs * n_blocks;
