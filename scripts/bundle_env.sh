@@ -10,7 +10,9 @@ unpack_bundle() {
   tar -C "$bundle_tmp" -xJf "$1" || { echo "cannot unpack $1" >&2; exit 1; }
   vi=$(find "$bundle_tmp" -path '*/bin/voltinfer' | head -1)
   [ -x "$vi" ] || { echo "no bin/voltinfer in $1" >&2; exit 1; }
-  lib=$(dirname "$(dirname "$vi")")/lib
+  # lib/ beside bin/, or one level up where scripts/gpu_test.sh bundle puts it (BUNDLE/lib for
+  # BUNDLE/NAME/bin).
+  lib=$(dirname "$(dirname "$vi")")/lib:$(dirname "$(dirname "$(dirname "$vi")")")/lib
   cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null)
   export LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
 }
