@@ -1,6 +1,9 @@
 // Tensor-core decode GEMV on Q4_KT weights: see gemv_q4kt.cuh for the plan, core/dtype.h for the
 // layout and q4kr_mma.cuh for the arithmetic.
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/gemv_out.cuh"
@@ -52,18 +55,28 @@ __global__ void q4kt_from_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_
 // Q4_KR kernel does (so h equals its h bit for bit): half b % 2 of gate tile b / 2 and of up
 // tile F / 16 + b / 2, i.e. loads k = b % 2 and 2 + b % 2 of each unit (still 512 contiguous
 // bytes per warp-wide load) and one scale word and one (d, dmin) of each.
-template <int MINB, bool SWIGLU>
-__global__ void __launch_bounds__(128, MINB)
+// TILES (with SWIGLU false; the fused SwiGLU's other form, VI_SWIGLU_TILES=1): a block of 8 warps,
+// warps 0-3 taking whole gate tile b and warps 4-7 whole up tile b with the plain kernel's loads,
+// so every warp reads one 2 KB run per super-block; the block writes h's 16 columns of tile b
+// (finish_swiglu_tiles). The same sums per row as the half-tile form, so the same h.
+template <int MINB, bool SWIGLU, bool TILES = false>
+__global__ void __launch_bounds__(TILES ? 256 : 128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
                      int n_sb, int64_t K, uint32_t magic) {
+  static_assert(!(SWIGLU && TILES), "one form of the fused SwiGLU");
   constexpr int kDepth = 2;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int warp = TILES ? (threadIdx.x >> 5) & 3 : threadIdx.x >> 5;  // the warp's place in its tile
   const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
   const int n_mine = warp < n_sb ? (n_sb - warp + 3) / 4 : 0;
   constexpr size_t kStep = 4 * kQ4ktUnitBytes;  // to the warp's next super-block
   // Row g's bytes from unit pointer a, row g + 8's from b (the same unit unless SWIGLU).
   const int half = SWIGLU ? static_cast<int>(blockIdx.x & 1) : 0;
-  const uint8_t* a = w + ((SWIGLU ? int64_t(blockIdx.x / 2) : int64_t(blockIdx.x)) * n_sb + warp) * kQ4ktUnitBytes;
+  // TILES: warps 4-7 (threadIdx.x >> 7 = 1) take the up tile, N / 32 tiles after the gate tile.
+  const int64_t tile = SWIGLU ? int64_t(blockIdx.x / 2)
+                       : TILES ? int64_t(blockIdx.x) + (threadIdx.x >> 7) * (N / 32)
+                               : int64_t(blockIdx.x);
+  const uint8_t* a = w + (tile * n_sb + warp) * kQ4ktUnitBytes;
   const uint8_t* b = SWIGLU ? a + (N / 32) * int64_t(n_sb) * kQ4ktUnitBytes : a;
   const uint8_t* pqa = a + 512 * half + 16 * lane;  // quants: loads half, 2 + half of row g's unit
   const uint8_t* pqb = b + 512 * (SWIGLU ? half : 1) + 16 * lane;
@@ -123,7 +136,25 @@ __global__ void __launch_bounds__(128, MINB)
     pdb += kDepth * kStep;
     xs += kDepth * 1024;
   }
-  finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
+  if constexpr (TILES) finish_swiglu_tiles(acc, out.y[0], N / 2, n_tok);
+  else finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
+}
+
+// TILES: a block of 256 threads per pair of tiles, 2 blocks per SM (the registers of 4 blocks of
+// 128: as many warps per SM as the half-tile form's 4 blocks).
+void launch_swiglu_tiles(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<2, false, true>, dim3(static_cast<unsigned>(N / 32)), dim3(256), 0,
+                           stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
+                           static_cast<int>(K / kQKK), K, kQ4krMagic));
+}
+
+std::atomic<bool>& swiglu_tiles_flag() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("VI_SWIGLU_TILES");
+    return v && std::strcmp(v, "1") == 0;
+  }()};
+  return on;
 }
 
 template <int MINB, bool SWIGLU>
@@ -191,7 +222,14 @@ void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w,
            "gemv_q4kt_swiglu: h [{}, {}] does not match x rows {} and a Q4_KT gate|up weight of {} rows "
            "(a multiple of 32)",
            h.rows(), h.cols(), x.rows(), w.dim(0));
+  if (gemv_q4kt_swiglu_tiles()) {
+    launch_swiglu_tiles(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2));
+    return;
+  }
   launch_for<true>(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2), gemv_q4kt_default_blocks(w.dim(0)));
 }
+
+bool gemv_q4kt_swiglu_tiles() { return swiglu_tiles_flag().load(std::memory_order_relaxed); }
+void set_gemv_q4kt_swiglu_tiles(bool on) { swiglu_tiles_flag().store(on, std::memory_order_relaxed); }
 
 }  // namespace vi::cuda
