@@ -46,8 +46,8 @@ bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Te
 void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts);
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
 void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h);
-// Which form gemv_q4kt_swiglu takes: half tiles (the default), or blocks of 8 warps over a whole
-// gate tile and its whole up tile (environment VI_SWIGLU_TILES=1, read once, or the setter, for
+// Which form gemv_q4kt_swiglu and gemv_q4ki_swiglu take: half tiles (the default), or blocks of 8
+// warps over a whole gate tile and its whole up tile (environment VI_SWIGLU_TILES=1, read once, or the setter, for
 // the tests and A/B runs; compiled, not yet measured: docs/notes/gemv.md run 25). The same h.
 bool gemv_q4kt_swiglu_tiles();
 void set_gemv_q4kt_swiglu_tiles(bool on);
