@@ -12,7 +12,9 @@
 # 1. hwcheck (copy bandwidth for MBU); make-model 27B (seed 1, DTYPE q4_k).
 # 2. voltinfer bench, native profile, int8 KV, DEPTHS (8192,131072), 1- and 4-token verify rounds,
 #    A then B, REPS_AB (2) times; NGEN (64) tokens, REPS (2) repetitions each.
-# Logs to LOG_DIR (default $OUT): summary.txt ends with each run's decode and verify rows.
+# 3. TRACE=1: then one traced run of each (the per-op kernel tables, trace_A.md and trace_B.md).
+# Logs to LOG_DIR (default $OUT): summary.txt ends with each run's decode and verify rows (and the
+# traces' per-op rows).
 set -uo pipefail
 
 bundle=$1
@@ -37,25 +39,41 @@ m=/tmp/q27-$dtype.gguf
 echo "make-model $dtype: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
 
 # One setting: bin=NAME picks the binary, other NAME=value words go to env, the rest to bench.
+# With a third argument "trace": one shorter traced run (per-op kernel table) into trace_NAME.md.
 run_setting() {
-  local name=$1 spec=$2 envs=() flags=() word exe=$vi
+  local name=$1 spec=$2 mode=${3:-} envs=() flags=() word exe=$vi
   for word in $spec; do
     if [[ $word == bin=* ]]; then exe=$(dirname "$vi")/${word#bin=}
     elif [[ $word == -* ]]; then flags+=("$word")
     else envs+=("$word"); fi
   done
-  echo "=== $name: $spec" >> "$out/bench.log"
+  local run=(-n "${NGEN:-64}" -r "${REPS:-2}" --verify 1,4 --json "$out/bench_$name.jsonl")
+  [ "$mode" = trace ] && run=(-n 32 -r 1 --verify 1 --trace-kernels --trace-tokens 1 --md "$out/trace_$name.md")
+  echo "=== $name${mode:+ ($mode)}: $spec" >> "$out/bench.log"
   [ -x "$exe" ] || { echo "bench $name: no $exe in the bundle" | tee -a "$out/summary.txt"; return; }
   timeout 200 env "${envs[@]}" stdbuf -oL -eL "$exe" bench -m $m --device cuda --kernel-profile native "${flags[@]}" \
-    --cache-type-k int8 --cache-type-v int8 -p 512 --prompt-style code -d "${DEPTHS:-8192,131072}" --verify 1,4 \
-    -n "${NGEN:-64}" -r "${REPS:-2}" --bandwidth-gbs "$bw" --json "$out/bench_$name.jsonl" >> "$out/bench.log" 2>&1
-  echo "bench $name: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
+    --cache-type-k int8 --cache-type-v int8 -p 512 --prompt-style code -d "${DEPTHS:-8192,131072}" \
+    --bandwidth-gbs "$bw" "${run[@]}" >> "$out/bench.log" 2>&1
+  echo "bench $name${mode:+ ($mode)}: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
 }
 for rep in $(seq "${REPS_AB:-2}"); do
   run_setting A "${A:-}"
   run_setting B "${B:-}"
 done
-grep -hE '^===|^\| .* (decode|verify) ' "$out/bench.log" | cut -c1-200 >> "$out/summary.txt"
+grep -hE '^===|^\| .* (decode|verify) ' "$out/bench.log" | grep -v ' (trace)' | cut -c1-200 >> "$out/summary.txt"
+# TRACE=1: a traced run of each setting; its per-op rows and the round of each depth go to the
+# summary (whole tables in trace_A.md, trace_B.md). Traced rounds are slower: compare them with
+# each other, not with the untraced rows above.
+if [ "${TRACE:-0}" = 1 ]; then
+  for name in A B; do
+    spec=A; [ $name = B ] && spec=B
+    run_setting $name "${!spec:-}" trace
+    echo "--- kernel trace $name (µs a round)" >> "$out/summary.txt"
+    grep -E '^\| ' "$out/trace_$name.md" 2>/dev/null | grep -E '[0-9]+(\.[0-9]+)? \| [0-9]' | grep -vE '\| (decode|verify) [0-9]' |
+      cut -c1-200 | head -n 60 >> "$out/summary.txt"
+  done
+fi
 echo "total: $((SECONDS - t0)) s" >> "$out/summary.txt"
-tail -n 30 "$out/summary.txt"
+# The rounds (and the traced rounds) to the console; the per-op rows stay in summary.txt.
+grep -E '^(===|---)|^\| .* (decode|verify) |\*\*round' "$out/summary.txt" | cut -c1-200 | tail -n 40
 rm -rf "$bundle_tmp"
