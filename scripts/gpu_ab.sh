@@ -69,8 +69,8 @@ if [ "${TRACE:-0}" = 1 ]; then
     spec=A; [ $name = B ] && spec=B
     run_setting $name "${!spec:-}" trace
     echo "--- kernel trace $name (µs a round)" >> "$out/summary.txt"
-    grep -E '^\| ' "$out/trace_$name.md" 2>/dev/null | grep -E '[0-9]+(\.[0-9]+)? \| [0-9]' | grep -vE '\| (decode|verify) [0-9]' |
-      cut -c1-200 | head -n 60 >> "$out/summary.txt"
+    grep -E '^\| ' "$out/trace_$name.md" 2>/dev/null | grep -E '[0-9]+(\.[0-9]+)? \| [0-9]' |
+      grep -vE '\| (decode|verify) [0-9]' | cut -c1-200 | head -n 60 >> "$out/summary.txt"
   done
 fi
 echo "total: $((SECONDS - t0)) s" >> "$out/summary.txt"
