@@ -14,6 +14,6 @@ if ! command -v nvcc >/dev/null 2>&1; then
 fi
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVI_CUDA=ON \
   ${CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS"} >/dev/null
-targets=$(ninja -C "$dir" -t targets all | sed -n 's/^\(tests\/cuda_test_[a-z_]*\): .*/\1/p' | sort -u)
+targets=$(ninja -C "$dir" -t targets all | sed -n 's/^\(tests\/cuda_test_[a-z0-9_]*\): .*/\1/p' | sort -u)
 ninja -C "$dir" -j"$(nproc)" voltinfer $targets
 echo "CUDA build OK: $dir/voltinfer ($(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/CUDA \1/p'))"

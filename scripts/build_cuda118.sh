@@ -28,7 +28,7 @@ export PATH="$bin:/usr/bin:$PATH"
 start=$(date +%s)
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVI_CUDA=ON -DVI_CUBLAS=OFF \
   -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_HOST_COMPILER="$host" -DCMAKE_CUDA_ARCHITECTURES=70 >/dev/null
-targets=$(ninja -C "$dir" -t targets all | sed -n 's/^\(tests\/cuda_test_[a-z_]*\): .*/\1/p' | sort -u)
+targets=$(ninja -C "$dir" -t targets all | sed -n 's/^\(tests\/cuda_test_[a-z0-9_]*\): .*/\1/p' | sort -u)
 ninja -C "$dir" -j"$(nproc)" voltinfer $targets
 
 # What the V100 owner's binary must be: sm_70 code plus compute_70 PTX, and no cuBLAS.

@@ -13,6 +13,7 @@
 #include "backends/cuda/q4kr_bits.cuh"
 #include "backends/cuda/q4kr_mma.cuh"
 #include "backends/cuda/q4kr_tiles.cuh"
+#include "backends/cuda/q4kt_walk.cuh"
 #include "ops/copy.h"
 #include "ops/memory.h"
 
@@ -46,96 +47,21 @@ __global__ void q4kt_from_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_
                    *reinterpret_cast<const uint32_t*>(r[1] + kQ4krDmOff + 4 * pos));
 }
 
-// A block of 4 warps per 16-row tile. Warp w takes the tile's super-blocks w, w + 4, ...: units
-// one fixed distance apart, so every load is a pointer plus an immediate. Two of them stay
-// loaded ahead; a buffer is refilled right after it is multiplied. The first loads go out before
-// pdl_wait (weights are no kernel's output). MINB: blocks per SM the registers are budgeted for.
-// SWIGLU: w is a stacked gate|up [2F, K] and y the SwiGLU output h [T, F]; block b takes gate
-// rows 8b .. 8b + 7 as its rows g and the matching up rows F + 8b .. as its rows g + 8, as the
-// Q4_KR kernel does (so h equals its h bit for bit): half b % 2 of gate tile b / 2 and of up
-// tile F / 16 + b / 2, i.e. loads k = b % 2 and 2 + b % 2 of each unit (still 512 contiguous
-// bytes per warp-wide load) and one scale word and one (d, dmin) of each.
-// TILES (with SWIGLU false; the fused SwiGLU's other form, VI_SWIGLU_TILES=1): a block of 8 warps,
-// warps 0-3 taking whole gate tile b and warps 4-7 whole up tile b with the plain kernel's loads,
-// so every warp reads one 2 KB run per super-block; the block writes h's 16 columns of tile b
-// (finish_swiglu_tiles). The same sums per row as the half-tile form, so the same h.
+// A block of 4 warps per 16-row tile (8 with TILES), walking it as q4kt_walk.cuh describes.
+// MINB: blocks per SM the registers are budgeted for. SWIGLU and TILES: the fused SwiGLU's two
+// forms (q4kt_walk.cuh); TILES writes h's 16 columns of tile b (finish_swiglu_tiles), the same
+// sums per row as the half-tile form, so the same h.
 template <int MINB, bool SWIGLU, bool TILES = false>
 __global__ void __launch_bounds__(TILES ? 256 : 128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
-                     int n_sb, int64_t K, uint32_t magic) {
-  static_assert(!(SWIGLU && TILES), "one form of the fused SwiGLU");
-  constexpr int kDepth = 2;
-  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int warp = TILES ? (threadIdx.x >> 5) & 3 : threadIdx.x >> 5;  // the warp's place in its tile
-  const __half* xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * c;
-  const int n_mine = warp < n_sb ? (n_sb - warp + 3) / 4 : 0;
-  constexpr size_t kStep = 4 * kQ4ktUnitBytes;  // to the warp's next super-block
-  // Row g's bytes from unit pointer a, row g + 8's from b (the same unit unless SWIGLU).
-  const int half = SWIGLU ? static_cast<int>(blockIdx.x & 1) : 0;
-  // TILES: warps 4-7 (threadIdx.x >> 7 = 1) take the up tile, N / 32 tiles after the gate tile.
-  const int64_t tile = SWIGLU ? int64_t(blockIdx.x / 2)
-                       : TILES ? int64_t(blockIdx.x) + (threadIdx.x >> 7) * (N / 32)
-                               : int64_t(blockIdx.x);
-  const uint8_t* a = w + (tile * n_sb + warp) * kQ4ktUnitBytes;
-  const uint8_t* b = SWIGLU ? a + (N / 32) * int64_t(n_sb) * kQ4ktUnitBytes : a;
-  const uint8_t* pqa = a + 512 * half + 16 * lane;  // quants: loads half, 2 + half of row g's unit
-  const uint8_t* pqb = b + 512 * (SWIGLU ? half : 1) + 16 * lane;
-  const uint8_t* psa = a + 2048 + 8 * lane + 4 * half;  // scale and min word(s)
-  const uint8_t* psb = b + 2048 + 8 * lane + 4 * half + (SWIGLU ? 0 : 4);
-  const uint8_t* pda = a + 2304 + 8 * g + 4 * half;  // (d, dmin)
-  const uint8_t* pdb = b + 2304 + 8 * g + 4 * half + (SWIGLU ? 0 : 4);
-
-  struct Sb {
-    HalfSb h[2];
-    uint2 sw, dd;
-  };
-  auto load_sb = [&](int d, Sb& s) {
-    const size_t off = static_cast<size_t>(d) * kStep;
-    s.h[0].q[0] = __ldcs(reinterpret_cast<const uint4*>(pqa + off));
-    s.h[0].q[1] = __ldcs(reinterpret_cast<const uint4*>(pqb + off));
-    s.h[1].q[0] = __ldcs(reinterpret_cast<const uint4*>(pqa + off + 1024));
-    s.h[1].q[1] = __ldcs(reinterpret_cast<const uint4*>(pqb + off + 1024));
-    if constexpr (SWIGLU) {
-      s.sw = make_uint2(__ldcs(reinterpret_cast<const uint32_t*>(psa + off)),
-                        __ldcs(reinterpret_cast<const uint32_t*>(psb + off)));
-      s.dd = make_uint2(__ldcs(reinterpret_cast<const uint32_t*>(pda + off)),
-                        __ldcs(reinterpret_cast<const uint32_t*>(pdb + off)));
-    } else {  // both rows' words side by side: one 8-byte load each
-      s.sw = __ldcs(reinterpret_cast<const uint2*>(psa + off));
-      s.dd = __ldcs(reinterpret_cast<const uint2*>(pda + off));
-    }
-  };
-  Sb buf[kDepth];
-#pragma unroll
-  for (int j = 0; j < kDepth; ++j)
-    if (j < n_mine) load_sb(j, buf[j]);
+                     int n_sb, int64_t K, uint32_t magic, int l2_ahead) {
+  Q4ktTileWalk<SWIGLU, TILES> walk(w, x, n_tok, N, n_sb, K, blockIdx.x);
+  walk.start();
+  walk.prefetch_l2_ahead(l2_ahead);
   pdl_wait();
   pdl_trigger();
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int i0 = 0; i0 < n_mine; i0 += kDepth) {
-#pragma unroll
-    for (int j = 0; j < kDepth; ++j) {
-      if (i0 + j < n_mine) {
-        float t[4], u[4];
-        const Sb& s = buf[j];
-        // The word of row g (.x) and g + 8 (.y) holds (sc, m) of sub-block c in bytes 0, 1 and of
-        // sub-block 4 + c in bytes 2, 3.
-        mma_half<true>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, xs + 1024 * j, 0x4040u, 0x4141u, magic, t, u);
-        mma_half<false>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, xs + 1024 * j + 128, 0x4242u, 0x4343u, magic, t,
-                        u);
-        const uint32_t dd[2] = {s.dd.x, s.dd.y};
-        apply_scales(dd, t, u, acc);
-        if (i0 + j + kDepth < n_mine) load_sb(j + kDepth, buf[j]);
-      }
-    }
-    pqa += kDepth * kStep;
-    pqb += kDepth * kStep;
-    psa += kDepth * kStep;
-    psb += kDepth * kStep;
-    pda += kDepth * kStep;
-    pdb += kDepth * kStep;
-    xs += kDepth * 1024;
-  }
+  walk.run(magic, acc);
   if constexpr (TILES) finish_swiglu_tiles(acc, out.y[0], N / 2, n_tok);
   else finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
 }
@@ -146,7 +72,7 @@ void launch_swiglu_tiles(const ops::Context& ctx, const Tensor& x, const Tensor&
   const int64_t N = w.dim(0), K = w.dim(1);
   VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<2, false, true>, dim3(static_cast<unsigned>(N / 32)), dim3(256), 0,
                            stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
-                           static_cast<int>(K / kQKK), K, kQ4krMagic));
+                           static_cast<int>(K / kQKK), K, kQ4krMagic, gemv_q4kt_l2_ahead()));
 }
 
 std::atomic<bool>& swiglu_tiles_flag() {
@@ -163,7 +89,7 @@ void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const Gem
   const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
   VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU>, dim3(blocks), dim3(128), 0, stream_of(ctx),
                            w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
-                           static_cast<int>(K / kQKK), K, kQ4krMagic));
+                           static_cast<int>(K / kQKK), K, kQ4krMagic, gemv_q4kt_l2_ahead()));
 }
 
 template <bool SWIGLU>
@@ -227,6 +153,14 @@ void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w,
     return;
   }
   launch_for<true>(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2), gemv_q4kt_default_blocks(w.dim(0)));
+}
+
+int gemv_q4kt_l2_ahead() {
+  static const int n = [] {
+    const char* v = std::getenv("VI_Q4KT_L2_AHEAD");
+    return v ? std::clamp(std::atoi(v), 0, 64) : 0;
+  }();
+  return n;
 }
 
 bool gemv_q4kt_swiglu_tiles() { return swiglu_tiles_flag().load(std::memory_order_relaxed); }
