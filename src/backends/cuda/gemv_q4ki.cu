@@ -3,7 +3,6 @@
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/gemv_out.cuh"
 #include "backends/cuda/gemv_q4ki.cuh"
-#include "backends/cuda/gemv_q4kt.cuh"  // gemv_q4kt_swiglu_tiles
 #include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/pdl.cuh"
 #include "backends/cuda/q8kx.cuh"
@@ -162,28 +161,21 @@ __device__ __forceinline__ void q4ki_sb(const Q4kiSb& s, const uint8_t* xb, cons
 // loaded ahead, the first before pdl_wait (weights are no kernel's output): gemv_q4kt_kernel's
 // scheme. SWIGLU: block b takes gate rows 8b .. 8b + 7 as its rows g and the matching up rows as
 // rows g + 8 (loads k = b % 2 and 2 + b % 2 of the gate and of the up unit, their scale rows and
-// (d, dmin)), and writes h = silu(gate) · up. TILES: gemv_q4kt_kernel's whole-tile form of the
-// fused SwiGLU (8 warps: the gate tile's 4, then the up tile's; VI_SWIGLU_TILES=1).
-template <int MINB, bool SWIGLU, bool TILES = false>
-__global__ void __launch_bounds__(TILES ? 256 : 128, MINB)
+// (d, dmin)), and writes h = silu(gate) · up.
+template <int MINB, bool SWIGLU>
+__global__ void __launch_bounds__(128, MINB)
     gemv_q4ki_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ x, GemvOut out, int n_tok, int64_t N,
                      int n_sb) {
-  static_assert(!(SWIGLU && TILES), "one form of the fused SwiGLU");
   constexpr int kDepth = 2;
   constexpr size_t kStep = 4 * kQ4ktUnitBytes;  // to the warp's next super-block
-  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int warp = TILES ? (threadIdx.x >> 5) & 3 : threadIdx.x >> 5;  // the warp's place in its tile
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int64_t x_row = int64_t(n_sb) * kXBlockBytes;
   const uint8_t* xb = x + min(g, n_tok - 1) * x_row + warp * kXBlockBytes;
   const uint8_t* xd0 = x + min(2 * c, n_tok - 1) * x_row + warp * kXBlockBytes;
   const uint8_t* xd1 = x + min(2 * c + 1, n_tok - 1) * x_row + warp * kXBlockBytes;
   const int n_mine = warp < n_sb ? (n_sb - warp + 3) / 4 : 0;
   const int half = SWIGLU ? static_cast<int>(blockIdx.x & 1) : 0;
-  // TILES: warps 4-7 (threadIdx.x >> 7 = 1) take the up tile, N / 32 tiles after the gate tile.
-  const int64_t tile = SWIGLU ? int64_t(blockIdx.x / 2)
-                       : TILES ? int64_t(blockIdx.x) + (threadIdx.x >> 7) * (N / 32)
-                               : int64_t(blockIdx.x);
-  const uint8_t* a = w + (tile * n_sb + warp) * kQ4ktUnitBytes;
+  const uint8_t* a = w + ((SWIGLU ? int64_t(blockIdx.x / 2) : int64_t(blockIdx.x)) * n_sb + warp) * kQ4ktUnitBytes;
   const uint8_t* b = SWIGLU ? a + (N / 32) * int64_t(n_sb) * kQ4ktUnitBytes : a;
   // Row g's bytes from unit a, row g + 8's from b (the same unit unless SWIGLU).
   const int rg = SWIGLU ? 8 * half + g : g, r8 = SWIGLU ? 8 * half + g : g + 8;
@@ -227,8 +219,7 @@ __global__ void __launch_bounds__(TILES ? 256 : 128, MINB)
       }
     }
   }
-  if constexpr (TILES) finish_swiglu_tiles(acc, out.y[0], N / 2, n_tok);
-  else finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
+  finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
 }
 
 template <int MINB, bool SWIGLU>
@@ -296,15 +287,6 @@ void gemv_q4ki_swiglu(const ops::Context& ctx, const Tensor& xq, const Tensor& w
            "gemv_q4ki_swiglu: h [{}, {}] does not match x rows {} and a Q4_KI gate|up weight of {} rows "
            "(a multiple of 32)",
            h.rows(), h.cols(), xq.rows(), w.dim(0));
-  if (gemv_q4kt_swiglu_tiles()) {  // 256 threads per pair of tiles, 2 blocks per SM, as gemv_q4kt's
-    VI_CHECK(gemv_q4ki_supports(ctx, xq, w), "gemv_q4ki: cannot take x {} {} with w {} {}", dtype_name(xq.dtype()),
-             xq.shape_str(), dtype_name(w.dtype()), w.shape_str());
-    const int64_t N = w.dim(0);
-    VI_CUDA_CHECK(pdl_launch(gemv_q4ki_kernel<2, false, true>, dim3(static_cast<unsigned>(N / 32)), dim3(256), 0,
-                             stream_of(ctx), w.ptr<uint8_t>(), xq.ptr<uint8_t>(), gemv_out_whole(h, N / 2),
-                             static_cast<int>(xq.rows()), N, static_cast<int>(w.dim(1) / kQKK)));
-    return;
-  }
   launch_for<true>(ctx, xq, w, gemv_out_whole(h, w.dim(0) / 2), gemv_q4ki_default_blocks(w.dim(0)));
 }
 

@@ -1,9 +1,6 @@
 // Tensor-core decode GEMV on Q4_KT weights: see gemv_q4kt.cuh for the plan, core/dtype.h for the
 // layout and q4kr_mma.cuh for the arithmetic.
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/gemv_out.cuh"
@@ -47,40 +44,19 @@ __global__ void q4kt_from_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_
                    *reinterpret_cast<const uint32_t*>(r[1] + kQ4krDmOff + 4 * pos));
 }
 
-// A block of 4 warps per 16-row tile (8 with TILES), walking it as q4kt_walk.cuh describes.
-// MINB: blocks per SM the registers are budgeted for. SWIGLU and TILES: the fused SwiGLU's two
-// forms (q4kt_walk.cuh); TILES writes h's 16 columns of tile b (finish_swiglu_tiles), the same
-// sums per row as the half-tile form, so the same h.
-template <int MINB, bool SWIGLU, bool TILES = false>
-__global__ void __launch_bounds__(TILES ? 256 : 128, MINB)
+// A block of 4 warps per 16-row tile, walking it as q4kt_walk.cuh describes. MINB: blocks per
+// SM the registers are budgeted for. SWIGLU: the fused gate|up + SwiGLU (q4kt_walk.cuh).
+template <int MINB, bool SWIGLU>
+__global__ void __launch_bounds__(128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
-                     int n_sb, int64_t K, uint32_t magic, int l2_ahead) {
-  Q4ktTileWalk<SWIGLU, TILES> walk(w, x, n_tok, N, n_sb, K, blockIdx.x);
+                     int n_sb, int64_t K, uint32_t magic) {
+  Q4ktTileWalk<SWIGLU> walk(w, x, n_tok, N, n_sb, K, blockIdx.x);
   walk.start();
-  walk.prefetch_l2_ahead(l2_ahead);
   pdl_wait();
   pdl_trigger();
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   walk.run(magic, acc);
-  if constexpr (TILES) finish_swiglu_tiles(acc, out.y[0], N / 2, n_tok);
-  else finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
-}
-
-// TILES: a block of 256 threads per pair of tiles, 2 blocks per SM (the registers of 4 blocks of
-// 128: as many warps per SM as the half-tile form's 4 blocks).
-void launch_swiglu_tiles(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out) {
-  const int64_t N = w.dim(0), K = w.dim(1);
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<2, false, true>, dim3(static_cast<unsigned>(N / 32)), dim3(256), 0,
-                           stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
-                           static_cast<int>(K / kQKK), K, kQ4krMagic, gemv_q4kt_l2_ahead()));
-}
-
-std::atomic<bool>& swiglu_tiles_flag() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("VI_SWIGLU_TILES");
-    return v && std::strcmp(v, "1") == 0;
-  }()};
-  return on;
+  finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
 }
 
 template <int MINB, bool SWIGLU>
@@ -89,7 +65,7 @@ void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const Gem
   const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
   VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU>, dim3(blocks), dim3(128), 0, stream_of(ctx),
                            w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
-                           static_cast<int>(K / kQKK), K, kQ4krMagic, gemv_q4kt_l2_ahead()));
+                           static_cast<int>(K / kQKK), K, kQ4krMagic));
 }
 
 template <bool SWIGLU>
@@ -148,22 +124,7 @@ void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w,
            "gemv_q4kt_swiglu: h [{}, {}] does not match x rows {} and a Q4_KT gate|up weight of {} rows "
            "(a multiple of 32)",
            h.rows(), h.cols(), x.rows(), w.dim(0));
-  if (gemv_q4kt_swiglu_tiles()) {
-    launch_swiglu_tiles(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2));
-    return;
-  }
   launch_for<true>(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2), gemv_q4kt_default_blocks(w.dim(0)));
 }
-
-int gemv_q4kt_l2_ahead() {
-  static const int n = [] {
-    const char* v = std::getenv("VI_Q4KT_L2_AHEAD");
-    return v ? std::clamp(std::atoi(v), 0, 64) : 0;
-  }();
-  return n;
-}
-
-bool gemv_q4kt_swiglu_tiles() { return swiglu_tiles_flag().load(std::memory_order_relaxed); }
-void set_gemv_q4kt_swiglu_tiles(bool on) { swiglu_tiles_flag().store(on, std::memory_order_relaxed); }
 
 }  // namespace vi::cuda

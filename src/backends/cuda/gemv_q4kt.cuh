@@ -46,14 +46,5 @@ bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Te
 void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts);
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
 void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h);
-// Which form gemv_q4kt_swiglu and gemv_q4ki_swiglu take: half tiles (the default), or blocks of 8
-// warps over a whole gate tile and its whole up tile (environment VI_SWIGLU_TILES=1, read once, or the setter, for
-// the tests and A/B runs; compiled, not yet measured: docs/notes/gemv.md run 25). The same h.
-bool gemv_q4kt_swiglu_tiles();
-// Super-blocks per warp beyond the first two that every Q4_KT GEMV block asks L2 for before its
-// PDL wait (environment VI_Q4KT_L2_AHEAD, read once; default 0: an experiment, docs/notes/gemv.md
-// run 28).
-int gemv_q4kt_l2_ahead();
-void set_gemv_q4kt_swiglu_tiles(bool on);
 
 }  // namespace vi::cuda

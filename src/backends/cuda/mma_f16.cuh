@@ -98,31 +98,4 @@ __device__ __forceinline__ void write_swiglu_sums(const float (*red)[TILES][4][3
   }
 }
 
-// The end of the fused gate|up + SwiGLU's whole-tile form (gemv_q4kt's TILES: 256 threads, warps
-// 0-3 splitting gate tile blockIdx.x's K and warps 4-7 its up tile's): each row's four warp sums
-// added in store_tile_sums' order, rounded to f16 as the unfused matmul stores them, and h[tok, f]
-// = silu(gate) * up as swiglu_halves computes it, for the tile's 16 columns f < F and tokens <
-// n_tok. Every thread of the block calls it.
-__device__ __forceinline__ void finish_swiglu_tiles(const float acc[4], __half* h, int64_t F, int n_tok) {
-  __shared__ float red[8][4][32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[i];
-  __syncthreads();
-  if (threadIdx.x >= 128) return;
-  const int k = threadIdx.x, i = k / 32, l = k % 32;  // acc slot i of lane l: row (l >> 2) + 8 (i >> 1)
-  float gate = 0.0f, up = 0.0f;
-#pragma unroll
-  for (int wv = 0; wv < 4; ++wv) {
-    gate += red[wv][i][l];
-    up += red[4 + wv][i][l];
-  }
-  const int64_t f = int64_t(blockIdx.x) * 16 + (l >> 2) + 8 * (i >> 1);
-  const int tok = 2 * (l & 3) + (i & 1);
-  if (f < F && tok < n_tok) {
-    const float gh = __half2float(__float2half_rn(gate)), uh = __half2float(__float2half_rn(up));
-    h[static_cast<int64_t>(tok) * F + f] = __float2half_rn(silu_f(gh) * uh);
-  }
-}
-
 }  // namespace vi::cuda

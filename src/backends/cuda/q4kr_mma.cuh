@@ -60,18 +60,14 @@ __device__ __forceinline__ void load_scales(const uint8_t* sm0, const uint8_t* s
 //   through a second mma whose A is m everywhere. d and dmin follow once per super-block.
 // xs: token g's 32 activations at this lane's sub-block; scw/mnw: the half's scale and min words
 // of rows g, g + 8; sel / sel_mn pick the lane's scale / min byte of such a word (byte c of the
-// row layout's words; bytes 0..3 of the tiled layout's one word per row). X_COHERENT: xs is
-// read by coherent loads (ld.global.ca), where blocks of the same launch wrote it
-// (gemv_q4kt_chain.cu); the read-only path (__ldg) may only read what no block writes.
-template <bool FIRST, bool X_COHERENT = false>
+// row layout's words; bytes 0..3 of the tiled layout's one word per row).
+template <bool FIRST>
 __device__ __forceinline__ void mma_half(const HalfSb& st, uint32_t scw0, uint32_t scw1, uint32_t mnw0, uint32_t mnw1,
                                          const __half* xs, uint32_t sel, uint32_t sel_mn, uint32_t magic, float t[4],
                                          float u[4]) {
   uint4 xv[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    xv[i] = X_COHERENT ? __ldca(reinterpret_cast<const uint4*>(xs + 8 * i))
-                       : __ldg(reinterpret_cast<const uint4*>(xs + 8 * i));
+  for (int i = 0; i < 4; ++i) xv[i] = __ldg(reinterpret_cast<const uint4*>(xs + 8 * i));
   const __half2 k1024 = __float2half2_rn(1024.0f), kNeg1024 = __float2half2_rn(-1024.0f);
   const __half2 kSixteenth = __float2half2_rn(0.0625f);
   __half2 sc[2], sc16[2], neg[2], neg16[2];

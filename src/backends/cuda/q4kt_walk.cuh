@@ -1,10 +1,9 @@
-// One block's walk over its Q4_KT tile(s) in the tensor-core decode GEMV (gemv_q4kt.cu): where
-// each warp's loads start, the super-blocks loaded ahead, and the multiply of every super-block
-// the warp owns. Split out of the kernel so that a kernel that runs several GEMVs in one launch
-// (gemv_q4kt_chain.cu) walks its tiles with the same loads and the same arithmetic, in the same
-// order, as the one-GEMV kernel: its outputs equal the one-GEMV kernel's bit for bit.
+// One block's walk over its Q4_KT tile in the tensor-core decode GEMV (gemv_q4kt.cu): where each
+// warp's loads start, the super-blocks loaded ahead, and the multiply of every super-block the
+// warp owns, apart from the kernel's PDL wait and its end (so a kernel with another end walks
+// its tiles with the same loads and arithmetic, in the same order).
 //
-// A block of 4 warps per 16-row tile (8 with TILES). Warp w takes the tile's super-blocks w,
+// A block of 4 warps per 16-row tile. Warp w takes the tile's super-blocks w,
 // w + 4, ...: units one fixed distance apart, so every load is a pointer plus an immediate. Two
 // of them stay loaded ahead; a buffer is refilled right after it is multiplied. start() issues
 // the first two loads (before pdl_wait: weights are no kernel's output), run() the rest.
@@ -13,26 +12,19 @@
 // Q4_KR kernel does (so h equals its h bit for bit): half b % 2 of gate tile b / 2 and of up
 // tile F / 16 + b / 2, i.e. loads k = b % 2 and 2 + b % 2 of each unit (still 512 contiguous
 // bytes per warp-wide load) and one scale word and one (d, dmin) of each.
-// TILES (with SWIGLU false; the fused SwiGLU's other form, VI_SWIGLU_TILES=1): a block of 8 warps,
-// warps 0-3 taking whole gate tile b and warps 4-7 whole up tile b with the plain kernel's loads,
-// so every warp reads one 2 KB run per super-block.
-// X_COHERENT: the activations are read by coherent loads (mma_half), for a kernel whose blocks
-// wrote them earlier in the same launch.
 #pragma once
 
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
-#include "backends/cuda/pdl.cuh"
 #include "backends/cuda/q4kr_mma.cuh"
 #include "core/dtype.h"
 
 namespace vi::cuda {
 
-template <bool SWIGLU, bool TILES, bool X_COHERENT = false>
+template <bool SWIGLU>
 struct Q4ktTileWalk {
-  static_assert(!(SWIGLU && TILES), "one form of the fused SwiGLU");
   static constexpr int kDepth = 2;
   static constexpr size_t kStep = 4 * kQ4ktUnitBytes;  // to the warp's next super-block
   struct Sb {
@@ -45,25 +37,21 @@ struct Q4ktTileWalk {
   const uint8_t *psa, *psb;  // scale and min word(s)
   const uint8_t *pda, *pdb;  // (d, dmin)
   const __half* xs;          // token g's activations at this warp's first super-block, lane's sub-block
-  const uint8_t *ua, *ub;    // the warp's first unit (rows g, g + 8), for prefetch_l2_ahead
   int n_mine;                // super-blocks this warp multiplies
   Sb buf[kDepth];
 
-  // w: Q4_KT [N, K] (SWIGLU, TILES: gate|up [2F, K]); x: [n_tok, K] f16; blk: the block's work
+  // w: Q4_KT [N, K] (SWIGLU: gate|up [2F, K]); x: [n_tok, K] f16; blk: the block's work
   // index (blockIdx.x of a one-GEMV launch): its tile, or with SWIGLU its half tile.
   __device__ __forceinline__ Q4ktTileWalk(const uint8_t* w, const __half* x, int n_tok, int64_t N, int n_sb,
                                           int64_t K, int64_t blk) {
     const int lane = threadIdx.x & 31, g = lane >> 2;
-    const int warp = TILES ? (threadIdx.x >> 5) & 3 : threadIdx.x >> 5;  // the warp's place in its tile
+    const int warp = threadIdx.x >> 5;
     xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * (lane & 3);
     n_mine = warp < n_sb ? (n_sb - warp + 3) / 4 : 0;
     const int half = SWIGLU ? static_cast<int>(blk & 1) : 0;
-    // TILES: warps 4-7 (threadIdx.x >> 7 = 1) take the up tile, N / 32 tiles after the gate tile.
-    const int64_t tile = SWIGLU ? blk / 2 : TILES ? blk + (threadIdx.x >> 7) * (N / 32) : blk;
+    const int64_t tile = SWIGLU ? blk / 2 : blk;
     const uint8_t* a = w + (tile * n_sb + warp) * kQ4ktUnitBytes;
     const uint8_t* b = SWIGLU ? a + (N / 32) * int64_t(n_sb) * kQ4ktUnitBytes : a;
-    ua = a;
-    ub = b;
     pqa = a + 512 * half + 16 * lane;
     pqb = b + 512 * (SWIGLU ? half : 1) + 16 * lane;
     psa = a + 2048 + 8 * lane + 4 * half;
@@ -96,18 +84,6 @@ struct Q4ktTileWalk {
       if (j < n_mine) load_sb(j, buf[j]);
   }
 
-  // Asks L2 for the warp's next n super-blocks after the first kDepth (their 2368-byte units:
-  // 19 lines, one a lane; SWIGLU: both units, including the half the block's sibling reads).
-  // No value is read, so it may run before pdl_wait; the loads of run() then hit L2.
-  __device__ __forceinline__ void prefetch_l2_ahead(int n) const {
-    const int lane = threadIdx.x & 31;
-    if (lane >= 19) return;
-    for (int d = kDepth; d < kDepth + n && d < n_mine; ++d) {
-      prefetch_l2(ua + static_cast<size_t>(d) * kStep + 128 * lane);
-      if constexpr (SWIGLU) prefetch_l2(ub + static_cast<size_t>(d) * kStep + 128 * lane);
-    }
-  }
-
   // Every super-block of the warp multiplied into acc (rows g: acc[0..1], g + 8: acc[2..3]).
   __device__ __forceinline__ void run(uint32_t magic, float acc[4]) {
     for (int i0 = 0; i0 < n_mine; i0 += kDepth) {
@@ -118,9 +94,9 @@ struct Q4ktTileWalk {
           const Sb& s = buf[j];
           // The word of row g (.x) and g + 8 (.y) holds (sc, m) of sub-block c in bytes 0, 1 and
           // of sub-block 4 + c in bytes 2, 3.
-          mma_half<true, X_COHERENT>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, xs + 1024 * j, 0x4040u, 0x4141u, magic, t,
+          mma_half<true>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, xs + 1024 * j, 0x4040u, 0x4141u, magic, t,
                                u);
-          mma_half<false, X_COHERENT>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, xs + 1024 * j + 128, 0x4242u, 0x4343u,
+          mma_half<false>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, xs + 1024 * j + 128, 0x4242u, 0x4343u,
                                 magic, t, u);
           const uint32_t dd[2] = {s.dd.x, s.dd.y};
           apply_scales(dd, t, u, acc);

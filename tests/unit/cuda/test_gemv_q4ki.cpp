@@ -17,7 +17,6 @@
 #include <cmath>
 
 #include "backends/cuda/gemv_q4ki.cuh"
-#include "backends/cuda/gemv_q4kt.cuh"  // set_gemv_q4kt_swiglu_tiles
 #include "core/quant.h"
 #include "cuda_test_util.h"
 #include "ops/elementwise.h"
@@ -178,8 +177,7 @@ TEST_F(GemvQ4ki, SplitIntoPartsLikeTheWholeMatrix) {
   }
 }
 
-// F = 96: 6 tiles per half; 4096: the 4-blocks-per-SM budget. Both forms of the fused kernel
-// (half tiles; whole tiles in 8-warp blocks, set_gemv_q4kt_swiglu_tiles).
+// F = 96: 6 tiles per half; 4096: the 4-blocks-per-SM budget.
 TEST_F(GemvQ4ki, FusedGateUpSwigluLikePlainThenSwigluHalves) {
   for (int64_t F : {96, 4096}) {
     const int64_t K = F == 4096 ? 1024 : 3072;
@@ -189,17 +187,11 @@ TEST_F(GemvQ4ki, FusedGateUpSwigluLikePlainThenSwigluHalves) {
       Tensor gu = to_gpu(g, nan_f32({T, 2 * F}), DType::F16), h_ref = to_gpu(g, nan_f32({T, F}), DType::F16);
       cuda::gemv_q4ki(g, xq, dw, gu);
       ops::swiglu_halves(g, gu, h_ref);
-      const Tensor b = down(h_ref);
-      for (bool tiles : {false, true}) {  // half tiles (the default), whole tiles in 8-warp blocks
-        cuda::set_gemv_q4kt_swiglu_tiles(tiles);
-        Tensor h = to_gpu(g, nan_f32({T, F}), DType::F16);
-        cuda::gemv_q4ki_swiglu(g, xq, dw, h);
-        const Tensor a = down(h);
-        EXPECT_EQ(differing(a, b), 0) << "F=" << F << " T=" << T << (tiles ? " (whole tiles)" : " (half tiles)")
-                                      << ": fused values that differ from unfused";
-        EXPECT_TRUE(std::isfinite(rel_l2(a, b)));
-      }
-      cuda::set_gemv_q4kt_swiglu_tiles(false);
+      Tensor h = to_gpu(g, nan_f32({T, F}), DType::F16);
+      cuda::gemv_q4ki_swiglu(g, xq, dw, h);
+      const Tensor a = down(h), b = down(h_ref);
+      EXPECT_EQ(differing(a, b), 0) << "F=" << F << " T=" << T << ": fused values that differ from unfused";
+      EXPECT_TRUE(std::isfinite(rel_l2(a, b)));
     }
   }
 }

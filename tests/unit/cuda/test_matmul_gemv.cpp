@@ -324,8 +324,7 @@ TEST_P(MatmulGemv, SplitIntoPartsLikeMatmulThenSplitCols) {
 
 // The fused gate|up GEMV + SwiGLU on Q4_KT (gemv_q4kt_swiglu: 8 gate rows and the matching 8 up
 // rows per block, from half of a gate tile and of its up tile) against the CPU's matmul +
-// swiglu_halves on the Q4_K original, and bit for bit against the Q4_KR kernel, also in its
-// whole-tile form (set_gemv_q4kt_swiglu_tiles: 8 warps over a gate tile and its up tile). F = 96 is 6
+// swiglu_halves on the Q4_K original, and bit for bit against the Q4_KR kernel. F = 96 is 6
 // tiles per half; F = 4096 the other register budget's size; F = 104 (208 rows: whole tiles, but
 // the up half starts inside one) is Q4_KT only without views, and then runs unfused (matmul of the
 // whole stack + swiglu_halves); with its views {104, 104} it stays Q4_KR.
@@ -348,20 +347,13 @@ TEST_P(MatmulGemv, Q4KTiledFusedGateUpSwiglu) {
       Tensor dx = up(rand_f32({T, K}, act(), -2.0f, 2.0f));
       if (!cuda::gemv_q4kt_swiglu_supports(g, dx, dw)) continue;  // F = 104: no fused Q4_KT kernel
       Tensor nan = nan_f32({T, F});
-      Tensor hr = up(nan);
+      Tensor ht = up(nan), hr = up(nan);
+      cuda::gemv_q4kt_swiglu(g, dx, dw, ht);
       cuda::gemv_q4kr_swiglu(g, dx, rw, hr);
-      const Tensor b = down(hr);
-      for (bool tiles : {false, true}) {  // half tiles (the default), whole tiles in 8-warp blocks
-        cuda::set_gemv_q4kt_swiglu_tiles(tiles);
-        Tensor ht = up(nan);
-        cuda::gemv_q4kt_swiglu(g, dx, dw, ht);
-        const Tensor a = down(ht);
-        int64_t differ = 0;
-        for (int64_t i = 0; i < a.numel(); ++i) differ += !(a.ptr<float>()[i] == b.ptr<float>()[i]);
-        EXPECT_EQ(differ, 0) << "fused swiglu (" << (tiles ? "whole tiles" : "half tiles") << ") F=" << F
-                             << " T=" << T << ": outputs of Q4_KT and Q4_KR that differ";
-      }
-      cuda::set_gemv_q4kt_swiglu_tiles(false);
+      const Tensor a = down(ht), b = down(hr);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < a.numel(); ++i) differ += !(a.ptr<float>()[i] == b.ptr<float>()[i]);
+      EXPECT_EQ(differ, 0) << "fused swiglu F=" << F << " T=" << T << ": outputs of Q4_KT and Q4_KR that differ";
     }
   }
 }
