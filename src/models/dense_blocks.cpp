@@ -33,22 +33,25 @@ Tensor swiglu_scratch(ops::Context& ctx, int64_t N, int64_t d_ff) {
   return N <= kStackedMlpMaxRows ? ops::empty(ctx, ctx.act, {N, d_ff}) : Tensor();
 }
 
-void swiglu_mlp(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tensor& gu, Tensor& h, Tensor& o) {
+Tensor swiglu_hidden(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tensor& gu, Tensor& h) {
   const int64_t N = n.rows(), F = gu.cols() / 2;
   if (m.gate_up.data() != nullptr && N <= kStackedMlpMaxRows) {
     VI_CHECK(h.data() != nullptr && h.rows() == N && h.cols() == F && h.dtype() == gu.dtype(),
              "swiglu_mlp: h must be swiglu_scratch({}, {}), got [{}, {}] {}", N, F, h.rows(), h.cols(),
              dtype_name(h.dtype()));
     ops::matmul_swiglu(ctx, n, m.gate_up, gu, h);
-    ops::matmul(ctx, h, m.down, o);
-    return;
+    return h;
   }
   Tensor halves = gu.reshape({2 * N, F});
   Tensor g = halves.slice_rows(0, N), u = halves.slice_rows(N, 2 * N);  // [N, d_ff] each
   ops::matmul(ctx, n, m.gate, g);
   ops::matmul(ctx, n, m.up, u);
   ops::swiglu(ctx, g, u, g);
-  ops::matmul(ctx, g, m.down, o);
+  return g;
+}
+
+void swiglu_mlp(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tensor& gu, Tensor& h, Tensor& o) {
+  ops::matmul(ctx, swiglu_hidden(ctx, n, m, gu, h), m.down, o);
 }
 
 Tensor logits_scratch(ops::Context& ctx, const BatchPlan& plan, int64_t n_vocab) {

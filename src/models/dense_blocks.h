@@ -45,6 +45,9 @@ Tensor swiglu_scratch(ops::Context& ctx, int64_t N, int64_t d_ff);
 // row's gate|up product; else: the gate products of all rows, then the up products); h: what
 // swiglu_scratch(N) gave.
 void swiglu_mlp(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tensor& gu, Tensor& h, Tensor& o);
+// Its first half: silu(gate(n)) * up(n), returned as the tensor the down projection reads (h on
+// the stacked path, else the gate half of gu).
+Tensor swiglu_hidden(ops::Context& ctx, const Tensor& n, const SwigluWeights& m, Tensor& gu, Tensor& h);
 
 // logits = head(rows of the normed stream n that the plan returns), [rows, n_vocab] in
 // ctx.act, then moved to the host as f32 when `where` asks for it. n: [N, d], already through

@@ -24,6 +24,7 @@
 #include "models/hparams.h"
 #include "models/loader.h"
 #include "ops/attention.h"
+#include "ops/deferred_norm.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/gdn.h"
@@ -256,6 +257,16 @@ class ProjOutputs {
     std::vector<Tensor*> dsts;
     for (Tensor& t : parts_) dsts.push_back(&t);
     ops::matmul_split(ctx_, x, w, all, dsts);
+  }
+  // The same from a deferred norm (ops/deferred_norm.h).
+  void matmul(const ops::DeferredNorm& x, const Tensor& w) {
+    if (n_rows_ == 1) {
+      ops::matmul_deferred(ctx_, x, w, all);
+      return;
+    }
+    std::vector<Tensor*> dsts;
+    for (Tensor& t : parts_) dsts.push_back(&t);
+    ops::matmul_split_deferred(ctx_, x, w, all, dsts);
   }
   Tensor all;  // [N, width] when stacked
 
@@ -506,16 +517,42 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     return nq;
   };
 
+  // Where the device fuses both sides of a norm (ops/deferred_norm.h; off unless VI_DEFER_NORM=1):
+  // the output projection into the post-attention norm into the fused gate|up (defer_post), and
+  // the down projection into the next layer's input norm into its stacked input projection
+  // (defer_next). There the residual add and the norm's 1/rms ride in the two GEMVs and no norm
+  // kernel runs between them.
+  std::vector<char> defer_post(hp_.n_layer, 0), defer_next(hp_.n_layer, 0);
+  const bool mlp_stacked_all = N <= kStackedMlpMaxRows;
+  for (int64_t l = 0; l < hp_.n_layer; ++l) {
+    const Layer& L = layers_[l];
+    const Tensor& wo = L.full ? L.attn.wo : L.gdn.wout;
+    const Tensor& gu = L.mlp.gate_up;
+    defer_post[l] = mlp_stacked_all && gu.data() != nullptr && !wants_q8(&gu) &&
+                    ops::deferred_norm_fused(ctx, wo, gu, ops::DeferredConsumer::kSwiglu, N);
+    const Tensor* next = stacked_input(l + 1);
+    defer_next[l] = next != nullptr && !wants_q8(next) &&
+                    ops::deferred_norm_fused(ctx, L.mlp.down, *next,
+                                             N == 1 ? ops::DeferredConsumer::kMatmul : ops::DeferredConsumer::kSplit, N);
+  }
+  ops::DeferredNorm dn;  // the deferred norm between the two GEMVs (allocated with the other scratch)
+  if (std::find(defer_post.begin(), defer_post.end(), 1) != defer_post.end() ||
+      std::find(defer_next.begin(), defer_next.end(), 1) != defer_next.end())
+    dn = ops::deferred_norm_scratch(ctx, N, d, eps);
+
   ops::embedding(ctx, tok_embd_, plan.dev.ids, x);
   ops::rms_norm(ctx, x, norm_after(-1), eps, off, n);
   const Tensor* in = &n;  // the layer's normed input: n, or nq where its projection takes int8 blocks
+  bool in_deferred = false;  // the layer's input is dn instead (the previous layer's defer_next)
   size_t attn_idx = 0;  // index of the full-attention layer in the KV pool
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
     const Layer& L = layers_[l];
     // *in = in_norm(x) here (the previous layer's last add_rms_norm made it).
     if (L.full) {
       const AttnWeights& A = L.attn;
-      if (attn_fused) {
+      if (attn_fused && in_deferred) {
+        attn_in.matmul(dn, A.w_in);
+      } else if (attn_fused) {
         attn_in.matmul(*in, A.w_in);
       } else {
         ops::matmul(ctx, *in, A.wq, q);
@@ -528,10 +565,11 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
       const QkNormRope nr{A.q_norm, A.k_norm, eps, off, static_cast<int>(hp_.rot_dim), hp_.rope_theta};
       norm_rope_paged_attention_block(ctx, plan, items, attn_idx++, nr, qh, k, v, attn_scale, att);
       ops::sigmoid_mul(ctx, att, gate, att);
-      ops::matmul(ctx, att, A.wo, o);
     } else {
       const GdnWeights& G = L.gdn;
-      if (fused_in) {
+      if (fused_in && in_deferred) {
+        gdn_in.matmul(dn, G.w_in);
+      } else if (fused_in) {
         gdn_in.matmul(*in, G.w_in);
       } else {
         ops::matmul(ctx, *in, G.wq, lq);
@@ -577,15 +615,31 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
         Tensor yr = y.reshape({N * Hv, dv});
         ops::gated_rms_norm(ctx, core.reshape({N * Hv, dv}), lz.reshape({N * Hv, dv}), G.norm, eps, yr);
       }
-      ops::matmul(ctx, y, G.wout, o);
     }
-    const bool mlp_stacked = L.mlp.gate_up.data() != nullptr && N <= kStackedMlpMaxRows;
-    Tensor& mlp_in = norm_out(mlp_stacked ? &L.mlp.gate_up : nullptr);
-    ops::add_rms_norm(ctx, x, o, L.post_norm, eps, off, mlp_in);  // x += block(x); mlp_in = post_norm(x)
-    swiglu_mlp(ctx, mlp_in, L.mlp, ff_gu, ff_h, o);
-    Tensor& next_in = norm_out(stacked_input(l + 1));
-    ops::add_rms_norm(ctx, x, o, norm_after(l), eps, off, next_in);  // x += mlp; next_in = next norm(x)
-    in = &next_in;
+    const Tensor& o_in = L.full ? att : y;  // the block's output projection: o = o_in · woᵀ
+    const Tensor& wo = L.full ? L.attn.wo : L.gdn.wout;
+    Tensor hidden;  // silu(gate) * up, the down projection's input
+    if (defer_post[l]) {
+      ops::matmul_add_deferred_norm(ctx, o_in, wo, x, L.post_norm, off, dn);  // x += o; dn = post_norm(x), deferred
+      ops::matmul_swiglu_deferred(ctx, dn, L.mlp.gate_up, ff_gu, ff_h);
+      hidden = ff_h;
+    } else {
+      ops::matmul(ctx, o_in, wo, o);
+      const bool mlp_stacked = L.mlp.gate_up.data() != nullptr && N <= kStackedMlpMaxRows;
+      Tensor& mlp_in = norm_out(mlp_stacked ? &L.mlp.gate_up : nullptr);
+      ops::add_rms_norm(ctx, x, o, L.post_norm, eps, off, mlp_in);  // x += block(x); mlp_in = post_norm(x)
+      hidden = swiglu_hidden(ctx, mlp_in, L.mlp, ff_gu, ff_h);
+    }
+    if (defer_next[l]) {
+      ops::matmul_add_deferred_norm(ctx, hidden, L.mlp.down, x, norm_after(l), off, dn);  // x += mlp; dn = next norm
+      in_deferred = true;
+    } else {
+      ops::matmul(ctx, hidden, L.mlp.down, o);
+      Tensor& next_in = norm_out(stacked_input(l + 1));
+      ops::add_rms_norm(ctx, x, o, norm_after(l), eps, off, next_in);  // x += mlp; next_in = next norm(x)
+      in = &next_in;
+      in_deferred = false;
+    }
   }
   output_logits(ctx, plan, n, lm_head_, where, out_logits, logits);
 }

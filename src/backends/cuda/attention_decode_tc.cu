@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "backends/cuda/attention_decode.cuh"
+#include "backends/cuda/cp_async.cuh"
 #include "backends/cuda/attention_wmma.cuh"
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device.cuh"
@@ -379,36 +380,6 @@ struct RingLayout {
   static_assert(kOffQ + kRows * kLdO * 4 <= kBytes, "the output staging fits");
   static_assert(kBytes <= kBudget1, "the opt-in shared memory of a block");
 };
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
-#else
-  (void)dst, (void)src, (void)valid;
-  __trap();
-#endif
-}
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0) : "memory");
-#else
-  (void)dst, (void)src, (void)valid;
-  __trap();
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
-}
 
 // 16 int8 (a uint4) as 16 f16 integers: v + 128 byte-permuted under the exponent byte of
 // 1024.0 (0x64XX is 1024 + XX), minus 1152. Exact for every int8.

@@ -1,7 +1,9 @@
 // Tensor-core decode GEMV on Q4_KT weights: see gemv_q4kt.cuh for the plan, core/dtype.h for the
 // layout and q4kr_mma.cuh for the arithmetic.
 #include <algorithm>
+#include <type_traits>
 
+#include "backends/cuda/cp_async.cuh"
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/gemv_out.cuh"
 #include "backends/cuda/gemv_q4kt.cuh"
@@ -12,6 +14,7 @@
 #include "backends/cuda/q4kr_tiles.cuh"
 #include "backends/cuda/q4kt_walk.cuh"
 #include "ops/copy.h"
+#include "ops/deferred_norm.h"
 #include "ops/memory.h"
 
 namespace vi::cuda {
@@ -44,37 +47,165 @@ __global__ void q4kt_from_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_
                    *reinterpret_cast<const uint32_t*>(r[1] + kQ4krDmOff + 4 * pos));
 }
 
+// The deferred norm's part in a launch (ops/deferred_norm.h): kNormConsume scales each token's
+// sums by s[t] before they are rounded; kNormProduce ends the GEMV with the residual add, u and
+// the tile's sums of squares instead of writing y. What either needs beyond the GEMV's own
+// operands (the partial sums; the residual and norm-weight rows of the tile) is copied into
+// shared memory by cp.async when the block starts and read at its end: loaded at the end, or
+// summed before the loop, its latency stood in every block's chain and took back most of what
+// the norm kernel cost (docs/notes/decode_profile.md, "The deferred norm").
+enum : int { kNormNone = 0, kNormConsume = 1, kNormProduce = 2 };
+constexpr int kDeferStagedSums = 8192;  // consume: at most 4 × ceil(T / 2) × parts floats a block stages (32 KB)
+struct NormArgs {
+  const float* ss_in;  // consume: [T, p_in] partial sums of squares
+  int p_in;            // consume: parts per row (a multiple of 4)
+  float inv_d, eps;    // consume: 1 / d, the norm's eps
+  __half* x;           // produce: the residual [T, N], read and written
+  const float* w;      // produce: norm weight [N] f32
+  float w_offset;      // produce
+  __half* u;           // produce: [T, N]
+  float* ss;           // produce: [T, N / 8]
+};
+
+// Consume. A thread's sums at the end are for tokens of its warp's parity (store_tile_sums and
+// write_swiglu_sums give thread k of a 128-thread block token 2 (k & 3) + ((k >> 5) & 1)), so
+// each warp stages, adds up and keeps s for those tokens itself: no block barrier, and the
+// partial sums' copies land while the loop runs. staged: the warp's [ceil(T / 2), p_in] area.
+__device__ __forceinline__ int consume_tokens_per_warp(int n_tok) { return (n_tok + 1) / 2; }
+
+// At the block's start (after pdl_wait): the partial sums of this warp's tokens into staged.
+__device__ __forceinline__ void stage_sums(const NormArgs& na, int n_tok, float* staged) {
+  const int lane = threadIdx.x & 31, parity = (threadIdx.x >> 5) & 1, chunks = na.p_in / 4;
+  for (int t = parity, j = 0; t < n_tok; t += 2, ++j)
+    for (int c = lane; c < chunks; c += 32)
+      cp_async16(staged + j * na.p_in + 4 * c, na.ss_in + static_cast<int64_t>(t) * na.p_in + 4 * c, true);
+  cp_async_commit();
+}
+
+// After the loop: s[t] = unit · rsqrt(Σ_p ss[t, p] · inv_d + eps) for this warp's tokens into
+// s_warp[t] (shared, this warp's own). Each lane adds the parts p ≡ lane (mod 32) in order, then
+// five shuffles: a fixed order, so every block and replay gets the same s.
+__device__ __forceinline__ void warp_scales(const NormArgs& na, int n_tok, const float* staged, float* s_warp) {
+  const int lane = threadIdx.x & 31, parity = (threadIdx.x >> 5) & 1;
+  cp_async_wait<0>();
+  __syncwarp();
+  for (int t = parity, j = 0; t < n_tok; t += 2, ++j) {
+    float acc = 0.0f;
+    for (int p = lane; p < na.p_in; p += 32) acc += staged[j * na.p_in + p];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) s_warp[t] = ops::kDeferredNormUnit * rsqrtf(acc * na.inv_d + na.eps);
+  }
+  __syncwarp();
+}
+
+// Produce: the tile's rows of the norm weight (before pdl_wait: a weight) and of the residual
+// (after it) into shared memory: 64 bytes, and 32 bytes a token.
+struct ProduceStage {
+  __half x[8][16];
+  float w[16];
+};
+__device__ __forceinline__ void stage_norm_weight(const NormArgs& na, ProduceStage& st) {
+  if (threadIdx.x < 4) cp_async16(st.w + 4 * threadIdx.x, na.w + int64_t(blockIdx.x) * 16 + 4 * threadIdx.x, true);
+}
+__device__ __forceinline__ void stage_residual(const NormArgs& na, int64_t N, int n_tok, ProduceStage& st) {
+  const int tok = threadIdx.x >> 1, h = threadIdx.x & 1;
+  if (tok < n_tok)
+    cp_async16(&st.x[tok][8 * h], na.x + static_cast<int64_t>(tok) * N + int64_t(blockIdx.x) * 16 + 8 * h, true);
+  cp_async_commit();
+}
+
+// Produce, after the loop: the tile's row sums o rounded to f16 as matmul stores them, then
+// x[t, n] = f16(x + o) as add_rms_norm rounds it, u = f16(x · (w_offset + w) / unit) and the
+// sums of x² of the tile's two 8-row halves into ss[t, 2 tile + half]: a warp holds token t's
+// 8 rows of one half in lanes 4g + c (g the row), so three shuffles add them, in a fixed order,
+// with no block barrier. Every thread of the block calls it.
+__device__ __forceinline__ void finish_deferred_tile(const float acc[4], const NormArgs& na, const ProduceStage& st,
+                                                     int64_t N, int n_tok) {
+  static_assert(ops::kDeferredNormPartRows == 8, "a part is the 8 rows one warp holds of one token");
+  __shared__ float red[4][4][32];
+  cp_async_wait<0>();  // the staged rows: visible to every thread after stash_tile_sums' barrier
+  stash_tile_sums(acc, red);
+  const int i = threadIdx.x / 32, l = threadIdx.x % 32;
+  float sum = 0.0f;
+#pragma unroll
+  for (int wv = 0; wv < 4; ++wv) sum += red[wv][i][l];
+  const int r = (l >> 2) + 8 * (i >> 1), tok = 2 * (l & 3) + (i & 1);
+  const int64_t at = static_cast<int64_t>(tok) * N + int64_t(blockIdx.x) * 16 + r;
+  float x2 = 0.0f;
+  if (tok < n_tok) {
+    const float o = __half2float(__float2half_rn(sum));
+    const __half xn = __float2half_rn(__half2float(st.x[tok][r]) + o);
+    na.x[at] = xn;
+    const float xf = __half2float(xn);
+    na.u[at] = __float2half_rn(xf * (st.w[r] + na.w_offset) * (1.0f / ops::kDeferredNormUnit));
+    x2 = xf * xf;
+  }
+#pragma unroll
+  for (int o = 4; o < 32; o <<= 1) x2 += __shfl_xor_sync(0xffffffffu, x2, o);
+  if ((l >> 2) == 0 && tok < n_tok) na.ss[static_cast<int64_t>(tok) * (N / 8) + 2 * blockIdx.x + (i >> 1)] = x2;
+}
+
 // A block of 4 warps per 16-row tile, walking it as q4kt_walk.cuh describes. MINB: blocks per
-// SM the registers are budgeted for. SWIGLU: the fused gate|up + SwiGLU (q4kt_walk.cuh).
-template <int MINB, bool SWIGLU>
+// SM the registers are budgeted for. SWIGLU: the fused gate|up + SwiGLU (q4kt_walk.cuh). NORM:
+// the deferred norm's part (above; produce only without SWIGLU).
+template <int MINB, bool SWIGLU, int NORM = kNormNone>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
-                     int n_sb, int64_t K, uint32_t magic) {
+                     int n_sb, int64_t K, uint32_t magic, NormArgs na) {
+  static_assert(!(SWIGLU && NORM == kNormProduce), "the producer writes the residual, not h");
   Q4ktTileWalk<SWIGLU> walk(w, x, n_tok, N, n_sb, K, blockIdx.x);
   walk.start();
+  [[maybe_unused]] __shared__ ProduceStage produce;
+  extern __shared__ float staged[];  // consume: [4 warps][ceil(T / 2)][p_in], dynamic shared memory
+  if constexpr (NORM == kNormProduce) stage_norm_weight(na, produce);
   pdl_wait();
   pdl_trigger();
+  if constexpr (NORM == kNormProduce) stage_residual(na, N, n_tok, produce);
+  float* my_staged = staged + (threadIdx.x >> 5) * consume_tokens_per_warp(n_tok) * na.p_in;
+  if constexpr (NORM == kNormConsume) stage_sums(na, n_tok, my_staged);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   walk.run(magic, acc);
-  finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
+  if constexpr (NORM == kNormProduce) {
+    finish_deferred_tile(acc, na, produce, N, n_tok);
+  } else if constexpr (NORM == kNormConsume) {
+    __shared__ float s_warp[4][8];
+    warp_scales(na, n_tok, my_staged, s_warp[threadIdx.x >> 5]);
+    finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok, s_warp[threadIdx.x >> 5]);
+  } else {
+    finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
+  }
 }
 
-template <int MINB, bool SWIGLU>
-void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out) {
+template <int MINB, bool SWIGLU, int NORM = kNormNone>
+void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
   const int64_t N = w.dim(0), K = w.dim(1);
   const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU>, dim3(blocks), dim3(128), 0, stream_of(ctx),
+  const size_t staged =
+      NORM == kNormConsume ? sizeof(float) * 4 * static_cast<size_t>((x.rows() + 1) / 2) * na.p_in : 0;
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM>, dim3(blocks), dim3(128), staged, stream_of(ctx),
                            w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
-                           static_cast<int>(K / kQKK), K, kQ4krMagic));
+                           static_cast<int>(K / kQKK), K, kQ4krMagic, na));
 }
 
-template <bool SWIGLU>
-void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, int blocks) {
+template <bool SWIGLU, int NORM = kNormNone>
+void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, int blocks,
+                const NormArgs& na = {}) {
   switch (blocks) {
-    case 3: launch<3, SWIGLU>(ctx, x, w, out); break;
-    case 4: launch<4, SWIGLU>(ctx, x, w, out); break;
+    case 3: launch<3, SWIGLU, NORM>(ctx, x, w, out, na); break;
+    case 4: launch<4, SWIGLU, NORM>(ctx, x, w, out, na); break;
     default: VI_FAIL("gemv_q4kt: no kernel for {} blocks per SM", blocks);
   }
+}
+
+// The consumer's NormArgs for the deferred norm `in`.
+NormArgs consume_args(const ops::DeferredNorm& in) {
+  NormArgs na{};
+  na.ss_in = in.ss.ptr<float>();
+  na.p_in = static_cast<int>(in.ss.cols());
+  na.inv_d = 1.0f / static_cast<float>(in.u.cols());
+  na.eps = in.eps;
+  return na;
 }
 
 }  // namespace
@@ -125,6 +256,58 @@ void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w,
            "(a multiple of 32)",
            h.rows(), h.cols(), x.rows(), w.dim(0));
   launch_for<true>(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2), gemv_q4kt_default_blocks(w.dim(0)));
+}
+
+bool gemv_q4kt_add_deferred_norm_supports(const ops::Context& ctx, const Tensor& a, const Tensor& w, const Tensor& x) {
+  return gemv_q4kt_supports(ctx, a, w) && x.dtype() == DType::F16 && x.ndim() == 2 && x.rows() == a.rows() &&
+         x.cols() == w.dim(0) && w.dim(0) % 16 == 0 && is_aligned(x.data(), 16);
+}
+
+void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const Tensor& w, Tensor& x,
+                                 const Tensor& norm_w, float w_offset, ops::DeferredNorm& out) {
+  NormArgs na{};
+  na.x = x.ptr<__half>();
+  na.w = norm_w.ptr<float>();
+  na.w_offset = w_offset;
+  na.u = out.u.ptr<__half>();
+  na.ss = out.ss.ptr<float>();
+  launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, gemv_q4kt_default_blocks(w.dim(0)), na);
+}
+
+bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
+                                 ops::DeferredConsumer kind, const std::vector<Tensor*>& parts) {
+  // Each warp stages its tokens' partial sums (kDeferStagedSums floats a block) in 16-byte copies.
+  if (!gemv_q4kt_supports(ctx, in.u, w) || w.dim(1) != in.u.cols()) return false;
+  if (in.ss.cols() % 4 != 0 || 4 * ((in.u.rows() + 1) / 2) * in.ss.cols() > kDeferStagedSums) return false;
+  switch (kind) {
+    case ops::DeferredConsumer::kMatmul: return true;
+    case ops::DeferredConsumer::kSwiglu: return gemv_q4kt_swiglu_supports(ctx, in.u, w);
+    case ops::DeferredConsumer::kSplit: return parts.empty() || gemv_q4kt_split_supports(ctx, in.u, w, parts);
+  }
+  return false;
+}
+
+void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
+                        ops::DeferredConsumer kind, const std::vector<Tensor*>& outs) {
+  const NormArgs na = consume_args(in);
+  const int blocks = gemv_q4kt_default_blocks(w.dim(0));
+  auto run = [&](auto swiglu, const GemvOut& out) {
+    launch_for<decltype(swiglu)::value, kNormConsume>(ctx, in.u, w, out, blocks, na);
+  };
+  switch (kind) {
+    case ops::DeferredConsumer::kMatmul:
+      run(std::false_type{}, gemv_out_whole(*outs.at(0), w.dim(0)));
+      break;
+    case ops::DeferredConsumer::kSplit:
+      run(std::false_type{}, gemv_out_parts(outs, w.dim(0), in.u.rows(), "gemv_q4kt_deferred"));
+      break;
+    case ops::DeferredConsumer::kSwiglu:
+      VI_CHECK(outs.at(0)->cols() * 2 == w.dim(0) && outs.at(0)->rows() == in.u.rows(),
+               "gemv_q4kt_deferred: h [{}, {}] for a gate|up weight of {} rows and {} tokens", outs.at(0)->rows(),
+               outs.at(0)->cols(), w.dim(0), in.u.rows());
+      run(std::true_type{}, gemv_out_whole(*outs.at(0), w.dim(0) / 2));
+      break;
+  }
 }
 
 }  // namespace vi::cuda

@@ -20,6 +20,7 @@
 
 #include <vector>
 
+#include "ops/deferred_norm.h"
 #include "ops/registry.h"  // host-only: the op tests and the benchmark include this header
 
 namespace vi::cuda {
@@ -46,5 +47,17 @@ bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Te
 void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts);
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
 void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h);
+
+// The deferred norm (ops/deferred_norm.h) on Q4_KT. Producer: x += a · wᵀ, then out's u and
+// partial sums of squares, from the GEMV's epilogue (a [T, K] f16, w [d, K], x [T, d] f16).
+bool gemv_q4kt_add_deferred_norm_supports(const ops::Context& ctx, const Tensor& a, const Tensor& w, const Tensor& x);
+void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const Tensor& w, Tensor& x,
+                                 const Tensor& norm_w, float w_offset, ops::DeferredNorm& out);
+// Consumers: the GEMV, its split form and the fused SwiGLU on u, each token's sums scaled by its
+// s before rounding (outs: {y}, the parts, {h}; parts may be empty for the check alone).
+bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
+                                 ops::DeferredConsumer kind, const std::vector<Tensor*>& parts);
+void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
+                        ops::DeferredConsumer kind, const std::vector<Tensor*>& outs);
 
 }  // namespace vi::cuda

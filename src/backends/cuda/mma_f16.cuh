@@ -49,7 +49,10 @@ __device__ __forceinline__ void mma_16816_z(float d[4], uint32_t a0, uint32_t a1
 // The end of a decode GEMV over a 16-row tile whose WARPS warps split K: their m16n8
 // accumulators meet in shared memory (red: [WARPS][4][32] floats) and y[tok * ld + n0 + row] is
 // written for rows < N and tokens < n_tok (ld: N for a row-major [T, N] y). acc[i]: row g + 8
-// (i >> 1), token 2c + (i & 1) of lane 4g + c. Every thread of the block calls it.
+// (i >> 1), token 2c + (i & 1) of lane 4g + c. Every thread of the block calls it. tok_scale
+// (or null): each token's sums are multiplied by tok_scale[tok] before rounding (the deferred
+// norm's s, ops/deferred_norm.h), read by the thread that writes that token: with 128 threads,
+// thread k writes tokens of parity (k >> 5) & 1, so a per-warp array may hold only those.
 // This warp's accumulators into red[warp], then a block barrier: the tile sums' first half.
 __device__ __forceinline__ void stash_tile_sums(const float acc[4], float (*red)[4][32]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -60,7 +63,7 @@ __device__ __forceinline__ void stash_tile_sums(const float acc[4], float (*red)
 
 template <int WARPS>
 __device__ __forceinline__ void store_tile_sums(const float acc[4], float (*red)[4][32], __half* y, int64_t n0,
-                                                int64_t N, int n_tok, int64_t ld) {
+                                                int64_t N, int n_tok, int64_t ld, const float* tok_scale = nullptr) {
   stash_tile_sums(acc, red);
   for (int k = threadIdx.x; k < 4 * 32; k += blockDim.x) {
     const int i = k / 32, l = k % 32;
@@ -69,6 +72,7 @@ __device__ __forceinline__ void store_tile_sums(const float acc[4], float (*red)
     for (int wv = 0; wv < WARPS; ++wv) sum += red[wv][i][l];
     const int64_t n = n0 + (l >> 2) + 8 * (i >> 1);
     const int tok = 2 * (l & 3) + (i & 1);
+    if (tok_scale != nullptr && tok < n_tok) sum *= tok_scale[tok];
     if (n < N && tok < n_tok) y[static_cast<int64_t>(tok) * ld + n] = __float2half_rn(sum);
   }
 }
@@ -78,9 +82,10 @@ __device__ __forceinline__ void store_tile_sums(const float acc[4], float (*red)
 // written as store_tile_sums writes it and past a barrier) holds the warps' sums; each row sum is
 // rounded to f16 as the unfused matmul stores it, and h[tok, f] = silu(gate) * up is computed as
 // swiglu_halves does, for f < F and tokens < n_tok. Every thread of the block calls it.
+// tok_scale: as store_tile_sums' (gate and up sums scaled before their rounding).
 template <int WARPS, int TILES>
 __device__ __forceinline__ void write_swiglu_sums(const float (*red)[TILES][4][32], __half* h, int64_t f0, int64_t F,
-                                                  int n_tok) {
+                                                  int n_tok, const float* tok_scale = nullptr) {
   for (int k = threadIdx.x; k < TILES * 2 * 32; k += blockDim.x) {
     const int t = k / 64, i = (k / 32) % 2, l = k % 32;  // i: token 2c + i; gate in slot i, up in i + 2
     float gate = 0.0f, up = 0.0f;
@@ -91,6 +96,10 @@ __device__ __forceinline__ void write_swiglu_sums(const float (*red)[TILES][4][3
     }
     const int64_t f = f0 + 8 * t + (l >> 2);
     const int tok = 2 * (l & 3) + i;
+    if (tok_scale != nullptr && tok < n_tok) {
+      gate *= tok_scale[tok];
+      up *= tok_scale[tok];
+    }
     if (f < F && tok < n_tok) {
       const float gh = __half2float(__float2half_rn(gate)), uh = __half2float(__float2half_rn(up));
       h[static_cast<int64_t>(tok) * F + f] = __float2half_rn(silu_f(gh) * uh);

@@ -1,0 +1,83 @@
+// The residual stream's RMS norm with its 1/rms left to the matmul that reads it, so a decode
+// step needs no norm kernel between two GEMVs: the GEMV before the norm adds its product to the
+// residual and writes u and the partial sums of squares in its epilogue; the GEMV after it
+// multiplies u and scales its sums by s before rounding them (docs/notes/decode_profile.md,
+// "The deferred norm"). With
+//   norm(x)[t] = x[t] ⊙ (w_offset + w) · rsqrt(mean(x[t]²) + eps)   (add_rms_norm's y)
+// a DeferredNorm holds
+//   u[t]     = x[t] ⊙ (w_offset + w) / kDeferredNormUnit             (the activation dtype)
+//   ss[t, p] = Σ x[t, i]² over the kDeferredNormPartRows rows i of part p (f32)
+// and norm(x)[t] = u[t] · s[t], s[t] = kDeferredNormUnit · rsqrt(Σ_p ss[t, p] / d + eps), the
+// parts added in order. The unit keeps u inside f16 where w_offset + w > 1 multiplies a residual
+// value near f16's limit (x itself is f16 on GPUs); values it pushes below f16's normal range
+// lose bits only below 2^-24 · 16 in absolute terms.
+//
+// Each op below equals the classic ops up to where s is applied and what is rounded: the
+// producer's x and u are add_rms_norm's x and (its y / s) rounded once; a consumer's outputs are
+// its op on norm(x) with the products scaled by s before their rounding. Where a device has no
+// fused kernel for a weight, the op runs as its pieces (matmul, add_deferred_norm,
+// finish_deferred_norm, the consumer op on norm(x)); deferred_norm_fused says where a device
+// fuses both sides, which is where a model should take this path.
+#pragma once
+
+#include <vector>
+
+#include "ops/registry.h"
+
+namespace vi::ops {
+
+constexpr int64_t kDeferredNormPartRows = 8;
+constexpr float kDeferredNormUnit = 16.0f;
+
+struct DeferredNorm {
+  Tensor u;   // [T, d] activation dtype
+  Tensor ss;  // [T, d / kDeferredNormPartRows] f32
+  float eps = 0.0f;
+};
+
+// Scratch for T rows of width d on ctx's device (d a multiple of kDeferredNormPartRows).
+DeferredNorm deferred_norm_scratch(Context& ctx, int64_t T, int64_t d, float eps);
+
+// x += a · wᵀ (each sum rounded to x's dtype, then the add rounded: matmul then add_rms_norm's
+// x), then out = the deferred norm of the new x with norm weight norm_w [d] f32.
+// a: [T, K]; w: [d, K]; x: [T, d] activation dtype.
+void matmul_add_deferred_norm(Context& ctx, const Tensor& a, const Tensor& w, Tensor& x, const Tensor& norm_w,
+                              float w_offset, DeferredNorm& out);
+// out null: whether the kernel takes this call; else runs it.
+using MatmulAddDeferredNormFn = bool (*)(Context&, const Tensor& a, const Tensor& w, Tensor& x, const Tensor& norm_w,
+                                         float w_offset, DeferredNorm* out);
+OpTable<MatmulAddDeferredNormFn>& matmul_add_deferred_norm_table();  // keyed by w dtype; optional
+
+// The consumers: matmul, matmul_split and matmul_swiglu (ops/matmul.h) of norm(x) given as `in`.
+void matmul_deferred(Context& ctx, const DeferredNorm& in, const Tensor& w, Tensor& y);
+void matmul_split_deferred(Context& ctx, const DeferredNorm& in, const Tensor& w, Tensor& all,
+                           const std::vector<Tensor*>& parts);
+void matmul_swiglu_deferred(Context& ctx, const DeferredNorm& in, const Tensor& w, Tensor& gu, Tensor& h);
+// run false: whether the kernel takes this call (outs may be empty then: the check without
+// them); true: runs it, writing outs (matmul: {y}; split: the parts; swiglu: {h}).
+enum class DeferredConsumer : uint8_t { kMatmul, kSplit, kSwiglu };
+using MatmulDeferredFn = bool (*)(Context&, const DeferredNorm& in, const Tensor& w, DeferredConsumer kind,
+                                  const std::vector<Tensor*>& outs, bool run);
+OpTable<MatmulDeferredFn>& matmul_deferred_table();  // keyed by w dtype; optional
+
+// Whether the device fuses both sides for T rows: the producer on producer_w and the consumer
+// `kind` on consumer_w, and the path is on. Off by default: on the H200 it measured no faster
+// than the norm kernel at T = 1 and slower at T = 4 (docs/notes/decode_profile.md, "The deferred
+// norm"); the environment variable VI_DEFER_NORM=1 turns it on, set_deferred_norm_allowed
+// (tests) overrides both: 1 on, 0 off, -1 back to the environment.
+bool deferred_norm_fused(Context& ctx, const Tensor& producer_w, const Tensor& consumer_w, DeferredConsumer kind,
+                         int64_t T);
+void set_deferred_norm_allowed(int allowed);
+
+// The pieces the unfused ops run as. add_deferred_norm: x += o (rounded to x's dtype), out = the
+// deferred norm of the new x. finish_deferred_norm: y = u · s (y [T, d] of u's dtype).
+void add_deferred_norm(Context& ctx, Tensor& x, const Tensor& o, const Tensor& norm_w, float w_offset,
+                       DeferredNorm& out);
+using AddDeferredNormFn = void (*)(Context&, Tensor& x, const Tensor& o, const Tensor& norm_w, float w_offset,
+                                   DeferredNorm& out);
+OpTable<AddDeferredNormFn>& add_deferred_norm_table();  // keyed by x dtype
+void finish_deferred_norm(Context& ctx, const DeferredNorm& in, Tensor& y);
+using FinishDeferredNormFn = void (*)(Context&, const DeferredNorm& in, Tensor& y);
+OpTable<FinishDeferredNormFn>& finish_deferred_norm_table();  // keyed by u dtype
+
+}  // namespace vi::ops

@@ -1,0 +1,200 @@
+// CUDA vs CPU for the deferred norm (ops/deferred_norm.h) on the Q4_KT decode GEMVs: the producer
+// (x += a · wᵀ; u and the partial sums of squares from the GEMV's epilogue) and the three
+// consumers (matmul, matmul_split, the fused SwiGLU on u, scaled by s), T = 1..8. The CPU runs
+// the ops' pieces on the file-layout Q4_K weights. A consumer is checked on the GPU producer's
+// own u and sums (downloaded for the CPU), so each kernel's error is its own. Outputs are
+// poisoned with NaN first; every GPU result is also recomputed and must repeat bit for bit (the
+// sums are added in a fixed order, which recorded decode steps rely on). Where the device does
+// not fuse both sides (volta profile, f32 activations), ops::deferred_norm_fused must say so and
+// the ops must fail with the op named rather than run something else.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "backends/cuda/gemv_q4kt.cuh"
+#include "core/error.h"
+#include "core/quant.h"
+#include "cuda_test_util.h"
+#include "ops/deferred_norm.h"
+#include "ops/elementwise.h"
+#include "ops/matmul.h"
+#include "ops/norm.h"
+#include "ops/prepare_matmul_weight.h"
+
+namespace vi::cudatest {
+namespace {
+
+Tensor rand_q4k(int64_t rows, int64_t cols, float scale) {
+  Tensor f = rand_f32({rows, cols}, DType::F32, -scale, scale);
+  Tensor w = Tensor::empty(DType::Q4_K, {rows, cols});
+  for (int64_t r = 0; r < rows; ++r) quantize_row(DType::Q4_K, f.row<float>(r), w.row(r), cols);
+  return w;
+}
+
+Tensor nan_f32(const std::vector<int64_t>& shape) {
+  Tensor t = Tensor::empty(DType::F32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = NAN;
+  return t;
+}
+
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+class DeferredNormGpu : public CudaOpTest {
+ protected:
+  static constexpr int64_t kD = 1024, kK = 2048, kF = 96, kSplitRows = 96;  // K: whole Q4_KR blocks (1024)
+  static constexpr float kEps = 1e-6f, kOff = 1.0f;
+
+  void SetUp() override {
+    CudaOpTest::SetUp();
+    if (IsSkipped()) return;
+    ops::set_deferred_norm_allowed(1);  // off by default in models; these tests run the kernels
+    wp = rand_q4k(kD, kK, 0.5f);
+    wg = rand_q4k(2 * kF, kD, 0.5f);
+    wi = rand_q4k(kSplitRows, kD, 0.5f);
+    dwp = ops::prepare_matmul_weight(g, ops::upload(g, wp));
+    dwg = ops::prepare_matmul_weight(g, ops::upload(g, wg));
+    dwi = ops::prepare_matmul_weight(g, ops::upload(g, wi));
+    nw = rand_f32({kD}, DType::F32, -0.5f, 0.5f);
+    dnw = ops::upload(g, nw);
+  }
+
+  bool fused() {
+    return ops::deferred_norm_fused(g, dwp, dwg, ops::DeferredConsumer::kSwiglu, 1) &&
+           ops::deferred_norm_fused(g, dwp, dwi, ops::DeferredConsumer::kMatmul, 1) &&
+           ops::deferred_norm_fused(g, dwp, dwi, ops::DeferredConsumer::kSplit, 4);
+  }
+
+  // The GPU producer on (a, x); returns the new x, u and ss on the host (f32).
+  struct Produced {
+    Tensor x, u, ss;
+    ops::DeferredNorm dev;
+  };
+  Produced produce(const Tensor& a, const Tensor& x) {
+    Produced p;
+    Tensor dx = up(x);
+    p.dev = ops::deferred_norm_scratch(g, a.rows(), kD, kEps);
+    const Tensor nan_u = host_as(nan_f32({a.rows(), kD}), act());
+    const Tensor nan_ss = nan_f32({a.rows(), kD / ops::kDeferredNormPartRows});
+    ops::upload_into(g, nan_u.data(), nan_u.nbytes(), p.dev.u);
+    ops::upload_into(g, nan_ss.data(), nan_ss.nbytes(), p.dev.ss);
+    ops::matmul_add_deferred_norm(g, up(a), dwp, dx, dnw, kOff, p.dev);
+    p.x = down(dx);
+    p.u = down(p.dev.u);
+    p.ss = down(p.dev.ss);
+    return p;
+  }
+
+  void TearDown() override { ops::set_deferred_norm_allowed(-1); }
+
+  Tensor wp, wg, wi, dwp, dwg, dwi, nw, dnw;
+};
+
+TEST_P(DeferredNormGpu, FusedGemvsMatchTheCpu) {
+  if (!fused()) {
+    // Where the Q4_KT GEMV takes the call (native profile, f16, sm_80+ code) both sides must fuse;
+    // elsewhere the pieces have no CUDA kernel and the op must say so.
+    EXPECT_FALSE(cuda::gemv_q4kt_supports(g, up(rand_f32({1, kK}, act())), dwp)) << "the Q4_KT GEMV runs but does not fuse";
+    ops::DeferredNorm dn = ops::deferred_norm_scratch(g, 1, kD, kEps);
+    Tensor dx = up(rand_f32({1, kD}, act()));
+    const std::string msg = error_of([&] { ops::matmul_add_deferred_norm(g, up(rand_f32({1, kK}, act())), dwp, dx, dnw, kOff, dn); });
+    EXPECT_NE(msg.find("deferred_norm"), std::string::npos) << msg;
+    GTEST_SKIP() << "no fused deferred norm in this setting (checked that it says so)";
+  }
+  for (int64_t T : {1, 2, 3, 4, 8}) {
+    const std::string at = fmt::format("T={}", T);
+    Tensor a = rand_f32({T, kK}, act(), -1.0f, 1.0f), x = rand_f32({T, kD}, act(), -4.0f, 4.0f);
+
+    // Producer: against the CPU's pieces on the same inputs.
+    Tensor xc = Tensor::empty(DType::F32, {T, kD});
+    std::memcpy(xc.data(), x.data(), x.nbytes());
+    ops::DeferredNorm cdn = ops::deferred_norm_scratch(cpu, T, kD, kEps);
+    ops::matmul_add_deferred_norm(cpu, a, wp, xc, nw, kOff, cdn);
+    Produced p = produce(a, x);
+    EXPECT_CLOSE(p.x, xc, 4e-3, "residual " + at);
+    EXPECT_CLOSE(p.u, cdn.u, 4e-3, "u " + at);
+    EXPECT_CLOSE(p.ss, cdn.ss, 4e-3, "sums of squares " + at);
+    Produced again = produce(a, x);
+    EXPECT_TRUE(same_bits(p.x, again.x) && same_bits(p.u, again.u) && same_bits(p.ss, again.ss))
+        << "producer not repeatable, " << at;
+
+    // Consumers on the GPU's own u and ss; the CPU runs finish_deferred_norm then the plain op.
+    ops::DeferredNorm host{p.u, p.ss, kEps};
+    Tensor n = Tensor::empty(DType::F32, {T, kD});
+    ops::finish_deferred_norm(cpu, host, n);
+    // matmul
+    Tensor ref = Tensor::empty(DType::F32, {T, kSplitRows});
+    ops::matmul(cpu, n, wi, ref);
+    auto run_matmul = [&] {
+      Tensor dy = up(nan_f32({T, kSplitRows}));
+      ops::matmul_deferred(g, p.dev, dwi, dy);
+      return down(dy);
+    };
+    const Tensor y = run_matmul();
+    EXPECT_CLOSE(y, ref, 4e-3, "matmul_deferred " + at);
+    EXPECT_TRUE(same_bits(y, run_matmul())) << "matmul_deferred not repeatable, " << at;
+    // matmul_split: parts of 32, 48 and 16 rows
+    {
+      std::vector<Tensor> parts = {up(nan_f32({T, 32})), up(nan_f32({T, 48})), up(nan_f32({T, 16}))};
+      std::vector<Tensor*> ptrs = {&parts[0], &parts[1], &parts[2]};
+      Tensor all = up(nan_f32({T, kSplitRows}));
+      ops::matmul_split_deferred(g, p.dev, dwi, all, ptrs);
+      int64_t c0 = 0;
+      for (Tensor& part : parts) {
+        Tensor got = down(part), want = Tensor::empty(DType::F32, {T, part.cols()});
+        for (int64_t t = 0; t < T; ++t)
+          std::memcpy(want.row<float>(t), ref.row<float>(t) + c0, sizeof(float) * part.cols());
+        EXPECT_CLOSE(got, want, 4e-3, fmt::format("matmul_split_deferred part at {} {}", c0, at));
+        c0 += part.cols();
+      }
+    }
+    // fused SwiGLU
+    Tensor gu = Tensor::empty(DType::F32, {T, 2 * kF}), href = Tensor::empty(DType::F32, {T, kF});
+    ops::matmul(cpu, n, wg, gu);
+    ops::swiglu_halves(cpu, gu, href);
+    auto run_swiglu = [&] {
+      Tensor dgu = up(nan_f32({T, 2 * kF})), dh = up(nan_f32({T, kF}));
+      ops::matmul_swiglu_deferred(g, p.dev, dwg, dgu, dh);
+      return down(dh);
+    };
+    const Tensor h = run_swiglu();
+    EXPECT_CLOSE(h, href, 4e-3, "matmul_swiglu_deferred " + at);
+    EXPECT_TRUE(same_bits(h, run_swiglu())) << "matmul_swiglu_deferred not repeatable, " << at;
+  }
+}
+
+// The whole path against the classic one on the GPU: matmul + add_rms_norm + the consumer, on the
+// same inputs, agree within the f16 roundings the two orders differ by.
+TEST_P(DeferredNormGpu, AgreesWithAddRmsNorm) {
+  if (!fused()) GTEST_SKIP() << "no fused deferred norm in this setting";
+  for (int64_t T : {1, 4}) {
+    Tensor a = rand_f32({T, kK}, act(), -1.0f, 1.0f), x = rand_f32({T, kD}, act(), -4.0f, 4.0f);
+    Tensor dx1 = up(x), o = gpu_empty({T, kD}), n = gpu_empty({T, kD});
+    ops::matmul(g, up(a), dwp, o);
+    ops::add_rms_norm(g, dx1, o, dnw, kEps, kOff, n);
+    Tensor gu = gpu_empty({T, 2 * kF}), h1 = gpu_empty({T, kF});
+    ops::matmul_swiglu(g, n, dwg, gu, h1);
+    Produced p = produce(a, x);
+    Tensor h2 = gpu_empty({T, kF});
+    ops::matmul_swiglu_deferred(g, p.dev, dwg, gu, h2);
+    EXPECT_CLOSE(p.x, down(dx1), 1e-6, fmt::format("residual T={}", T));  // the same two roundings
+    EXPECT_CLOSE(down(h2), down(h1), 4e-3, fmt::format("h T={}", T));
+  }
+}
+
+VI_CUDA_INSTANTIATE(DeferredNormGpu);
+
+}  // namespace
+}  // namespace vi::cudatest
