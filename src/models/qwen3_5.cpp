@@ -531,9 +531,10 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     defer_post[l] = mlp_stacked_all && gu.data() != nullptr && !wants_q8(&gu) &&
                     ops::deferred_norm_fused(ctx, wo, gu, ops::DeferredConsumer::kSwiglu, N);
     const Tensor* next = stacked_input(l + 1);
-    defer_next[l] = next != nullptr && !wants_q8(next) &&
-                    ops::deferred_norm_fused(ctx, L.mlp.down, *next,
-                                             N == 1 ? ops::DeferredConsumer::kMatmul : ops::DeferredConsumer::kSplit, N);
+    // ProjOutputs::matmul's op: one row a matmul into the stack, more a split.
+    const auto next_kind = N == 1 ? ops::DeferredConsumer::kMatmul : ops::DeferredConsumer::kSplit;
+    defer_next[l] =
+        next != nullptr && !wants_q8(next) && ops::deferred_norm_fused(ctx, L.mlp.down, *next, next_kind, N);
   }
   ops::DeferredNorm dn;  // the deferred norm between the two GEMVs (allocated with the other scratch)
   if (std::find(defer_post.begin(), defer_post.end(), 1) != defer_post.end() ||

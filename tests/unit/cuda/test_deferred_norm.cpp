@@ -13,7 +13,6 @@
 #include <cstring>
 
 #include "backends/cuda/gemv_q4kt.cuh"
-#include "core/error.h"
 #include "core/quant.h"
 #include "cuda_test_util.h"
 #include "ops/deferred_norm.h"
@@ -21,6 +20,7 @@
 #include "ops/matmul.h"
 #include "ops/norm.h"
 #include "ops/prepare_matmul_weight.h"
+#include "unit/cpu/cpu_test_util.h"  // test::error_of
 
 namespace vi::cudatest {
 namespace {
@@ -36,16 +36,6 @@ Tensor nan_f32(const std::vector<int64_t>& shape) {
   Tensor t = Tensor::empty(DType::F32, shape);
   for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = NAN;
   return t;
-}
-
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
@@ -106,10 +96,12 @@ TEST_P(DeferredNormGpu, FusedGemvsMatchTheCpu) {
   if (!fused()) {
     // Where the Q4_KT GEMV takes the call (native profile, f16, sm_80+ code) both sides must fuse;
     // elsewhere the pieces have no CUDA kernel and the op must say so.
-    EXPECT_FALSE(cuda::gemv_q4kt_supports(g, up(rand_f32({1, kK}, act())), dwp)) << "the Q4_KT GEMV runs but does not fuse";
+    EXPECT_FALSE(cuda::gemv_q4kt_supports(g, up(rand_f32({1, kK}, act())), dwp))
+        << "the Q4_KT GEMV runs but does not fuse";
     ops::DeferredNorm dn = ops::deferred_norm_scratch(g, 1, kD, kEps);
     Tensor dx = up(rand_f32({1, kD}, act()));
-    const std::string msg = error_of([&] { ops::matmul_add_deferred_norm(g, up(rand_f32({1, kK}, act())), dwp, dx, dnw, kOff, dn); });
+    const Tensor a = up(rand_f32({1, kK}, act()));
+    const std::string msg = test::error_of([&] { ops::matmul_add_deferred_norm(g, a, dwp, dx, dnw, kOff, dn); });
     EXPECT_NE(msg.find("deferred_norm"), std::string::npos) << msg;
     GTEST_SKIP() << "no fused deferred norm in this setting (checked that it says so)";
   }
