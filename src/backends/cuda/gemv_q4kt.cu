@@ -51,11 +51,12 @@ __global__ void q4kt_from_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_
 // sums by s[t] before they are rounded; kNormProduce ends the GEMV with the residual add, u and
 // the tile's sums of squares instead of writing y. What either needs beyond the GEMV's own
 // operands (the partial sums; the residual and norm-weight rows of the tile) is copied into
-// shared memory by cp.async when the block starts and read at its end: loaded at the end, or
-// summed before the loop, its latency stood in every block's chain and took back most of what
-// the norm kernel cost (docs/notes/decode_profile.md, "The deferred norm").
+// shared memory by cp.async when the block starts and read at its end (read from L2 before or
+// after the loop it cost more). Even so the two ends cost about what the norm kernel they
+// replace did, which is why the path is off by default (docs/notes/decode_profile.md, "The
+// deferred norm").
 enum : int { kNormNone = 0, kNormConsume = 1, kNormProduce = 2 };
-constexpr int kDeferStagedSums = 8192;  // consume: at most 4 × ceil(T / 2) × parts floats a block stages (32 KB)
+constexpr int kDeferStagedSums = 8192;  // consume: at most 4 × ceil(T / 2) × parts floats (32 KB) a block stages
 struct NormArgs {
   const float* ss_in;  // consume: [T, p_in] partial sums of squares
   int p_in;            // consume: parts per row (a multiple of 4)
