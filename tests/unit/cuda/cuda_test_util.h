@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
@@ -20,8 +22,15 @@
 
 namespace vi::cudatest {
 
+// The process's random source: a fresh seed per run unless VI_TEST_SEED is set, printed on first
+// use so a failure can be replayed (with the same --gtest_filter: the draws follow the tests).
 inline std::mt19937& rng() {
-  static std::mt19937 g(std::random_device{}());
+  static std::mt19937 g([] {
+    const char* env = std::getenv("VI_TEST_SEED");
+    const unsigned seed = env ? static_cast<unsigned>(std::strtoul(env, nullptr, 10)) : std::random_device{}();
+    std::printf("[ seed     ] %u (replay: VI_TEST_SEED=%u and the same --gtest_filter)\n", seed, seed);
+    return seed;
+  }());
   return g;
 }
 
