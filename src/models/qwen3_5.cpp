@@ -548,7 +548,8 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   size_t attn_idx = 0;  // index of the full-attention layer in the KV pool
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
     const Layer& L = layers_[l];
-    // *in = in_norm(x) here (the previous layer's last add_rms_norm made it).
+    // *in = in_norm(x) here (the previous layer's last add_rms_norm made it), or dn holds it
+    // deferred (in_deferred: the previous layer's down projection made it).
     if (L.full) {
       const AttnWeights& A = L.attn;
       if (attn_fused && in_deferred) {

@@ -115,21 +115,48 @@ OpTable<MatmulDeferredFn>& matmul_deferred_table() {
   return table;
 }
 
+namespace {
+
+// The shapes every consumer needs before a fused kernel writes anything: w [N, d] and each output
+// [T, width] of u's dtype (the fallbacks' own ops check the rest).
+void check_consumer(const char* op, Context& ctx, const DeferredNorm& in, const Tensor& w,
+                    const std::vector<Tensor*>& outs) {
+  check_deferred(op, ctx, in);
+  check_same_device(op, ctx, {&w});
+  VI_CHECK(w.ndim() == 2 && w.dim(1) == in.u.cols(), "op '{}': weight {} must be [N, {}] for u {}", op, describe(w),
+           in.u.cols(), describe(in.u));
+  for (const Tensor* t : outs) {
+    check_same_device(op, ctx, {t});
+    VI_CHECK(t->ndim() == 2 && t->dim(0) == in.u.rows() && t->dtype() == in.u.dtype(),
+             "op '{}': output {} must be [{}, w] of u's dtype {}", op, describe(*t), in.u.rows(),
+             dtype_name(in.u.dtype()));
+  }
+}
+
+}  // namespace
+
 void matmul_deferred(Context& ctx, const DeferredNorm& in, const Tensor& w, Tensor& y) {
-  check_deferred("matmul_deferred", ctx, in);
+  check_consumer("matmul_deferred", ctx, in, w, {&y});
+  VI_CHECK(y.dim(1) == w.dim(0), "op 'matmul_deferred': y {} must be [{}, {}]", describe(y), in.u.rows(), w.dim(0));
   if (fused_consumer(ctx, in, w, DeferredConsumer::kMatmul, {&y})) return;
   matmul(ctx, finished(ctx, in), w, y);
 }
 
 void matmul_split_deferred(Context& ctx, const DeferredNorm& in, const Tensor& w, Tensor& all,
                            const std::vector<Tensor*>& parts) {
-  check_deferred("matmul_split_deferred", ctx, in);
+  check_consumer("matmul_split_deferred", ctx, in, w, parts);
+  int64_t width = 0;
+  for (const Tensor* p : parts) width += p->dim(1);
+  VI_CHECK(!parts.empty() && width == w.dim(0), "op 'matmul_split_deferred': parts {} rows wide in all, weight {}",
+           width, describe(w));
   if (fused_consumer(ctx, in, w, DeferredConsumer::kSplit, parts)) return;
   matmul_split(ctx, finished(ctx, in), w, all, parts);
 }
 
 void matmul_swiglu_deferred(Context& ctx, const DeferredNorm& in, const Tensor& w, Tensor& gu, Tensor& h) {
-  check_deferred("matmul_swiglu_deferred", ctx, in);
+  check_consumer("matmul_swiglu_deferred", ctx, in, w, {&h});
+  VI_CHECK(w.dim(0) % 2 == 0 && h.dim(1) * 2 == w.dim(0), "op 'matmul_swiglu_deferred': h {} must be [{}, {}]",
+           describe(h), in.u.rows(), w.dim(0) / 2);
   if (fused_consumer(ctx, in, w, DeferredConsumer::kSwiglu, {&h})) return;
   matmul_swiglu(ctx, finished(ctx, in), w, gu, h);
 }

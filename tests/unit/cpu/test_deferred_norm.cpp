@@ -73,6 +73,13 @@ TEST(CpuDeferredNorm, RefusesMismatchedShapes) {
   EXPECT_NE(msg.find("ss"), std::string::npos) << msg;
   std::string msg2 = test::error_of([&] { ops::deferred_norm_scratch(ctx, 2, 60, 1e-6f); });
   EXPECT_NE(msg2.find("multiple of 8"), std::string::npos) << msg2;
+  ops::DeferredNorm ok = ops::deferred_norm_scratch(ctx, 2, 64, 1e-6f);
+  Tensor w2 = test::random_f32(rng, {32, 64}), y_bad = Tensor::empty(DType::F32, {2, 31});
+  std::string msg3 = test::error_of([&] { ops::matmul_deferred(ctx, ok, w2, y_bad); });
+  EXPECT_NE(msg3.find("matmul_deferred"), std::string::npos) << msg3;
+  Tensor w_bad = test::random_f32(rng, {32, 48}), y = Tensor::empty(DType::F32, {2, 32});
+  std::string msg4 = test::error_of([&] { ops::matmul_deferred(ctx, ok, w_bad, y); });
+  EXPECT_NE(msg4.find("[N, 64]"), std::string::npos) << msg4;
 }
 
 }  // namespace
