@@ -10,13 +10,14 @@
 //   bench_cuda_gemv [--dtypes q4_k,q8_0,...] [--tokens 1,2,4,8] [--profiles native,volta]
 //                   [--shapes 17408x5120,...] [--json FILE] [--variants]
 // --variants: also time every work shape of the tensor-core GEMVs (gemv_mma: row tiles per warp
-// x blocks per SM; gemv_q4kt: blocks per SM; gemv_q4kr, on the same weights in the Q4_KR row
-// layout: kernel x steps in flight x blocks per SM) and count the outputs that differ from the
-// default path's. Bytes are those of the weight as prepared (Q4_KT and Q4_KR: 148 per 256
-// values, Q4_K's 144 in the file). In the volta profile --variants times the m8n8k4 GEMV on
-// Q4_KR (gemv_q4kr_volta: tiles per block x blocks per SM) and the CUDA-core GEMV (gemv_simt)
-// side by side, whichever of them the dispatch takes (it takes gemv_q4kr_volta only where
-// m8n8k4 is a hardware instruction, sm_70-75; on newer GPUs it is emulated and slow).
+// x blocks per SM; gemv_q4kt: blocks per SM, and the deferred norm's producer and consumer forms;
+// gemv_q4kr, on the same weights in the Q4_KR row layout: kernel x steps in flight x blocks per
+// SM) and count the outputs that differ from the default path's. Bytes are those of the weight
+// as prepared (Q4_KT and Q4_KR: 148 per 256 values, Q4_K's 144 in the file). In the volta
+// profile --variants times the m8n8k4 GEMV on Q4_KR (gemv_q4kr_volta: tiles per block x blocks
+// per SM) and the CUDA-core GEMV (gemv_simt) side by side, whichever of them the dispatch takes
+// (it takes gemv_q4kr_volta only where m8n8k4 is a hardware instruction, sm_70-75; on newer GPUs
+// it is emulated and slow).
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -38,6 +39,7 @@
 #include "core/dtype.h"
 #include "core/half.h"
 #include "core/tensor.h"
+#include "ops/deferred_norm.h"
 #include "ops/matmul.h"
 #include "ops/memory.h"
 #include "ops/prepare_matmul_weight.h"
@@ -299,6 +301,34 @@ int main(int argc, char** argv) {
             };
             fused("fused swiglu, q4_kt", [&](const Tensor& w) { vi::cuda::gemv_q4kt_swiglu(ctx, xt, w, h); });
             fused("fused swiglu, q4_kr", [&](const Tensor& w) { vi::cuda::gemv_q4kr_swiglu(ctx, xt, row_layout(w), h); });
+            // The deferred norm's consumer (ops/deferred_norm.h) on the same weights, u = x and every
+            // partial sum 1: the same loop plus the staged sums and the scales (its cost in a decode
+            // round is the open question of docs/notes/decode_profile.md, "The deferred norm").
+            ops::DeferredNorm dn = ops::deferred_norm_scratch(ctx, T, sh.K, 1e-6f);
+            VI_CUDA_CHECK(cudaMemcpyAsync(dn.u.data(), xt.data(), xt.nbytes(), cudaMemcpyDeviceToDevice, stream));
+            const std::vector<float> ones(static_cast<size_t>(dn.ss.numel()), 1.0f);
+            ops::upload_into(ctx, ones.data(), ones.size() * sizeof(float), dn.ss);
+            if (vi::cuda::gemv_q4kt_deferred_supports(ctx, dn, ws[0], ops::DeferredConsumer::kSwiglu, {}))
+              fused("fused swiglu, q4_kt, deferred-norm consumer", [&](const Tensor& w) {
+                vi::cuda::gemv_q4kt_deferred(ctx, dn, w, ops::DeferredConsumer::kSwiglu, {&h});
+              });
+          }
+          // The deferred norm's producer (x += y, u and the sums of squares in the epilogue) on the
+          // 5120-row matrices, against the plain GEMV above.
+          if (variants && pn == "native" && sh.N % 16 == 0 && sh.N <= 8192 && ws[0].dtype() == DType::Q4_KT) {
+            Tensor res = ops::empty(ctx, DType::F16, {T, sh.N});
+            fill_weight(res, 7, stream);
+            const std::vector<float> ones(static_cast<size_t>(sh.N), 1.0f);
+            Tensor nw = ops::empty(ctx, DType::F32, {sh.N});
+            ops::upload_into(ctx, ones.data(), ones.size() * sizeof(float), nw);
+            ops::DeferredNorm dn = ops::deferred_norm_scratch(ctx, T, sh.N, 1e-6f);
+            if (vi::cuda::gemv_q4kt_add_deferred_norm_supports(ctx, xt, ws[0], res)) {
+              const float vus = timed_us([&](const Tensor& w) {
+                vi::cuda::gemv_q4kt_add_deferred_norm(ctx, xt, w, res, nw, 1.0f, dn);
+              });
+              std::printf("variant q4_kt  %-20s %7lld %6lld %2lld deferred-norm producer: %9.1f us %6.1f%%\n", sh.what,
+                          (long long)sh.N, (long long)sh.K, (long long)T, vus, 100.0 * gbs_at(vus) / copy_gbs);
+            }
           }
           if (variants && pn == "native" && sh.N == 34816 && ws[0].dtype() == DType::Q8_0T &&
               vi::cuda::gemv_mma_swiglu_supports(ctx, xt, ws[0])) {
