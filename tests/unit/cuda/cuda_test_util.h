@@ -17,6 +17,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "core/half.h"
+#include "core/quant.h"
 #include "core/tensor.h"
 #include "ops/memory.h"
 
@@ -32,6 +33,14 @@ inline std::mt19937& rng() {
     return seed;
   }());
   return g;
+}
+
+// A host f32 tensor of NaN: uploaded as an op's output, every value the kernel fails to write
+// stays NaN and fails the comparison.
+inline Tensor nan_f32(const std::vector<int64_t>& shape) {
+  Tensor t = Tensor::empty(DType::F32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = NAN;
+  return t;
 }
 
 // A host block table [n_blocks] i32: a random permutation of the pool's blocks (so paged
@@ -66,6 +75,14 @@ inline Tensor rand_f32(const std::vector<int64_t>& shape, DType act, float lo = 
   float* p = t.ptr<float>();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = act == DType::F16 ? round_fp16(u(rng())) : u(rng());
   return t;
+}
+
+// Random host weight [rows, cols] of dtype t, quantized from uniform f32 values in [-scale, scale).
+inline Tensor rand_weight(DType t, int64_t rows, int64_t cols, float scale = 1.0f) {
+  Tensor f = rand_f32({rows, cols}, DType::F32, -scale, scale);
+  Tensor w = Tensor::empty(t, {rows, cols});
+  for (int64_t r = 0; r < rows; ++r) quantize_row(t, f.row<float>(r), w.row(r), cols);
+  return w;
 }
 
 // Host copy of an f32 tensor in dtype `act` (f32 or f16).

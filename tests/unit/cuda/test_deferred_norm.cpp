@@ -25,19 +25,6 @@
 namespace vi::cudatest {
 namespace {
 
-Tensor rand_q4k(int64_t rows, int64_t cols, float scale) {
-  Tensor f = rand_f32({rows, cols}, DType::F32, -scale, scale);
-  Tensor w = Tensor::empty(DType::Q4_K, {rows, cols});
-  for (int64_t r = 0; r < rows; ++r) quantize_row(DType::Q4_K, f.row<float>(r), w.row(r), cols);
-  return w;
-}
-
-Tensor nan_f32(const std::vector<int64_t>& shape) {
-  Tensor t = Tensor::empty(DType::F32, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = NAN;
-  return t;
-}
-
 bool same_bits(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
@@ -51,9 +38,9 @@ class DeferredNormGpu : public CudaOpTest {
     CudaOpTest::SetUp();
     if (IsSkipped()) return;
     ops::set_deferred_norm_allowed(1);  // off by default in models; these tests run the kernels
-    wp = rand_q4k(kD, kK, 0.5f);
-    wg = rand_q4k(2 * kF, kD, 0.5f);
-    wi = rand_q4k(kSplitRows, kD, 0.5f);
+    wp = rand_weight(DType::Q4_K, kD, kK, 0.5f);
+    wg = rand_weight(DType::Q4_K, 2 * kF, kD, 0.5f);
+    wi = rand_weight(DType::Q4_K, kSplitRows, kD, 0.5f);
     dwp = ops::prepare_matmul_weight(g, ops::upload(g, wp));
     dwg = ops::prepare_matmul_weight(g, ops::upload(g, wg));
     dwi = ops::prepare_matmul_weight(g, ops::upload(g, wi));

@@ -27,13 +27,6 @@
 namespace vi::cudatest {
 namespace {
 
-Tensor rand_weight(int64_t rows, int64_t cols, float scale) {
-  Tensor f = rand_f32({rows, cols}, DType::F32, -scale, scale);
-  Tensor w = Tensor::empty(DType::Q4_K, {rows, cols});
-  for (int64_t r = 0; r < rows; ++r) quantize_row(DType::Q4_K, f.row<float>(r), w.row(r), cols);
-  return w;
-}
-
 // Host f32 activations [T, K] (f16 values) in [-1, 1), with `outliers` values of 24 at random
 // places (as RMS-normed hidden states have a few large ones).
 Tensor rand_act(int64_t T, int64_t K, int outliers = 3) {
@@ -53,12 +46,6 @@ Tensor dequant(const Tensor& t) {
   Tensor f = Tensor::empty(DType::F32, t.shape());
   for (int64_t r = 0; r < t.rows(); ++r) dequantize_row(t.dtype(), t.row(r), f.row<float>(r), t.cols());
   return f;
-}
-
-Tensor nan_f32(const std::vector<int64_t>& shape) {
-  Tensor t = Tensor::empty(DType::F32, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = NAN;
-  return t;
 }
 
 int64_t differing(const Tensor& a, const Tensor& b) {
@@ -129,7 +116,7 @@ TEST_F(GemvQ4ki, MatchesTheCpuOnTheQuantizedActivations) {
   for (int64_t N : {16, 48, 4112})
     for (int64_t K : {1024, 3072, 5120}) {
       if (N == 4112 && K == 3072) continue;
-      const Tensor w = rand_weight(N, K, 1.0f);
+      const Tensor w = rand_weight(DType::Q4_K, N, K, 1.0f);
       const Tensor dw = q4ki(w);
       for (int64_t T = 1; T <= 8; ++T) {
         const bool outliers = T % 2 == 0;
@@ -155,7 +142,7 @@ TEST_F(GemvQ4ki, SplitIntoPartsLikeTheWholeMatrix) {
   const int64_t K = 2048;
   const std::vector<int64_t> widths = {32, 16, 64, 48};
   const int64_t N = 160;
-  const Tensor dw = q4ki(rand_weight(N, K, 1.0f));
+  const Tensor dw = q4ki(rand_weight(DType::Q4_K, N, K, 1.0f));
   for (int64_t T : {1, 4, 8}) {
     const Tensor xq = quantized_on_gpu(rand_act(T, K));
     Tensor whole = to_gpu(g, nan_f32({T, N}), DType::F16);
@@ -181,7 +168,7 @@ TEST_F(GemvQ4ki, SplitIntoPartsLikeTheWholeMatrix) {
 TEST_F(GemvQ4ki, FusedGateUpSwigluLikePlainThenSwigluHalves) {
   for (int64_t F : {96, 4096}) {
     const int64_t K = F == 4096 ? 1024 : 3072;
-    const Tensor dw = q4ki(rand_weight(2 * F, K, F == 96 ? 0.02f : 1.0f));
+    const Tensor dw = q4ki(rand_weight(DType::Q4_K, 2 * F, K, F == 96 ? 0.02f : 1.0f));
     for (int64_t T : {1, 2, 5, 8}) {
       const Tensor xq = quantized_on_gpu(rand_act(T, K));
       Tensor gu = to_gpu(g, nan_f32({T, 2 * F}), DType::F16), h_ref = to_gpu(g, nan_f32({T, F}), DType::F16);
@@ -228,7 +215,7 @@ TEST_F(GemvQ4ki, AddRmsNormWritesTheBlocksOfItsF16Output) {
 // GEMM path on dequantized tiles.
 TEST_F(GemvQ4ki, MatmulOpsOnQ4kiLikeTheKernels) {
   const int64_t F = 64, K = 2048;
-  const Tensor w = rand_weight(2 * F, K, 1.0f);
+  const Tensor w = rand_weight(DType::Q4_K, 2 * F, K, 1.0f);
   // Only where the context asks for int8 activations, and only for a norm's input.
   EXPECT_EQ(ops::prepare_matmul_weight(g, ops::upload(g, w), {F, F}, ops::MatmulInput::kNorm).dtype(), DType::Q4_KT);
   g.int8_act = true;

@@ -19,14 +19,6 @@ namespace {
 constexpr DType kWeights[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
                               DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
-// Random [rows, cols] weight of dtype t (quantized from uniform fp32 values).
-Tensor rand_weight(DType t, int64_t rows, int64_t cols) {
-  Tensor f = rand_f32({rows, cols}, DType::F32);
-  Tensor w = Tensor::empty(t, {rows, cols});
-  for (int64_t r = 0; r < rows; ++r) quantize_row(t, f.row<float>(r), w.row(r), cols);
-  return w;
-}
-
 class Matmul : public CudaOpTest {};
 
 TEST_P(Matmul, EveryWeightDtype) {

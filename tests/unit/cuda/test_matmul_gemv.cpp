@@ -27,22 +27,8 @@ namespace {
 constexpr DType kWeights[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
                               DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
-Tensor rand_weight(DType t, int64_t rows, int64_t cols, float scale = 1.0f) {
-  Tensor f = rand_f32({rows, cols}, DType::F32, -scale, scale);
-  Tensor w = Tensor::empty(t, {rows, cols});
-  for (int64_t r = 0; r < rows; ++r) quantize_row(t, f.row<float>(r), w.row(r), cols);
-  return w;
-}
-
 class MatmulGemv : public CudaOpTest {
  protected:
-  // A host f32 tensor of NaN: uploaded as a GEMV's output, every value the kernel fails to
-  // write stays NaN and fails the comparison.
-  static Tensor nan_f32(const std::vector<int64_t>& shape) {
-    Tensor t = Tensor::empty(DType::F32, shape);
-    for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = NAN;
-    return t;
-  }
   // y = x · wᵀ on the GPU with the prepared weight, against the CPU on the original.
   void check(const Tensor& w, const Tensor& dw, int64_t T, float x_scale, const std::string& what) {
     const int64_t N = w.dim(0), K = w.dim(1);
