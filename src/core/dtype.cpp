@@ -27,6 +27,7 @@ constexpr DTypeInfo kInfo[] = {
     {"q8_0t", kQK, sizeof(BlockQ8_0), true, kTiledRows},
     {"q4_ki", kQKK, kQ4ktUnitBytes / kTiledRows, true, kTiledRows},
     {"q8_kx", kQKK, sizeof(BlockQ8_KX), true},
+    {"i64", 1, 8, false},
 };
 static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(DType::kCount));
 }  // namespace

@@ -31,6 +31,7 @@ enum class DType : uint8_t {
           // super-block, arranged for mma.m16n8k32), likewise whole tiles only
   // Activations, made on the device by the ops that write a GEMV's input (never in a file):
   Q8_KX,  // int8 activations in 256-value blocks (BlockQ8_KX) for the Q4_KI GEMV
+  I64,    // 64-bit integers (the deferred norm's fixed-point sums, ops/deferred_norm.h)
   kCount
 };
 

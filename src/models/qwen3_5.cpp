@@ -517,7 +517,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     return nq;
   };
 
-  // Where the device fuses both sides of a norm (ops/deferred_norm.h; off unless VI_DEFER_NORM=1):
+  // Where the device fuses both sides of a norm (ops/deferred_norm.h; VI_DEFER_NORM=0 turns it off):
   // the output projection into the post-attention norm into the fused gate|up (defer_post), and
   // the down projection into the next layer's input norm into its stacked input projection
   // (defer_next). There the residual add and the norm's 1/rms ride in the two GEMVs and no norm
@@ -536,10 +536,13 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     defer_next[l] =
         next != nullptr && !wants_q8(next) && ops::deferred_norm_fused(ctx, L.mlp.down, *next, next_kind, N);
   }
-  ops::DeferredNorm dn;  // the deferred norm between the two GEMVs (allocated with the other scratch)
+  // The deferred norms' scratch (allocated with the other scratch): one u, and a zeroed set of
+  // sums per site (layer l's post norm: site 2 l, its next norm: 2 l + 1), since a set is added to
+  // by its producer and never cleared inside the step. dn: the site in flight.
+  ops::DeferredNorm dn_all, dn;
   if (std::find(defer_post.begin(), defer_post.end(), 1) != defer_post.end() ||
       std::find(defer_next.begin(), defer_next.end(), 1) != defer_next.end())
-    dn = ops::deferred_norm_scratch(ctx, N, d, eps);
+    dn_all = ops::deferred_norm_scratch(ctx, N, d, eps, 2 * hp_.n_layer);
 
   ops::embedding(ctx, tok_embd_, plan.dev.ids, x);
   ops::rms_norm(ctx, x, norm_after(-1), eps, off, n);
@@ -622,6 +625,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     const Tensor& wo = L.full ? L.attn.wo : L.gdn.wout;
     Tensor hidden;  // silu(gate) * up, the down projection's input
     if (defer_post[l]) {
+      dn = ops::deferred_norm_site(dn_all, 2 * l);
       ops::matmul_add_deferred_norm(ctx, o_in, wo, x, L.post_norm, off, dn);  // x += o; dn = post_norm(x), deferred
       ops::matmul_swiglu_deferred(ctx, dn, L.mlp.gate_up, ff_gu, ff_h);
       hidden = ff_h;
@@ -633,6 +637,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
       hidden = swiglu_hidden(ctx, mlp_in, L.mlp, ff_gu, ff_h);
     }
     if (defer_next[l]) {
+      dn = ops::deferred_norm_site(dn_all, 2 * l + 1);
       ops::matmul_add_deferred_norm(ctx, hidden, L.mlp.down, x, norm_after(l), off, dn);  // x += mlp; dn = next norm
       in_deferred = true;
     } else {

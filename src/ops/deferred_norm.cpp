@@ -16,20 +16,19 @@ namespace {
 
 void check_deferred(const char* op, Context& ctx, const DeferredNorm& in) {
   check_same_device(op, ctx, {&in.u, &in.ss});
-  VI_CHECK(in.u.ndim() == 2 && in.u.cols() % kDeferredNormPartRows == 0 && !dtype_is_quantized(in.u.dtype()),
-           "op '{}': u {} must be [T, d] activations with d a multiple of {}", op, describe(in.u),
-           kDeferredNormPartRows);
-  VI_CHECK(in.ss.dtype() == DType::F32 && in.ss.ndim() == 2 && in.ss.dim(0) == in.u.rows() &&
-               in.ss.dim(1) == in.u.cols() / kDeferredNormPartRows,
-           "op '{}': ss {} must be [{}, {}] f32 for u {}", op, describe(in.ss), in.u.rows(),
-           in.u.cols() / kDeferredNormPartRows, describe(in.u));
+  VI_CHECK(in.u.ndim() == 2 && in.u.cols() <= kDeferredNormMaxWidth && !dtype_is_quantized(in.u.dtype()),
+           "op '{}': u {} must be [T, d] activations with d at most {}", op, describe(in.u), kDeferredNormMaxWidth);
+  VI_CHECK(in.ss.dtype() == DType::I64 && in.ss.ndim() == 2 && in.ss.dim(0) == in.u.rows() &&
+               in.ss.dim(1) == 2 * kDeferredNormSlots,
+           "op '{}': ss {} must be [{}, {}] i64 for u {}", op, describe(in.ss), in.u.rows(), 2 * kDeferredNormSlots,
+           describe(in.u));
 }
 
 size_t weight_bytes(const Tensor& w) {
   return dtype_row_bytes(dtype_file_form(w.dtype()), w.dim(1)) * static_cast<size_t>(w.dim(0));
 }
 
-// -1: as the environment says (VI_DEFER_NORM=1 turns the path on); 0 / 1: set_deferred_norm_allowed.
+// -1: as the environment says (on unless VI_DEFER_NORM=0); 0 / 1: set_deferred_norm_allowed.
 std::atomic<int>& allowed_override() {
   static std::atomic<int> v{-1};
   return v;
@@ -38,7 +37,7 @@ std::atomic<int>& allowed_override() {
 bool defer_allowed() {
   static const bool env_on = [] {
     const char* v = std::getenv("VI_DEFER_NORM");
-    return v && std::strcmp(v, "1") == 0;
+    return !(v && std::strcmp(v, "0") == 0);
   }();
   const int o = allowed_override().load(std::memory_order_relaxed);
   return o < 0 ? env_on : o == 1;
@@ -68,14 +67,38 @@ Tensor finished(Context& ctx, const DeferredNorm& in) {
 
 }  // namespace
 
-DeferredNorm deferred_norm_scratch(Context& ctx, int64_t T, int64_t d, float eps) {
-  VI_CHECK(d % kDeferredNormPartRows == 0, "deferred_norm_scratch: width {} is not a multiple of {}", d,
-           kDeferredNormPartRows);
+DeferredNorm deferred_norm_scratch(Context& ctx, int64_t T, int64_t d, float eps, int64_t sites) {
+  VI_CHECK(d > 0 && d <= kDeferredNormMaxWidth && T > 0 && sites > 0,
+           "deferred_norm_scratch: {} rows of width {} for {} sites (width at most {})", T, d, sites,
+           kDeferredNormMaxWidth);
   DeferredNorm n;
   n.u = empty(ctx, ctx.act, {T, d});
-  n.ss = empty(ctx, DType::F32, {T, d / kDeferredNormPartRows});
+  n.ss = empty(ctx, DType::I64, {sites * T, 2 * kDeferredNormSlots});
+  zero(ctx, n.ss);
   n.eps = eps;
   return n;
+}
+
+DeferredNorm deferred_norm_site(const DeferredNorm& scratch, int64_t i) {
+  const int64_t T = scratch.u.rows();
+  VI_CHECK(i >= 0 && (i + 1) * T <= scratch.ss.rows(), "deferred_norm_site: site {} of a scratch with {} sites", i,
+           scratch.ss.rows() / T);
+  DeferredNorm n = scratch;
+  n.ss = scratch.ss.slice_rows(i * T, (i + 1) * T);
+  return n;
+}
+
+float deferred_norm_total(const Tensor& ss, int64_t t) {
+  VI_CHECK(ss.device() == Device::CPU && ss.dtype() == DType::I64 && ss.cols() == 2 * kDeferredNormSlots,
+           "deferred_norm_total: ss {} must be a host [T, {}] i64 tensor", describe(ss), 2 * kDeferredNormSlots);
+  const uint64_t* w = reinterpret_cast<const uint64_t*>(ss.row<int64_t>(t));
+  uint64_t fine = 0, coarse = 0;
+  for (int64_t k = 0; k < kDeferredNormSlots; ++k) {
+    fine += w[2 * k];
+    coarse += w[2 * k + 1];
+  }
+  return static_cast<float>(fine) * (1.0f / kDeferredNormFineScale) +
+         static_cast<float>(coarse) * (1.0f / kDeferredNormCoarseScale);
 }
 
 OpTable<MatmulAddDeferredNormFn>& matmul_add_deferred_norm_table() {
@@ -174,8 +197,8 @@ bool deferred_norm_fused(Context& ctx, const Tensor& producer_w, const Tensor& c
   Tensor a = shaped(ctx.act, {T, producer_w.dim(1)}), x = shaped(ctx.act, {T, d}), nw = shaped(DType::F32, {d});
   DeferredNorm probe;
   probe.u = shaped(ctx.act, {T, d});
-  probe.ss = shaped(DType::F32, {T, d / kDeferredNormPartRows});
-  return d % kDeferredNormPartRows == 0 && consumer_w.dim(1) == d &&
+  probe.ss = shaped(DType::I64, {T, 2 * kDeferredNormSlots});
+  return d <= kDeferredNormMaxWidth && consumer_w.dim(1) == d &&
          matmul_add_deferred_norm_table().get(ctx.device, producer_w.dtype())(ctx, a, producer_w, x, nw, 0.0f,
                                                                                nullptr) &&
          matmul_deferred_table().get(ctx.device, consumer_w.dtype())(ctx, probe, consumer_w, kind, {}, false);

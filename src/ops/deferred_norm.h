@@ -1,16 +1,26 @@
 // The residual stream's RMS norm with its 1/rms left to the matmul that reads it, so a decode
 // step needs no norm kernel between two GEMVs: the GEMV before the norm adds its product to the
-// residual and writes u and the partial sums of squares in its epilogue; the GEMV after it
-// multiplies u and scales its sums by s before rounding them (docs/notes/decode_profile.md,
-// "The deferred norm"). With
+// residual and writes u and the sum of squares in its epilogue; the GEMV after it multiplies u
+// and scales its sums by s before rounding them (docs/notes/decode_profile.md, "The deferred
+// norm"). With
 //   norm(x)[t] = x[t] ⊙ (w_offset + w) · rsqrt(mean(x[t]²) + eps)   (add_rms_norm's y)
 // a DeferredNorm holds
-//   u[t]     = x[t] ⊙ (w_offset + w) / kDeferredNormUnit             (the activation dtype)
-//   ss[t, p] = Σ x[t, i]² over the kDeferredNormPartRows rows i of part p (f32)
-// and norm(x)[t] = u[t] · s[t], s[t] = kDeferredNormUnit · rsqrt(Σ_p ss[t, p] / d + eps), the
-// parts added in order. The unit keeps u inside f16 where w_offset + w > 1 multiplies a residual
-// value near f16's limit (x itself is f16 on GPUs); values it pushes below f16's normal range
-// lose bits only below 2^-24 · 16 in absolute terms.
+//   u[t]  = x[t] ⊙ (w_offset + w) / kDeferredNormUnit   (the activation dtype)
+//   ss[t] = Σ_i x[t, i]² in fixed point (below)
+// and norm(x)[t] = u[t] · s[t], s[t] = kDeferredNormUnit · rsqrt(Σ_i x[t, i]² / d + eps). The unit
+// keeps u inside f16 where w_offset + w > 1 multiplies a residual value near f16's limit (x itself
+// is f16 on GPUs); values it pushes below f16's normal range lose bits only below 2^-24 · 16 in
+// absolute terms.
+//
+// The sum of squares is kept as integers so that its parts can be added in any order and still
+// give the same bits: a producer's blocks add theirs with atomics, and each consumer block reads
+// one total per token instead of adding up partial sums (which cost the consumer ~10% more
+// instructions than the plain GEMV). Each value v = min(x², 2^32) goes to one of two words:
+// round(v · 2^32) to the fine word where v < 2^16, round(v · 2^4) to the coarse word otherwise
+// (exact to 2^-33 absolute, respectively 2^-21 relative; no overflow below d = 65536). A token
+// has kDeferredNormSlots (fine, coarse) pairs that the producer spreads its adds over; the total
+// is Σ fine · 2^-32 + Σ coarse · 2^-4. Non-finite residual values are clamped here, and reach the
+// output through u.
 //
 // Each op below equals the classic ops up to where s is applied and what is rounded: the
 // producer's x and u are add_rms_norm's x and (its y / s) rounded once; a consumer's outputs are
@@ -20,23 +30,35 @@
 // fuses both sides, which is where a model should take this path.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "ops/registry.h"
 
 namespace vi::ops {
 
-constexpr int64_t kDeferredNormPartRows = 8;
 constexpr float kDeferredNormUnit = 16.0f;
+constexpr int64_t kDeferredNormSlots = 2;
+constexpr int64_t kDeferredNormMaxWidth = 65536;  // the fine words cannot overflow below it
+constexpr float kDeferredNormFineLimit = 65536.0f;           // 2^16: v below goes to the fine word
+constexpr float kDeferredNormFineScale = 4294967296.0f;      // 2^32
+constexpr float kDeferredNormCoarseScale = 16.0f;            // 2^4
+constexpr float kDeferredNormClamp = 4294967296.0f;          // 2^32: v = min(x², this)
 
 struct DeferredNorm {
   Tensor u;   // [T, d] activation dtype
-  Tensor ss;  // [T, d / kDeferredNormPartRows] f32
+  Tensor ss;  // [T, 2 * kDeferredNormSlots] i64 (unsigned): (fine, coarse) per slot; zero before the producer
   float eps = 0.0f;
 };
 
-// Scratch for T rows of width d on ctx's device (d a multiple of kDeferredNormPartRows).
-DeferredNorm deferred_norm_scratch(Context& ctx, int64_t T, int64_t d, float eps);
+// Scratch for T rows of width d on ctx's device: u and `sites` zeroed sets of sums, one per norm
+// the caller defers (deferred_norm_site picks one). A set is used once: its producer adds to it.
+DeferredNorm deferred_norm_scratch(Context& ctx, int64_t T, int64_t d, float eps, int64_t sites = 1);
+// The DeferredNorm of site i of a scratch from deferred_norm_scratch (the same u).
+DeferredNorm deferred_norm_site(const DeferredNorm& scratch, int64_t i);
+// The sum of squares of row t that ss holds, as every backend computes it (f32: the fine and
+// coarse words added over the slots, each converted once and scaled). Host tensors only.
+float deferred_norm_total(const Tensor& ss_host, int64_t t);
 
 // x += a · wᵀ (each sum rounded to x's dtype, then the add rounded: matmul then add_rms_norm's
 // x), then out = the deferred norm of the new x with norm weight norm_w [d] f32.
@@ -61,16 +83,16 @@ using MatmulDeferredFn = bool (*)(Context&, const DeferredNorm& in, const Tensor
 OpTable<MatmulDeferredFn>& matmul_deferred_table();  // keyed by w dtype; optional
 
 // Whether the device fuses both sides for T rows: the producer on producer_w and the consumer
-// `kind` on consumer_w, and the path is on. Off by default: on the H200 it measured no faster
-// than the norm kernel at T = 1 and slower at T = 4 (docs/notes/decode_profile.md, "The deferred
-// norm"); the environment variable VI_DEFER_NORM=1 turns it on, set_deferred_norm_allowed
-// (tests) overrides both: 1 on, 0 off, -1 back to the environment.
+// `kind` on consumer_w, and the path is on. On by default (the H200's 27B Q4_K rounds take
+// ~0.15 ms less at T = 1 and 4, docs/notes/decode_profile.md, "The deferred norm"); the
+// environment variable VI_DEFER_NORM=0 turns it off, set_deferred_norm_allowed (tests)
+// overrides both: 1 on, 0 off, -1 back to the environment.
 bool deferred_norm_fused(Context& ctx, const Tensor& producer_w, const Tensor& consumer_w, DeferredConsumer kind,
                          int64_t T);
 void set_deferred_norm_allowed(int allowed);
 
 // The pieces the unfused ops run as. add_deferred_norm: x += o (rounded to x's dtype), out = the
-// deferred norm of the new x. finish_deferred_norm: y = u · s (y [T, d] of u's dtype).
+// deferred norm of the new x (its sums added to out.ss, which must be zero before). finish_deferred_norm: y = u · s (y [T, d] of u's dtype).
 void add_deferred_norm(Context& ctx, Tensor& x, const Tensor& o, const Tensor& norm_w, float w_offset,
                        DeferredNorm& out);
 using AddDeferredNormFn = void (*)(Context&, Tensor& x, const Tensor& o, const Tensor& norm_w, float w_offset,

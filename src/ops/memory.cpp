@@ -44,6 +44,18 @@ void upload_into(Context& ctx, const void* host, size_t bytes, Tensor& dst) {
   f.upload_into(ctx, host, bytes, dst);
 }
 
+void zero(Context& ctx, Tensor& t) {
+  VI_CHECK(t.device() == ctx.device, "zero: a {} tensor on {} with a {} context", t.shape_str(), device_name(t.device()),
+           device_name(ctx.device));
+  if (t.nbytes() == 0) return;
+  if (ctx.device == Device::CPU) {
+    std::memset(t.data(), 0, t.nbytes());
+    return;
+  }
+  const MemoryFns& f = need(ctx.device, memory_fns(ctx.device).zero != nullptr, "zero");
+  f.zero(ctx, t);
+}
+
 Tensor download(Context& ctx, const Tensor& t) {
   if (t.device() == Device::CPU) return t;
   const MemoryFns& f = need(t.device(), memory_fns(t.device()).download != nullptr, "download");

@@ -15,6 +15,8 @@ Tensor upload(Context& ctx, const Tensor& host);
 // Copies `bytes` bytes of host memory to the start of dst (on ctx.device; a plain memcpy on
 // the CPU). Stream-ordered: the host buffer may be reused as soon as this returns.
 void upload_into(Context& ctx, const void* host, size_t bytes, Tensor& dst);
+// Sets every byte of t to zero (stream-ordered; inside a recording, a memset node).
+void zero(Context& ctx, Tensor& t);
 // A host copy of a tensor on any device (the tensor itself when already on the host).
 Tensor download(Context& ctx, const Tensor& t);
 // Waits for all work queued on ctx (no-op on the CPU).
@@ -24,6 +26,7 @@ struct MemoryFns {
   Tensor (*empty)(Context&, DType, const std::vector<int64_t>&) = nullptr;
   Tensor (*upload)(Context&, const Tensor&) = nullptr;
   void (*upload_into)(Context&, const void*, size_t, Tensor&) = nullptr;
+  void (*zero)(Context&, Tensor&) = nullptr;
   Tensor (*download)(Context&, const Tensor&) = nullptr;
   void (*synchronize)(Context&) = nullptr;
 };

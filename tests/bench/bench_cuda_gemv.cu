@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -301,13 +302,14 @@ int main(int argc, char** argv) {
             };
             fused("fused swiglu, q4_kt", [&](const Tensor& w) { vi::cuda::gemv_q4kt_swiglu(ctx, xt, w, h); });
             fused("fused swiglu, q4_kr", [&](const Tensor& w) { vi::cuda::gemv_q4kr_swiglu(ctx, xt, row_layout(w), h); });
-            // The deferred norm's consumer (ops/deferred_norm.h) on the same weights, u = x and every
-            // partial sum 1: the same loop plus the staged sums and the scales (its cost in a decode
-            // round is the open question of docs/notes/decode_profile.md, "The deferred norm").
+            // The deferred norm's consumer (ops/deferred_norm.h) on the same weights, u = x and each
+            // token's sum of squares K (s = 16): the same loop plus the staged totals and the scales.
             ops::DeferredNorm dn = ops::deferred_norm_scratch(ctx, T, sh.K, 1e-6f);
             VI_CUDA_CHECK(cudaMemcpyAsync(dn.u.data(), xt.data(), xt.nbytes(), cudaMemcpyDeviceToDevice, stream));
-            const std::vector<float> ones(static_cast<size_t>(dn.ss.numel()), 1.0f);
-            ops::upload_into(ctx, ones.data(), ones.size() * sizeof(float), dn.ss);
+            std::vector<uint64_t> words(static_cast<size_t>(dn.ss.numel()), 0);
+            for (size_t i = 0; i < words.size(); i += 2 * ops::kDeferredNormSlots)
+              words[i] = static_cast<uint64_t>(sh.K) << 32;  // slot 0's fine word: K · 2^32
+            ops::upload_into(ctx, words.data(), words.size() * sizeof(uint64_t), dn.ss);
             if (vi::cuda::gemv_q4kt_deferred_supports(ctx, dn, ws[0], ops::DeferredConsumer::kSwiglu, {}))
               fused("fused swiglu, q4_kt, deferred-norm consumer", [&](const Tensor& w) {
                 vi::cuda::gemv_q4kt_deferred(ctx, dn, w, ops::DeferredConsumer::kSwiglu, {&h});

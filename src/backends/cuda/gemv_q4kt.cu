@@ -49,53 +49,50 @@ __global__ void q4kt_from_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_
 
 // The deferred norm's part in a launch (ops/deferred_norm.h): kNormConsume scales each token's
 // sums by s[t] before they are rounded; kNormProduce ends the GEMV with the residual add, u and
-// the tile's sums of squares instead of writing y. What either needs beyond the GEMV's own
-// operands (the partial sums; the residual and norm-weight rows of the tile) is copied into
-// shared memory by cp.async when the block starts and read at its end (read from L2 before or
-// after the loop it cost more). Even so the two ends cost about what the norm kernel they
-// replace did, which is why the path is off by default (docs/notes/decode_profile.md, "The
-// deferred norm").
+// the tile's sums of squares (added to the token's fixed-point total by atomics) instead of
+// writing y. What either needs beyond the GEMV's own operands (the totals; the residual and
+// norm-weight rows of the tile) is copied into shared memory by cp.async when the block starts
+// and read at its end (read from L2 after the loop it cost a round trip per block).
 enum : int { kNormNone = 0, kNormConsume = 1, kNormProduce = 2 };
-constexpr int kDeferStagedSums = 8192;  // consume: at most 4 × ceil(T / 2) × parts floats (32 KB) a block stages
+constexpr int kSsWords = 2 * ops::kDeferredNormSlots;  // u64 words per token
+static_assert(kSsWords == 4, "a token's words are two 16-byte copies");
 struct NormArgs {
-  const float* ss_in;  // consume: [T, p_in] partial sums of squares
-  int p_in;            // consume: parts per row (a multiple of 4)
-  float inv_d, eps;    // consume: 1 / d, the norm's eps
-  __half* x;           // produce: the residual [T, N], read and written
-  const float* w;      // produce: norm weight [N] f32
-  float w_offset;      // produce
-  __half* u;           // produce: [T, N]
-  float* ss;           // produce: [T, N / 8]
+  const unsigned long long* ss_in;  // consume: [T, kSsWords] the totals
+  float inv_d, eps;                 // consume: 1 / d, the norm's eps
+  __half* x;                        // produce: the residual [T, N], read and written
+  const float* w;                   // produce: norm weight [N] f32
+  float w_offset;                   // produce
+  __half* u;                        // produce: [T, N]
+  unsigned long long* ss;           // produce: [T, kSsWords], added to
 };
 
 // Consume. A thread's sums at the end are for tokens of its warp's parity (store_tile_sums and
 // write_swiglu_sums give thread k of a 128-thread block token 2 (k & 3) + ((k >> 5) & 1)), so
-// each warp stages, adds up and keeps s for those tokens itself: no block barrier, and the
-// partial sums' copies land while the loop runs. staged: the warp's [ceil(T / 2), p_in] area.
-__device__ __forceinline__ int consume_tokens_per_warp(int n_tok) { return (n_tok + 1) / 2; }
-
-// At the block's start (after pdl_wait): the partial sums of this warp's tokens into staged.
-__device__ __forceinline__ void stage_sums(const NormArgs& na, int n_tok, float* staged) {
-  const int lane = threadIdx.x & 31, parity = (threadIdx.x >> 5) & 1, chunks = na.p_in / 4;
-  for (int t = parity, j = 0; t < n_tok; t += 2, ++j)
-    for (int c = lane; c < chunks; c += 32)
-      cp_async16(staged + j * na.p_in + 4 * c, na.ss_in + static_cast<int64_t>(t) * na.p_in + 4 * c, true);
+// lane j < 4 of each warp stages token 2 j + parity's words and computes its s: no block
+// barrier, and the copies land while the loop runs.
+struct ConsumeStage {
+  uint4 words[4][4][2];  // [warp][lane j][two 16-byte halves]
+};
+__device__ __forceinline__ void stage_totals(const NormArgs& na, int n_tok, ConsumeStage& st) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = 2 * (lane >> 1) + (warp & 1);
+  if (lane < 8 && t < n_tok)  // lanes 2j, 2j + 1: the two halves of token 2 j + parity
+    cp_async16(&st.words[warp][lane >> 1][lane & 1], na.ss_in + static_cast<int64_t>(t) * kSsWords + 2 * (lane & 1),
+               true);
   cp_async_commit();
 }
 
-// After the loop: s[t] = unit · rsqrt(Σ_p ss[t, p] · inv_d + eps) for this warp's tokens into
-// s_warp[t] (shared, this warp's own). Each lane adds the parts p ≡ lane (mod 32) in order, then
-// five shuffles: a fixed order, so every block and replay gets the same s.
-__device__ __forceinline__ void warp_scales(const NormArgs& na, int n_tok, const float* staged, float* s_warp) {
-  const int lane = threadIdx.x & 31, parity = (threadIdx.x >> 5) & 1;
+// After the loop: s[t] = unit · rsqrt(total · inv_d + eps) for this warp's tokens into s_warp[t].
+__device__ __forceinline__ void warp_scales(const NormArgs& na, int n_tok, const ConsumeStage& st, float* s_warp) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = 2 * lane + (warp & 1);
   cp_async_wait<0>();
   __syncwarp();
-  for (int t = parity, j = 0; t < n_tok; t += 2, ++j) {
-    float acc = 0.0f;
-    for (int p = lane; p < na.p_in; p += 32) acc += staged[j * na.p_in + p];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (lane == 0) s_warp[t] = ops::kDeferredNormUnit * rsqrtf(acc * na.inv_d + na.eps);
+  if (lane < 4 && t < n_tok) {
+    const uint4 a = st.words[warp][lane][0], b = st.words[warp][lane][1];
+    auto u64 = [](uint32_t lo, uint32_t hi) { return static_cast<unsigned long long>(hi) << 32 | lo; };
+    const unsigned long long fine = u64(a.x, a.y) + u64(b.x, b.y), coarse = u64(a.z, a.w) + u64(b.z, b.w);
+    const float total = __ull2float_rn(fine) * (1.0f / ops::kDeferredNormFineScale) +
+                        __ull2float_rn(coarse) * (1.0f / ops::kDeferredNormCoarseScale);
+    s_warp[t] = ops::kDeferredNormUnit * rsqrtf(total * na.inv_d + na.eps);
   }
   __syncwarp();
 }
@@ -117,13 +114,12 @@ __device__ __forceinline__ void stage_residual(const NormArgs& na, int64_t N, in
 }
 
 // Produce, after the loop: the tile's row sums o rounded to f16 as matmul stores them, then
-// x[t, n] = f16(x + o) as add_rms_norm rounds it, u = f16(x · (w_offset + w) / unit) and the
-// sums of x² of the tile's two 8-row halves into ss[t, 2 tile + half]: a warp holds token t's
-// 8 rows of one half in lanes 4g + c (g the row), so three shuffles add them, in a fixed order,
-// with no block barrier. Every thread of the block calls it.
+// x[t, n] = f16(x + o) as add_rms_norm rounds it, u = f16(x · (w_offset + w) / unit), and each
+// x² in fixed point (ops/deferred_norm.h) added over the 8 rows a warp holds of one token (lanes
+// 4g + c, g the row: three shuffles) and to slot `half` of the token's total by one atomic per
+// word. Integer sums: any order of blocks gives the same bits. Every thread of the block calls it.
 __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const NormArgs& na, const ProduceStage& st,
                                                      int64_t N, int n_tok) {
-  static_assert(ops::kDeferredNormPartRows == 8, "a part is the 8 rows one warp holds of one token");
   __shared__ float red[4][4][32];
   cp_async_wait<0>();  // the staged rows: visible to every thread after stash_tile_sums' barrier
   stash_tile_sums(acc, red);
@@ -133,18 +129,29 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
   for (int wv = 0; wv < 4; ++wv) sum += red[wv][i][l];
   const int r = (l >> 2) + 8 * (i >> 1), tok = 2 * (l & 3) + (i & 1);
   const int64_t at = static_cast<int64_t>(tok) * N + int64_t(blockIdx.x) * 16 + r;
-  float x2 = 0.0f;
+  unsigned long long fine = 0, coarse = 0;
   if (tok < n_tok) {
     const float o = __half2float(__float2half_rn(sum));
     const __half xn = __float2half_rn(__half2float(st.x[tok][r]) + o);
     na.x[at] = xn;
     const float xf = __half2float(xn);
     na.u[at] = __float2half_rn(xf * (st.w[r] + na.w_offset) * (1.0f / ops::kDeferredNormUnit));
-    x2 = xf * xf;
+    const float v = fminf(xf * xf, ops::kDeferredNormClamp);  // a NaN square becomes the clamp too
+    if (v < ops::kDeferredNormFineLimit)
+      fine = __float2ull_rn(v * ops::kDeferredNormFineScale);
+    else
+      coarse = __float2ull_rn(v * ops::kDeferredNormCoarseScale);
   }
 #pragma unroll
-  for (int o = 4; o < 32; o <<= 1) x2 += __shfl_xor_sync(0xffffffffu, x2, o);
-  if ((l >> 2) == 0 && tok < n_tok) na.ss[static_cast<int64_t>(tok) * (N / 8) + 2 * blockIdx.x + (i >> 1)] = x2;
+  for (int o = 4; o < 32; o <<= 1) {
+    fine += __shfl_xor_sync(0xffffffffu, fine, o);
+    coarse += __shfl_xor_sync(0xffffffffu, coarse, o);
+  }
+  if ((l >> 2) == 0 && tok < n_tok) {
+    unsigned long long* w = na.ss + static_cast<int64_t>(tok) * kSsWords + 2 * (i >> 1);
+    if (fine) atomicAdd(w, fine);
+    if (coarse) atomicAdd(w + 1, coarse);
+  }
 }
 
 // A block of 4 warps per 16-row tile, walking it as q4kt_walk.cuh describes. MINB: blocks per
@@ -158,20 +165,19 @@ __global__ void __launch_bounds__(128, MINB)
   Q4ktTileWalk<SWIGLU> walk(w, x, n_tok, N, n_sb, K, blockIdx.x);
   walk.start();
   [[maybe_unused]] __shared__ ProduceStage produce;
-  extern __shared__ float staged[];  // consume: [4 warps][ceil(T / 2)][p_in], dynamic shared memory
+  [[maybe_unused]] __shared__ ConsumeStage consume;
   if constexpr (NORM == kNormProduce) stage_norm_weight(na, produce);
   pdl_wait();
   pdl_trigger();
   if constexpr (NORM == kNormProduce) stage_residual(na, N, n_tok, produce);
-  float* my_staged = staged + (threadIdx.x >> 5) * consume_tokens_per_warp(n_tok) * na.p_in;
-  if constexpr (NORM == kNormConsume) stage_sums(na, n_tok, my_staged);
+  if constexpr (NORM == kNormConsume) stage_totals(na, n_tok, consume);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   walk.run(magic, acc);
   if constexpr (NORM == kNormProduce) {
     finish_deferred_tile(acc, na, produce, N, n_tok);
   } else if constexpr (NORM == kNormConsume) {
     __shared__ float s_warp[4][8];
-    warp_scales(na, n_tok, my_staged, s_warp[threadIdx.x >> 5]);
+    warp_scales(na, n_tok, consume, s_warp[threadIdx.x >> 5]);
     finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok, s_warp[threadIdx.x >> 5]);
   } else {
     finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
@@ -182,9 +188,7 @@ template <int MINB, bool SWIGLU, int NORM = kNormNone>
 void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
   const int64_t N = w.dim(0), K = w.dim(1);
   const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
-  const size_t staged =
-      NORM == kNormConsume ? sizeof(float) * 4 * static_cast<size_t>((x.rows() + 1) / 2) * na.p_in : 0;
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM>, dim3(blocks), dim3(128), staged, stream_of(ctx),
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM>, dim3(blocks), dim3(128), 0, stream_of(ctx),
                            w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
                            static_cast<int>(K / kQKK), K, kQ4krMagic, na));
 }
@@ -202,8 +206,7 @@ void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const
 // The consumer's NormArgs for the deferred norm `in`.
 NormArgs consume_args(const ops::DeferredNorm& in) {
   NormArgs na{};
-  na.ss_in = in.ss.ptr<float>();
-  na.p_in = static_cast<int>(in.ss.cols());
+  na.ss_in = in.ss.ptr<unsigned long long>();
   na.inv_d = 1.0f / static_cast<float>(in.u.cols());
   na.eps = in.eps;
   return na;
@@ -271,15 +274,15 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
   na.w = norm_w.ptr<float>();
   na.w_offset = w_offset;
   na.u = out.u.ptr<__half>();
-  na.ss = out.ss.ptr<float>();
+  na.ss = out.ss.ptr<unsigned long long>();
   launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, gemv_q4kt_default_blocks(w.dim(0)), na);
 }
 
 bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
                                  ops::DeferredConsumer kind, const std::vector<Tensor*>& parts) {
-  // Each warp stages its tokens' partial sums (kDeferStagedSums floats a block) in 16-byte copies.
+  // The totals are staged in 16-byte copies (ss rows of kSsWords u64, 16-byte aligned).
   if (!gemv_q4kt_supports(ctx, in.u, w) || w.dim(1) != in.u.cols()) return false;
-  if (in.ss.cols() % 4 != 0 || 4 * ((in.u.rows() + 1) / 2) * in.ss.cols() > kDeferStagedSums) return false;
+  if (in.ss.cols() != kSsWords || !is_aligned(in.ss.data(), 16)) return false;
   switch (kind) {
     case ops::DeferredConsumer::kMatmul: return true;
     case ops::DeferredConsumer::kSwiglu: return gemv_q4kt_swiglu_supports(ctx, in.u, w);

@@ -48,8 +48,8 @@ void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, 
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
 void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h);
 
-// The deferred norm (ops/deferred_norm.h) on Q4_KT. Producer: x += a · wᵀ, then out's u and
-// partial sums of squares, from the GEMV's epilogue (a [T, K] f16, w [d, K], x [T, d] f16).
+// The deferred norm (ops/deferred_norm.h) on Q4_KT. Producer: x += a · wᵀ, then out's u, and the
+// sums of squares added to out.ss, from the GEMV's epilogue (a [T, K] f16, w [d, K], x [T, d] f16).
 bool gemv_q4kt_add_deferred_norm_supports(const ops::Context& ctx, const Tensor& a, const Tensor& w, const Tensor& x);
 void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const Tensor& w, Tensor& x,
                                  const Tensor& norm_w, float w_offset, ops::DeferredNorm& out);

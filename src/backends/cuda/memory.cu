@@ -60,6 +60,10 @@ void cuda_upload_into(ops::Context& ctx, const void* host, size_t bytes, Tensor&
   VI_CUDA_CHECK(cudaMemcpyAsync(dst.data(), host, bytes, cudaMemcpyHostToDevice, stream_of(ctx)));
 }
 
+void cuda_zero(ops::Context& ctx, Tensor& t) {
+  VI_CUDA_CHECK(cudaMemsetAsync(t.data(), 0, t.nbytes(), stream_of(ctx)));
+}
+
 Tensor cuda_download(ops::Context& ctx, const Tensor& t) {
   Tensor host = Tensor::empty(t.dtype(), t.shape());
   host.set_name(t.name());
@@ -85,6 +89,7 @@ const bool registered = [] {
   f.empty = device_empty;
   f.upload = cuda_upload;
   f.upload_into = cuda_upload_into;
+  f.zero = cuda_zero;
   f.download = cuda_download;
   f.synchronize = cuda_synchronize;
   return true;

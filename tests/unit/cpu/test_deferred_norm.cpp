@@ -1,8 +1,12 @@
 // CPU deferred norm (ops/deferred_norm.h) against the classic ops: matmul_add_deferred_norm's
 // residual equals matmul + add_rms_norm's bit for bit, finish_deferred_norm(u, ss) their norm
 // within fp32 rounding, and each consumer (matmul, matmul_split, matmul_swiglu) its plain op on
-// that norm; shapes the ops refuse name the op.
+// that norm; the fixed-point sums of squares hold any f32 row to f32 precision, are added to (not
+// overwritten) and keep a scratch's sites apart; shapes the ops refuse name the op.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
 
 #include "ops/deferred_norm.h"
 #include "ops/elementwise.h"
@@ -61,18 +65,74 @@ TEST(CpuDeferredNorm, MatchesAddRmsNormAndItsConsumers) {
   }
 }
 
+// Rows whose squares span the fine and the coarse words (1e-6 .. 6e4, f16's range), against
+// a double sum. The fine words' rounding is 2^-33 a value, the coarse words' 2^-21 relative.
+TEST(CpuDeferredNorm, FixedPointSumsOfSquares) {
+  const unsigned seed = test::test_seed();
+  std::mt19937 rng(seed);
+  ops::Context ctx;
+  const int64_t T = 4, d = 5120;
+  Tensor x = Tensor::empty(DType::F32, {T, d}), zero_o = Tensor::empty(DType::F32, {T, d});
+  Tensor nw = test::random_f32(rng, {d}, 0.5f);
+  std::uniform_real_distribution<float> mag(-6.0f, 4.8f);  // |x| = 10^mag
+  std::bernoulli_distribution neg(0.5);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < d; ++i) {
+      // Row 0 all tiny (its norm is eps-dominated), row 1 all large, rows 2, 3 mixed.
+      const float m = t == 0 ? mag(rng) - 3.0f : t == 1 ? 3.0f + 0.3f * mag(rng) : mag(rng);
+      x.row<float>(t)[i] = (neg(rng) ? -1.0f : 1.0f) * std::pow(10.0f, m);
+      zero_o.row<float>(t)[i] = 0.0f;
+    }
+  ops::DeferredNorm all = ops::deferred_norm_scratch(ctx, T, d, 1e-6f, 3);
+  for (int64_t site = 0; site < 3; ++site) {
+    ops::DeferredNorm dn = ops::deferred_norm_site(all, site);
+    for (int64_t t = 0; t < T; ++t) ASSERT_EQ(ops::deferred_norm_total(dn.ss, t), 0.0f) << "site " << site;
+  }
+  ops::DeferredNorm dn = ops::deferred_norm_site(all, 1);
+  ops::add_deferred_norm(ctx, x, zero_o, nw, 1.0f, dn);
+  for (int64_t t = 0; t < T; ++t) {
+    double want = 0.0;
+    for (int64_t i = 0; i < d; ++i) want += double(x.row<float>(t)[i]) * x.row<float>(t)[i];
+    const double got = ops::deferred_norm_total(dn.ss, t);
+    EXPECT_NEAR(got, want, 2e-7 * want + d * std::ldexp(1.0, -33)) << "row " << t << " seed " << seed;
+    EXPECT_EQ(ops::deferred_norm_total(ops::deferred_norm_site(all, 0).ss, t), 0.0f) << "site 0 untouched";
+    EXPECT_EQ(ops::deferred_norm_total(ops::deferred_norm_site(all, 2).ss, t), 0.0f) << "site 2 untouched";
+  }
+  // A second producer into the same set adds: the total doubles (exactly: integer words).
+  const float once = ops::deferred_norm_total(dn.ss, 2);
+  Tensor x_same = test::copy_of(x);
+  ops::add_deferred_norm(ctx, x_same, zero_o, nw, 1.0f, dn);
+  EXPECT_EQ(ops::deferred_norm_total(dn.ss, 2), 2.0f * once);
+  // A non-finite residual value is clamped in the sums (finite, no wrap) and reaches u.
+  ops::DeferredNorm bad = ops::deferred_norm_scratch(ctx, 1, 16, 1e-6f);
+  Tensor xb = Tensor::empty(DType::F32, {1, 16}), ob = Tensor::empty(DType::F32, {1, 16}), nb = test::random_f32(rng, {16});
+  for (int i = 0; i < 16; ++i) {
+    xb.row<float>(0)[i] = 1.0f;
+    ob.row<float>(0)[i] = 0.0f;
+  }
+  xb.row<float>(0)[3] = std::numeric_limits<float>::quiet_NaN();
+  xb.row<float>(0)[7] = std::numeric_limits<float>::infinity();
+  ops::add_deferred_norm(ctx, xb, ob, nb, 1.0f, bad);
+  EXPECT_EQ(ops::deferred_norm_total(bad.ss, 0), 14.0f + 2.0f * ops::kDeferredNormClamp);
+  EXPECT_TRUE(std::isnan(bad.u.row<float>(0)[3]));
+  EXPECT_TRUE(std::isinf(bad.u.row<float>(0)[7]));
+}
+
 TEST(CpuDeferredNorm, RefusesMismatchedShapes) {
   std::mt19937 rng(1);
   ops::Context ctx;
   Tensor a = test::random_f32(rng, {2, 48}), w = test::random_f32(rng, {64, 48}), x = test::random_f32(rng, {2, 64});
   Tensor nw = test::random_f32(rng, {64});
   ops::DeferredNorm dn = ops::deferred_norm_scratch(ctx, 2, 64, 1e-6f);
-  dn.ss = Tensor::empty(DType::F32, {2, 3});  // 64 / 8 = 8 parts
+  dn.ss = Tensor::empty(DType::F32, {2, 4});  // the sums are i64 words
   std::string msg = test::error_of([&] { ops::matmul_add_deferred_norm(ctx, a, w, x, nw, 1.0f, dn); });
   EXPECT_NE(msg.find("matmul_add_deferred_norm"), std::string::npos) << msg;
   EXPECT_NE(msg.find("ss"), std::string::npos) << msg;
-  std::string msg2 = test::error_of([&] { ops::deferred_norm_scratch(ctx, 2, 60, 1e-6f); });
-  EXPECT_NE(msg2.find("multiple of 8"), std::string::npos) << msg2;
+  std::string msg2 = test::error_of([&] { ops::deferred_norm_scratch(ctx, 2, 65537, 1e-6f); });
+  EXPECT_NE(msg2.find("at most 65536"), std::string::npos) << msg2;
+  ops::DeferredNorm two = ops::deferred_norm_scratch(ctx, 2, 64, 1e-6f, 2);
+  std::string msg5 = test::error_of([&] { ops::deferred_norm_site(two, 2); });
+  EXPECT_NE(msg5.find("site 2"), std::string::npos) << msg5;
   ops::DeferredNorm ok = ops::deferred_norm_scratch(ctx, 2, 64, 1e-6f);
   Tensor w2 = test::random_f32(rng, {32, 64}), y_bad = Tensor::empty(DType::F32, {2, 31});
   std::string msg3 = test::error_of([&] { ops::matmul_deferred(ctx, ok, w2, y_bad); });

@@ -1,10 +1,12 @@
 // CUDA vs CPU for the deferred norm (ops/deferred_norm.h) on the Q4_KT decode GEMVs: the producer
-// (x += a · wᵀ; u and the partial sums of squares from the GEMV's epilogue) and the three
+// (x += a · wᵀ; u and the fixed-point sums of squares from the GEMV's epilogue) and the three
 // consumers (matmul, matmul_split, the fused SwiGLU on u, scaled by s), T = 1..8. The CPU runs
 // the ops' pieces on the file-layout Q4_K weights. A consumer is checked on the GPU producer's
-// own u and sums (downloaded for the CPU), so each kernel's error is its own. Outputs are
+// own u and sums (downloaded for the CPU), so each kernel's error is its own; the sums against a
+// double sum of the GPU's own residual, with rows reaching f16's range (both words). Outputs are
 // poisoned with NaN first; every GPU result is also recomputed and must repeat bit for bit (the
-// sums are added in a fixed order, which recorded decode steps rely on). Where the device does
+// sums are integers, added in any order), and a second producer into one set of sums adds to it
+// exactly. Where the device does
 // not fuse both sides (volta profile, f32 activations), ops::deferred_norm_fused must say so and
 // the ops must fail with the op named rather than run something else.
 #include <gtest/gtest.h>
@@ -37,7 +39,7 @@ class DeferredNormGpu : public CudaOpTest {
   void SetUp() override {
     CudaOpTest::SetUp();
     if (IsSkipped()) return;
-    ops::set_deferred_norm_allowed(1);  // off by default in models; these tests run the kernels
+    ops::set_deferred_norm_allowed(1);  // on whatever VI_DEFER_NORM says: these tests run the kernels
     wp = rand_weight(DType::Q4_K, kD, kK, 0.5f);
     wg = rand_weight(DType::Q4_K, 2 * kF, kD, 0.5f);
     wi = rand_weight(DType::Q4_K, kSplitRows, kD, 0.5f);
@@ -54,7 +56,7 @@ class DeferredNormGpu : public CudaOpTest {
            ops::deferred_norm_fused(g, dwp, dwi, ops::DeferredConsumer::kSplit, 4);
   }
 
-  // The GPU producer on (a, x); returns the new x, u and ss on the host (f32).
+  // The GPU producer on (a, x); returns the new x, u and ss on the host (x, u f32; ss i64).
   struct Produced {
     Tensor x, u, ss;
     ops::DeferredNorm dev;
@@ -62,15 +64,13 @@ class DeferredNormGpu : public CudaOpTest {
   Produced produce(const Tensor& a, const Tensor& x) {
     Produced p;
     Tensor dx = up(x);
-    p.dev = ops::deferred_norm_scratch(g, a.rows(), kD, kEps);
+    p.dev = ops::deferred_norm_scratch(g, a.rows(), kD, kEps);  // sums zeroed
     const Tensor nan_u = host_as(nan_f32({a.rows(), kD}), act());
-    const Tensor nan_ss = nan_f32({a.rows(), kD / ops::kDeferredNormPartRows});
     ops::upload_into(g, nan_u.data(), nan_u.nbytes(), p.dev.u);
-    ops::upload_into(g, nan_ss.data(), nan_ss.nbytes(), p.dev.ss);
     ops::matmul_add_deferred_norm(g, up(a), dwp, dx, dnw, kOff, p.dev);
     p.x = down(dx);
     p.u = down(p.dev.u);
-    p.ss = down(p.dev.ss);
+    p.ss = ops::download(g, p.dev.ss);  // i64 words, as they are
     return p;
   }
 
@@ -94,7 +94,9 @@ TEST_P(DeferredNormGpu, FusedGemvsMatchTheCpu) {
   }
   for (int64_t T : {1, 2, 3, 4, 8}) {
     const std::string at = fmt::format("T={}", T);
-    Tensor a = rand_f32({T, kK}, act(), -1.0f, 1.0f), x = rand_f32({T, kD}, act(), -4.0f, 4.0f);
+    // T = 3: a residual near f16's range (squares in the coarse words).
+    const float xr = T == 3 ? 3e4f : 4.0f;
+    Tensor a = rand_f32({T, kK}, act(), -1.0f, 1.0f), x = rand_f32({T, kD}, act(), -xr, xr);
 
     // Producer: against the CPU's pieces on the same inputs.
     Tensor xc = Tensor::empty(DType::F32, {T, kD});
@@ -104,10 +106,23 @@ TEST_P(DeferredNormGpu, FusedGemvsMatchTheCpu) {
     Produced p = produce(a, x);
     EXPECT_CLOSE(p.x, xc, 4e-3, "residual " + at);
     EXPECT_CLOSE(p.u, cdn.u, 4e-3, "u " + at);
-    EXPECT_CLOSE(p.ss, cdn.ss, 4e-3, "sums of squares " + at);
+    for (int64_t t = 0; t < T; ++t) {
+      double own = 0.0;  // of the GPU's own (f16) residual
+      for (int64_t i = 0; i < kD; ++i) own += double(p.x.row<float>(t)[i]) * p.x.row<float>(t)[i];
+      const double got = ops::deferred_norm_total(p.ss, t), cpu_total = ops::deferred_norm_total(cdn.ss, t);
+      EXPECT_NEAR(got, own, 2e-7 * own + kD * std::ldexp(1.0, -33)) << "sum of squares, row " << t << ", " << at;
+      EXPECT_NEAR(got, cpu_total, 8e-3 * cpu_total) << "sum of squares against the CPU, row " << t << ", " << at;
+    }
     Produced again = produce(a, x);
     EXPECT_TRUE(same_bits(p.x, again.x) && same_bits(p.u, again.u) && same_bits(p.ss, again.ss))
         << "producer not repeatable, " << at;
+    {  // a second producer into again's set of sums adds the same words: every total doubles
+      Tensor dx = up(x);
+      ops::matmul_add_deferred_norm(g, up(a), dwp, dx, dnw, kOff, again.dev);
+      const Tensor twice = ops::download(g, again.dev.ss);
+      for (int64_t t = 0; t < T; ++t)
+        EXPECT_EQ(ops::deferred_norm_total(twice, t), 2.0f * ops::deferred_norm_total(p.ss, t)) << at;
+    }
 
     // Consumers on the GPU's own u and ss; the CPU runs finish_deferred_norm then the plain op.
     ops::DeferredNorm host{p.u, p.ss, kEps};
