@@ -3,6 +3,7 @@
 # so the comparison does not ride on the ~3% the round moves between device jobs:
 #
 #   A="VI_PDL=1" B="VI_PDL=0" scripts/gpu_ab.sh BUNDLE.tar.xz [LOG_DIR]
+#   (C="..." and D="..." add a third and fourth setting to each alternation)
 #
 # A and B are each a list of environment assignments (NAME=value), voltinfer bench flags (words
 # starting with -) and at most one bin=NAME (run bin/NAME of the bundle instead of bin/voltinfer:
@@ -28,6 +29,8 @@ t0=$SECONDS
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/gpu: /'
   echo "A: ${A:-}"
   echo "B: ${B:-}"
+  [ -n "${C:-}" ] && echo "C: $C"
+  [ -n "${D:-}" ] && echo "D: $D"
 } | tee "$out/summary.txt"
 timeout 90 "$vi" hwcheck --json > "$out/hwcheck.json" 2> "$out/hwcheck.txt"
 bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["devices"][0]["copy_gbs"]["median"])' \
@@ -56,18 +59,20 @@ run_setting() {
     --bandwidth-gbs "$bw" "${run[@]}" >> "$out/bench.log" 2>&1
   echo "bench $name${mode:+ ($mode)}: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
 }
+# C and D: optional third and fourth settings, run after B in each alternation.
+names="A B"
+[ -n "${C:-}" ] && names="$names C"
+[ -n "${D:-}" ] && names="$names D"
 for rep in $(seq "${REPS_AB:-2}"); do
-  run_setting A "${A:-}"
-  run_setting B "${B:-}"
+  for name in $names; do run_setting $name "${!name:-}"; done
 done
 grep -hE '^===|^\| .* (decode|verify) ' "$out/bench.log" | grep -v ' (trace)' | cut -c1-200 >> "$out/summary.txt"
 # TRACE=1: a traced run of each setting; its per-op rows and the round of each depth go to the
 # summary (whole tables in trace_A.md, trace_B.md). Traced rounds are slower: compare them with
 # each other, not with the untraced rows above.
 if [ "${TRACE:-0}" = 1 ]; then
-  for name in A B; do
-    spec=A; [ $name = B ] && spec=B
-    run_setting $name "${!spec:-}" trace
+  for name in $names; do
+    run_setting $name "${!name:-}" trace
     echo "--- kernel trace $name (µs a round)" >> "$out/summary.txt"
     grep -E '^\| ' "$out/trace_$name.md" 2>/dev/null | grep -E '[0-9]+(\.[0-9]+)? \| [0-9]' |
       grep -vE '\| (decode|verify) [0-9]' | cut -c1-200 | head -n 60 >> "$out/summary.txt"
