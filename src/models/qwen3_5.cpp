@@ -544,24 +544,6 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
       std::find(defer_next.begin(), defer_next.end(), 1) != defer_next.end())
     dn_all = ops::deferred_norm_scratch(ctx, N, d, eps, 2 * hp_.n_layer);
 
-  // Decode and verify rounds: between a layer's input projection and its output projection run
-  // latency-bound steps (GDN conv and recurrence; attention, at short contexts) that leave DRAM
-  // mostly idle. The output projection's weights, and with what the budget leaves the first rows of
-  // each half of the gate|up after it (its first blocks' bytes), are asked into the device's cache
-  // then (ops::prefetch: a hint; nothing on the CPU).
-  const int64_t pf_budget = N <= kStackedMlpMaxRows ? ops::prefetch_budget(ctx) : 0;
-  auto prefetch_block_out = [&](const Layer& L) {
-    if (pf_budget <= 0) return;
-    const Tensor& wo = L.full ? L.attn.wo : L.gdn.wout;
-    const int64_t wo_bytes = std::min<int64_t>(static_cast<int64_t>(wo.nbytes()), pf_budget);
-    ops::prefetch(ctx, wo, 0, wo_bytes);
-    const Tensor& gu = L.mlp.gate_up;
-    const int64_t each = (pf_budget - wo_bytes) / 2, half = static_cast<int64_t>(gu.nbytes()) / 2;
-    if (gu.data() == nullptr || each <= 0) return;
-    ops::prefetch(ctx, gu, 0, std::min(each, half));
-    ops::prefetch(ctx, gu, half, half + std::min(each, half));
-  };
-
   ops::embedding(ctx, tok_embd_, plan.dev.ids, x);
   ops::rms_norm(ctx, x, norm_after(-1), eps, off, n);
   const Tensor* in = &n;  // the layer's normed input: n, or nq where its projection takes int8 blocks
@@ -583,7 +565,6 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
         ops::matmul(ctx, *in, A.wk, k);
         ops::matmul(ctx, *in, A.wv, v);
       }
-      prefetch_block_out(L);
       // q, k = RoPE(RMSNorm1p(q)), RoPE(RMSNorm1p(k)) per head; K/V cache append; attention.
       Tensor qh = q.reshape({N, Hq, hd});
       const QkNormRope nr{A.q_norm, A.k_norm, eps, off, static_cast<int>(hp_.rot_dim), hp_.rope_theta};
@@ -603,7 +584,6 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
         ops::matmul(ctx, *in, G.wb, lb);
         ops::matmul(ctx, *in, G.wa, la);
       }
-      prefetch_block_out(L);
       if (!fused_core) ops::gdn_gates(ctx, la, lb, G.neg_exp_A, G.dt_bias, g, beta);
       gdn_states.clear();
       for (size_t i = 0; i < items.size(); ++i) {

@@ -17,18 +17,6 @@ Tensor upload(Context& ctx, const Tensor& host);
 void upload_into(Context& ctx, const void* host, size_t bytes, Tensor& dst);
 // Sets every byte of t to zero (stream-ordered; inside a recording, a memset node).
 void zero(Context& ctx, Tensor& t);
-// Asks the device to bring bytes [begin, end) of t into its last-level cache ahead of a later
-// kernel that reads them, so that memory bandwidth the kernels queued in between leave unused
-// (latency-bound steps such as the GDN recurrence) is spent on that kernel's bytes. A hint: no
-// value changes and nothing waits for the bytes; stream-ordered after the work before it (the
-// kernels after it still see every write before it). On the CPU, and with VI_L2_PREFETCH=0, it
-// does nothing. begin <= end <= t.nbytes() is checked.
-void prefetch(Context& ctx, const Tensor& t, int64_t begin, int64_t end);
-// How many bytes a caller may ask prefetch() for ahead of one kernel: half the device's
-// last-level cache (the rest holds what runs meanwhile), VI_L2_PREFETCH=<MiB> to override, 0 on
-// the CPU or with VI_L2_PREFETCH=0.
-int64_t prefetch_budget(Context& ctx);
-
 // A host copy of a tensor on any device (the tensor itself when already on the host).
 Tensor download(Context& ctx, const Tensor& t);
 // Waits for all work queued on ctx (no-op on the CPU).
@@ -39,9 +27,6 @@ struct MemoryFns {
   Tensor (*upload)(Context&, const Tensor&) = nullptr;
   void (*upload_into)(Context&, const void*, size_t, Tensor&) = nullptr;
   void (*zero)(Context&, Tensor&) = nullptr;
-  // Optional (a hint): bytes [begin, end) of t; cache_bytes: the device's last-level cache size.
-  void (*prefetch)(Context&, const Tensor&, int64_t, int64_t) = nullptr;
-  int64_t (*cache_bytes)(Context&) = nullptr;
   Tensor (*download)(Context&, const Tensor&) = nullptr;
   void (*synchronize)(Context&) = nullptr;
 };

@@ -58,7 +58,6 @@ const DeviceInfo& current_device() {
     d.cc = 10 * p.major + p.minor;
     d.sm_count = p.multiProcessorCount;
     d.total_mem = p.totalGlobalMem;
-    d.l2_bytes = static_cast<size_t>(p.l2CacheSize);
     snprintf(d.name, sizeof d.name, "%s", p.name);
     cudaFuncAttributes fa{};
     const cudaError_t err = cudaFuncGetAttributes(&fa, arch_probe_kernel);

@@ -15,7 +15,6 @@ struct DeviceInfo {
   int code_cc = 0;
   int sm_count = 0;
   size_t total_mem = 0;
-  size_t l2_bytes = 0;  // last-level (L2) cache size: 6 MB on a V100, 50 MB on an H100/H200
   char name[256] = {};
 };
 // The current device's facts (queried once per device).

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include "ops/copy.h"
-#include "ops/memory.h"
 #include "unit/cpu/cpu_test_util.h"
 
 namespace vi {
@@ -46,21 +45,6 @@ TEST(CpuCopy, SplitColsErrors) {
   Tensor q1 = Tensor::empty(DType::Q8_0, {2, 32});
   msg = test::error_of([&] { ops::split_cols(ctx, q, {&q1}); });
   EXPECT_NE(msg.find("quantized"), std::string::npos) << msg;
-}
-
-// The cache hint: nothing to do on the CPU (budget 0, data untouched), but a range outside the
-// tensor is refused as it is on a GPU.
-TEST(CpuCopy, PrefetchIsANoOpThatChecksItsRange) {
-  ops::Context ctx;
-  EXPECT_EQ(ops::prefetch_budget(ctx), 0);
-  Tensor t = Tensor::empty(DType::F32, {4, 8});
-  for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = static_cast<float>(i);
-  ops::prefetch(ctx, t, 0, static_cast<int64_t>(t.nbytes()));
-  ops::prefetch(ctx, t, 5, 5);
-  for (int64_t i = 0; i < t.numel(); ++i) EXPECT_EQ(t.ptr<float>()[i], static_cast<float>(i));
-  EXPECT_THROW(ops::prefetch(ctx, t, 0, static_cast<int64_t>(t.nbytes()) + 1), Error);
-  EXPECT_THROW(ops::prefetch(ctx, t, -1, 4), Error);
-  EXPECT_THROW(ops::prefetch(ctx, t, 8, 4), Error);
 }
 
 }  // namespace

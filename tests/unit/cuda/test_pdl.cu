@@ -21,7 +21,6 @@
 #include "ops/elementwise.h"
 #include "ops/graph.h"
 #include "ops/matmul.h"
-#include "ops/memory.h"
 #include "ops/norm.h"
 #include "ops/prepare_matmul_weight.h"
 
@@ -144,36 +143,6 @@ TEST_F(Pdl, ConsumerWithoutWaitSeesStaleData) {
     GTEST_SKIP() << "PDL is off here (needs compute capability 9.0, sm_90 code, CUDA 12.3, and VI_PDL not 0)";
   EXPECT_GT(chain_mismatches<false>(16), 0)
       << "a consumer without pdl_wait() never overlapped its producer: the attribute had no effect";
-}
-
-// ops::prefetch between a slow producer and its PDL consumer (as the decode step puts it between
-// an input projection and the conv step): the prefetch kernel must not let the consumer start
-// before the producer has finished, and must not change any value.
-TEST_F(Pdl, PrefetchBetweenProducerAndConsumerKeepsTheOrder) {
-  if (ops::prefetch_budget(g) == 0) GTEST_SKIP() << "prefetch is off (VI_L2_PREFETCH=0)";
-  constexpr int n = 1 << 16;
-  float *b0 = alloc(n), *b1 = alloc(n), *b2 = alloc(n);
-  Tensor w = ops::empty(g, DType::F32, {1 << 20});  // 4 MiB the prefetch asks for, odd ends included
-  const unsigned grid = cuda::blocks_for(n, kThreads);
-  auto graph = ops::record(g, [&](ops::Context& r) {
-    const cudaStream_t s = cuda::stream_of(r);
-    VI_CUDA_CHECK(cuda::pdl_launch(step_kernel<true>, grid, kThreads, 0, s, b0, b1, n, 1.0f, 1.0f, kSpinCycles));
-    ops::prefetch(r, w, 3, static_cast<int64_t>(w.nbytes()) - 5);
-    VI_CUDA_CHECK(cuda::pdl_launch(step_kernel<true>, grid, kThreads, 0, s, b1, b2, n, 2.0f, 0.0f, 0LL));
-  });
-  for (int r = 0; r < 64; ++r) {
-    const std::vector<float> x = input(r, n);
-    put(b0, x);
-    graph->launch(g);
-    const std::vector<float> y = get(b2, n);
-    int bad = 0;
-    for (int i = 0; i < n; ++i) bad += y[i] != (x[i] + 1.0f) * 2.0f;
-    ASSERT_EQ(bad, 0) << "replay " << r << ": the consumer read before its producer finished (PDL "
-                      << cuda::pdl_enabled() << ")";
-  }
-  // Out-of-range requests are refused, whatever the device does with the hint.
-  EXPECT_THROW(ops::prefetch(g, w, 0, static_cast<int64_t>(w.nbytes()) + 1), Error);
-  EXPECT_THROW(ops::prefetch(g, w, 8, 4), Error);
 }
 
 // Three decode-like layers of converted ops, recorded with PDL, against the same ops run one by
