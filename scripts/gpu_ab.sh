@@ -29,8 +29,8 @@ t0=$SECONDS
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/gpu: /'
   echo "A: ${A:-}"
   echo "B: ${B:-}"
-  [ -n "${C:-}" ] && echo "C: $C"
-  [ -n "${D:-}" ] && echo "D: $D"
+  if [ -n "${C:-}" ]; then echo "C: $C"; fi
+  if [ -n "${D:-}" ]; then echo "D: $D"; fi
 } | tee "$out/summary.txt"
 timeout 90 "$vi" hwcheck --json > "$out/hwcheck.json" 2> "$out/hwcheck.txt"
 bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["devices"][0]["copy_gbs"]["median"])' \
