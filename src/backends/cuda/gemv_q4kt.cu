@@ -1,6 +1,10 @@
 // Tensor-core decode GEMV on Q4_KT weights: see gemv_q4kt.cuh for the plan, core/dtype.h for the
 // layout and q4kr_mma.cuh for the arithmetic.
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <type_traits>
 
 #include "backends/cuda/cp_async.cuh"
@@ -12,6 +16,7 @@
 #include "backends/cuda/q4kr_bits.cuh"
 #include "backends/cuda/q4kr_mma.cuh"
 #include "backends/cuda/q4kr_tiles.cuh"
+#include "backends/cuda/q4kt_ring_walk.cuh"
 #include "backends/cuda/q4kt_walk.cuh"
 #include "ops/copy.h"
 #include "ops/deferred_norm.h"
@@ -154,15 +159,24 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
   }
 }
 
-// A block of 4 warps per 16-row tile, walking it as q4kt_walk.cuh describes. MINB: blocks per
-// SM the registers are budgeted for. SWIGLU: the fused gate|up + SwiGLU (q4kt_walk.cuh). NORM:
-// the deferred norm's part (above; produce only without SWIGLU).
-template <int MINB, bool SWIGLU, int NORM = kNormNone>
+// A block of 4 warps per 16-row tile, walking it as q4kt_walk.cuh describes (SLOTS = 0) or with
+// each warp's weights in a ring of SLOTS shared-memory slots (q4kt_ring_walk.cuh: dynamic shared
+// memory of 4 x SLOTS slots). MINB: blocks per SM the registers are budgeted for. SWIGLU: the
+// fused gate|up + SwiGLU (q4kt_walk.cuh). NORM: the deferred norm's part (above; produce only
+// without SWIGLU).
+template <int MINB, bool SWIGLU, int NORM = kNormNone, int SLOTS = 0, bool XAHEAD = false>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
                      int n_sb, int64_t K, uint32_t magic, NormArgs na) {
   static_assert(!(SWIGLU && NORM == kNormProduce), "the producer writes the residual, not h");
-  Q4ktTileWalk<SWIGLU> walk(w, x, n_tok, N, n_sb, K, blockIdx.x);
+  extern __shared__ __align__(128) uint8_t q4kt_ring[];
+  __shared__ uint64_t q4kt_ring_bars[4 * (SLOTS > 0 ? SLOTS : 1)];
+  auto walk = [&] {
+    if constexpr (SLOTS > 0)
+      return Q4ktRingWalk<SWIGLU, SLOTS, XAHEAD>(w, x, n_tok, N, n_sb, K, blockIdx.x, q4kt_ring, q4kt_ring_bars);
+    else
+      return Q4ktTileWalk<SWIGLU>(w, x, n_tok, N, n_sb, K, blockIdx.x);
+  }();
   walk.start();
   [[maybe_unused]] __shared__ ProduceStage produce;
   [[maybe_unused]] __shared__ ConsumeStage consume;
@@ -184,22 +198,52 @@ __global__ void __launch_bounds__(128, MINB)
   }
 }
 
-template <int MINB, bool SWIGLU, int NORM = kNormNone>
-void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
-  const int64_t N = w.dim(0), K = w.dim(1);
-  const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM>, dim3(blocks), dim3(128), 0, stream_of(ctx),
-                           w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
-                           static_cast<int>(K / kQKK), K, kQ4krMagic, na));
+// The ring kernels' dynamic shared memory (above 48 KB it must be allowed per kernel) and a
+// carveout that fits `minb` blocks per SM: the rest of the SM's 256 KB stays L1, which holds the
+// activations every warp reads again. Called once per kernel.
+template <class Kernel>
+void prepare_ring_kernel(Kernel* kernel, size_t smem, int minb) {
+  VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  cudaFuncAttributes attr{};
+  VI_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  const size_t per_sm = current_device().smem_per_sm;
+  const size_t want = static_cast<size_t>(minb) * (smem + attr.sharedSizeBytes + 1024);
+  const int percent = per_sm == 0 ? 100 : static_cast<int>(std::min<size_t>(100, (want * 100 + per_sm - 1) / per_sm));
+  VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
 }
 
+template <int MINB, bool SWIGLU, int NORM, int SLOTS, bool XAHEAD = false>
+void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
+  auto* kernel = gemv_q4kt_kernel<MINB, SWIGLU, NORM, SLOTS, XAHEAD>;
+  const size_t smem = static_cast<size_t>(4) * SLOTS * q4kt_ring_slot_bytes<SWIGLU>();
+  if constexpr (SLOTS > 0) {
+    static std::once_flag once;  // one per kernel: this function is instantiated per kernel
+    std::call_once(once, [&] { prepare_ring_kernel(kernel, smem, MINB); });
+  }
+  VI_CUDA_CHECK(pdl_launch(kernel, dim3(blocks), dim3(128), smem, stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(),
+                           out, static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic, na));
+}
+
+// Every compiled shape: the register walk at 3 and 4 blocks per SM; the ring at 4 blocks of 4
+// slots, 5 of 3 and 3 of 6 (each fits the 228 KB of an sm_90 SM with both slot sizes), and with
+// the activations loaded a super-block ahead at 4 of 4 and 3 of 6.
 template <bool SWIGLU, int NORM = kNormNone>
-void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, int blocks,
+void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, Q4ktShape shape,
                 const NormArgs& na = {}) {
-  switch (blocks) {
-    case 3: launch<3, SWIGLU, NORM>(ctx, x, w, out, na); break;
-    case 4: launch<4, SWIGLU, NORM>(ctx, x, w, out, na); break;
-    default: VI_FAIL("gemv_q4kt: no kernel for {} blocks per SM", blocks);
+  if (shape.slots > 0)
+    VI_CHECK(q4kt_ring_available(ctx), "gemv_q4kt: the shared-memory ring needs sm_90 code and CUDA 12");
+  const int code = 100 * shape.blocks + 10 * shape.slots + (shape.x_ahead ? 1 : 0);
+  switch (code) {
+    case 300: launch<3, SWIGLU, NORM, 0>(ctx, x, w, out, na); break;
+    case 400: launch<4, SWIGLU, NORM, 0>(ctx, x, w, out, na); break;
+    case 440: launch<4, SWIGLU, NORM, 4>(ctx, x, w, out, na); break;
+    case 530: launch<5, SWIGLU, NORM, 3>(ctx, x, w, out, na); break;
+    case 360: launch<3, SWIGLU, NORM, 6>(ctx, x, w, out, na); break;
+    case 441: launch<4, SWIGLU, NORM, 4, true>(ctx, x, w, out, na); break;
+    case 361: launch<3, SWIGLU, NORM, 6, true>(ctx, x, w, out, na); break;
+    default: VI_FAIL("gemv_q4kt: no kernel for {}", gemv_q4kt_shape_name(shape));
   }
 }
 
@@ -218,14 +262,65 @@ Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w) {
   return repack_q4kr_tiles(ctx, w, DType::Q4_KT, q4kt_from_q4kr_kernel);
 }
 
-int gemv_q4kt_default_blocks(int64_t N) {
+bool q4kt_ring_available(const ops::Context& ctx) {
+#if CUDART_VERSION >= 12000
+  return sm80_code(ctx) && current_device().code_cc >= 90;
+#else
+  (void)ctx;
+  return false;
+#endif
+}
+
+std::string gemv_q4kt_shape_name(Q4ktShape s) {
+  return s.slots > 0 ? fmt::format("ring of {} slots{}, {} blocks/SM", s.slots, s.x_ahead ? ", x ahead" : "", s.blocks)
+                     : fmt::format("tiled, 2 ahead, {} blocks/SM", s.blocks);
+}
+
+namespace {
+std::atomic<int> ring_override{-1};  // set_q4kt_ring_allowed's; -1: the environment decides
+// VI_Q4KT_RING (read once per process): "1" takes the ring everywhere, "narrow" only up to 8192
+// rows, "wide" only above; unset or anything else keeps the register walk (measured faster on the
+// H200 in every routed form, docs/notes/gemv.md run 30).
+enum class RingRows { kNone, kNarrow, kWide, kAll };
+RingRows ring_rows_from_env() {
+  static const RingRows rows = [] {
+    const char* v = std::getenv("VI_Q4KT_RING");
+    if (v == nullptr) return RingRows::kNone;
+    if (std::strcmp(v, "1") == 0) return RingRows::kAll;
+    if (std::strcmp(v, "narrow") == 0) return RingRows::kNarrow;
+    if (std::strcmp(v, "wide") == 0) return RingRows::kWide;
+    return RingRows::kNone;
+  }();
+  return rows;
+}
+bool ring_wanted(int64_t N) {
+  const int o = ring_override.load(std::memory_order_relaxed);
+  if (o >= 0) return o > 0;
+  switch (ring_rows_from_env()) {
+    case RingRows::kNone: return false;
+    case RingRows::kNarrow: return N <= 8192;
+    case RingRows::kWide: return N > 8192;
+    case RingRows::kAll: return true;
+  }
+  return true;
+}
+}  // namespace
+
+void set_q4kt_ring_allowed(int allowed) { ring_override.store(allowed, std::memory_order_relaxed); }
+
+Q4ktShape gemv_q4kt_default_shape(const ops::Context& ctx, int64_t N) {
+  if (ring_wanted(N) && q4kt_ring_available(ctx)) return N <= 8192 ? Q4ktShape{3, 6, true} : Q4ktShape{4, 4, true};
   // Measured on the H200 at the 27B shapes (docs/notes/gemv.md run 18): up to 8192 rows (at most
   // 512 tiles) 3 blocks per SM, which spreads the tiles over more SMs (FFN down 17.0 us against
   // 21.1 at 4); from 14336 rows 4 (gate|up 33.2 us against 35.2, the head 204 against 226).
-  return N <= 8192 ? 3 : 4;
+  return Q4ktShape{N <= 8192 ? 3 : 4, 0};
 }
 
-std::vector<int> gemv_q4kt_shapes() { return {3, 4}; }
+std::vector<Q4ktShape> gemv_q4kt_shapes(const ops::Context& ctx) {
+  std::vector<Q4ktShape> v = {{3, 0}, {4, 0}};
+  if (q4kt_ring_available(ctx)) v.insert(v.end(), {{4, 4}, {5, 3}, {3, 6}, {4, 4, true}, {3, 6, true}});
+  return v;
+}
 
 bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
   if (!sm80_code(ctx) || w.dtype() != DType::Q4_KT) return false;
@@ -234,8 +329,9 @@ bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& 
          (x.cols() * 2) % 16 == 0;
 }
 
-void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, int blocks) {
-  launch_for<false>(ctx, x, w, gemv_out_whole(y, w.dim(0)), blocks == 0 ? gemv_q4kt_default_blocks(w.dim(0)) : blocks);
+void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, Q4ktShape shape) {
+  launch_for<false>(ctx, x, w, gemv_out_whole(y, w.dim(0)),
+                    shape.blocks == 0 ? gemv_q4kt_default_shape(ctx, w.dim(0)) : shape);
 }
 
 bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w,
@@ -247,7 +343,7 @@ bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Te
 
 void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts) {
   launch_for<false>(ctx, x, w, gemv_out_parts(parts, w.dim(0), x.rows(), "gemv_q4kt_split"),
-                    gemv_q4kt_default_blocks(w.dim(0)));
+                    gemv_q4kt_default_shape(ctx, w.dim(0)));
 }
 
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
@@ -259,7 +355,7 @@ void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w,
            "gemv_q4kt_swiglu: h [{}, {}] does not match x rows {} and a Q4_KT gate|up weight of {} rows "
            "(a multiple of 32)",
            h.rows(), h.cols(), x.rows(), w.dim(0));
-  launch_for<true>(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2), gemv_q4kt_default_blocks(w.dim(0)));
+  launch_for<true>(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2), gemv_q4kt_default_shape(ctx, w.dim(0)));
 }
 
 bool gemv_q4kt_add_deferred_norm_supports(const ops::Context& ctx, const Tensor& a, const Tensor& w, const Tensor& x) {
@@ -275,7 +371,7 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
   na.w_offset = w_offset;
   na.u = out.u.ptr<__half>();
   na.ss = out.ss.ptr<unsigned long long>();
-  launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, gemv_q4kt_default_blocks(w.dim(0)), na);
+  launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, gemv_q4kt_default_shape(ctx, w.dim(0)), na);
 }
 
 bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
@@ -294,9 +390,9 @@ bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNor
 void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
                         ops::DeferredConsumer kind, const std::vector<Tensor*>& outs) {
   const NormArgs na = consume_args(in);
-  const int blocks = gemv_q4kt_default_blocks(w.dim(0));
+  const Q4ktShape shape = gemv_q4kt_default_shape(ctx, w.dim(0));
   auto run = [&](auto swiglu, const GemvOut& out) {
-    launch_for<decltype(swiglu)::value, kNormConsume>(ctx, in.u, w, out, blocks, na);
+    launch_for<decltype(swiglu)::value, kNormConsume>(ctx, in.u, w, out, shape, na);
   };
   switch (kind) {
     case ops::DeferredConsumer::kMatmul:

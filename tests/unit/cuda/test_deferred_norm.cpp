@@ -5,8 +5,9 @@
 // own u and sums (downloaded for the CPU), so each kernel's error is its own; the sums against a
 // double sum of the GPU's own residual, with rows reaching f16's range (both words). Outputs are
 // poisoned with NaN first; every GPU result is also recomputed and must repeat bit for bit (the
-// sums are integers, added in any order), and a second producer into one set of sums adds to it
-// exactly. Where the device does
+// sums are integers, added in any order), a second producer into one set of sums adds to it
+// exactly, and the GEMVs' two weight walks (registers, shared-memory ring) agree bit for bit.
+// Where the device does
 // not fuse both sides (volta profile, f32 activations), ops::deferred_norm_fused must say so and
 // the ops must fail with the op named rather than run something else.
 #include <gtest/gtest.h>
@@ -74,7 +75,25 @@ class DeferredNormGpu : public CudaOpTest {
     return p;
   }
 
-  void TearDown() override { ops::set_deferred_norm_allowed(-1); }
+  void TearDown() override {
+    ops::set_deferred_norm_allowed(-1);
+    cuda::set_q4kt_ring_allowed(-1);
+  }
+
+  // f() with the Q4_KT GEMVs' weights in registers and, where it runs, in the shared-memory ring
+  // (gemv_q4kt.cuh): the two walks must give the same bits. Returns the first result.
+  template <class F>
+  auto on_both_walks(F f, const std::string& what) {
+    cuda::set_q4kt_ring_allowed(0);
+    auto regs = f();
+    if (cuda::q4kt_ring_available(g)) {
+      cuda::set_q4kt_ring_allowed(1);
+      auto ring = f();
+      EXPECT_TRUE(same_bits(regs, ring)) << what << ": the ring walk differs from the register walk";
+    }
+    cuda::set_q4kt_ring_allowed(-1);
+    return regs;
+  }
 
   Tensor wp, wg, wi, dwp, dwg, dwi, nw, dnw;
 };
@@ -104,6 +123,7 @@ TEST_P(DeferredNormGpu, FusedGemvsMatchTheCpu) {
     ops::DeferredNorm cdn = ops::deferred_norm_scratch(cpu, T, kD, kEps);
     ops::matmul_add_deferred_norm(cpu, a, wp, xc, nw, kOff, cdn);
     Produced p = produce(a, x);
+    on_both_walks([&] { return produce(a, x).u; }, "producer's u " + at);
     EXPECT_CLOSE(p.x, xc, 4e-3, "residual " + at);
     EXPECT_CLOSE(p.u, cdn.u, 4e-3, "u " + at);
     for (int64_t t = 0; t < T; ++t) {
@@ -136,7 +156,7 @@ TEST_P(DeferredNormGpu, FusedGemvsMatchTheCpu) {
       ops::matmul_deferred(g, p.dev, dwi, dy);
       return down(dy);
     };
-    const Tensor y = run_matmul();
+    const Tensor y = on_both_walks(run_matmul, "matmul_deferred " + at);
     EXPECT_CLOSE(y, ref, 4e-3, "matmul_deferred " + at);
     EXPECT_TRUE(same_bits(y, run_matmul())) << "matmul_deferred not repeatable, " << at;
     // matmul_split: parts of 32, 48 and 16 rows
@@ -163,7 +183,7 @@ TEST_P(DeferredNormGpu, FusedGemvsMatchTheCpu) {
       ops::matmul_swiglu_deferred(g, p.dev, dwg, dgu, dh);
       return down(dh);
     };
-    const Tensor h = run_swiglu();
+    const Tensor h = on_both_walks(run_swiglu, "matmul_swiglu_deferred " + at);
     EXPECT_CLOSE(h, href, 4e-3, "matmul_swiglu_deferred " + at);
     EXPECT_TRUE(same_bits(h, run_swiglu())) << "matmul_swiglu_deferred not repeatable, " << at;
   }
