@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
             return rows.empty() ? w : rows[static_cast<size_t>(&w - ws.data())];
           };
           if (variants && pn == "native" && vi::cuda::gemv_q4kt_supports(ctx, xt, ws[0])) {
-            const vi::cuda::Q4ktShape def = vi::cuda::gemv_q4kt_default_shape(ctx, sh.N);
+            const vi::cuda::Q4ktShape def = vi::cuda::gemv_q4kt_default_shape(sh.N);
             for (vi::cuda::Q4ktShape v : vi::cuda::gemv_q4kt_shapes(ctx)) {
               auto call = [&](const Tensor& w) { vi::cuda::gemv_q4kt(ctx, xt, w, yt, v); };
               const int64_t diff = differing(call);
@@ -301,7 +301,12 @@ int main(int argc, char** argv) {
                              "\"gbs\":%.1f,\"copy_gbs\":%.1f}\n",
                              kind, (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs);
             };
-            fused("fused swiglu, q4_kt", [&](const Tensor& w) { vi::cuda::gemv_q4kt_swiglu(ctx, xt, w, h); });
+            for (vi::cuda::Q4ktShape v : vi::cuda::gemv_q4kt_swiglu_shapes(ctx)) {
+              const std::string kind = fmt::format(
+                  "fused swiglu, q4_kt, {}{}{}", v.slots > 0 ? "whole tiles, " : "", vi::cuda::gemv_q4kt_shape_name(v),
+                  v == vi::cuda::gemv_q4kt_swiglu_default_shape(ctx, sh.N) ? " (default)" : "");
+              fused(kind.c_str(), [&](const Tensor& w) { vi::cuda::gemv_q4kt_swiglu(ctx, xt, w, h, v); });
+            }
             fused("fused swiglu, q4_kr", [&](const Tensor& w) { vi::cuda::gemv_q4kr_swiglu(ctx, xt, row_layout(w), h); });
             // The deferred norm's consumer (ops/deferred_norm.h) on the same weights, u = x and each
             // token's sum of squares K (s = 16): the same loop plus the staged totals and the scales.

@@ -30,28 +30,32 @@ namespace vi::cuda {
 // w: Q4_KR [N, K] with N % 16 == 0. Returns the same matrix as Q4_KT.
 Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w);
 
-// How a launch walks its tiles: `blocks` of 4 warps per SM its registers are budgeted for, and
-// where the weights wait: slots == 0 in registers, two super-blocks ahead (q4kt_walk.cuh); else
-// in a ring of that many shared-memory slots per warp that the copy engine fills
-// (q4kt_ring_walk.cuh, sm_90 code and CUDA 12 only). Both give the same outputs bit for bit.
+// How a launch walks its tiles: `blocks` per SM its registers are budgeted for, and where the
+// weights wait: slots == 0 in registers, two super-blocks ahead (q4kt_walk.cuh); else in a ring of
+// that many shared-memory slots per warp that the copy engine fills (q4kt_ring_walk.cuh, sm_90 code
+// and CUDA 12 only). Both give the same outputs bit for bit.
 struct Q4ktShape {
-  int blocks = 0;  // 0: the default shape for the matrix
+  int blocks = 0;  // 0: the default shape for the call
   int slots = 0;
-  bool x_ahead = false;  // ring only: activations loaded a super-block ahead
 };
-inline bool operator==(Q4ktShape a, Q4ktShape b) {
-  return a.blocks == b.blocks && a.slots == b.slots && a.x_ahead == b.x_ahead;
-}
+inline bool operator==(Q4ktShape a, Q4ktShape b) { return a.blocks == b.blocks && a.slots == b.slots; }
 std::string gemv_q4kt_shape_name(Q4ktShape s);
 // Whether the ring shapes can run here (native profile, sm_90 code, CUDA 12).
 bool q4kt_ring_available(const ops::Context& ctx);
-// The shape a call of an N-row matrix takes: the register walk (3 blocks per SM up to 8192 rows,
-// 4 above), or the ring where it can run and VI_Q4KT_RING asks for it (gemv_q4kt.cu).
-Q4ktShape gemv_q4kt_default_shape(const ops::Context& ctx, int64_t N);
-// Tests: 0 or 1 overrides VI_Q4KT_RING for the default shapes of this process, -1 returns to it.
-void set_q4kt_ring_allowed(int allowed);
-// Every compiled shape that can run here, for the tests and the benchmark.
+// The plain GEMV's shape for an N-row matrix: the register walk, 3 blocks per SM up to 8192 rows
+// and 4 above (the ring was slower on every matrix of the 27B decode round, docs/notes/gemv.md
+// run 30).
+Q4ktShape gemv_q4kt_default_shape(int64_t N);
+// Every compiled plain shape that can run here, for the tests and the benchmark.
 std::vector<Q4ktShape> gemv_q4kt_shapes(const ops::Context& ctx);
+// The fused SwiGLU's: where the ring can run, blocks of 8 warps over a whole gate tile and its up
+// tile (`blocks` of them per SM, gemv_q4kt_swiglu.cu), unless VI_Q4KT_RING=0; else the register
+// walk's 4-warp blocks over half tiles.
+Q4ktShape gemv_q4kt_swiglu_default_shape(const ops::Context& ctx, int64_t N);
+std::vector<Q4ktShape> gemv_q4kt_swiglu_shapes(const ops::Context& ctx);
+// Tests: 0 or 1 overrides VI_Q4KT_RING for the fused SwiGLU's default in this process, -1 returns
+// to it.
+void set_q4kt_ring_allowed(int allowed);
 
 // Whether gemv_q4kt can take this call (profile, device, dtypes, T, alignment).
 bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
@@ -66,7 +70,7 @@ bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Te
                               const std::vector<Tensor*>& parts);
 void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts);
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
-void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h);
+void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h, Q4ktShape shape = {});
 
 // The deferred norm (ops/deferred_norm.h) on Q4_KT. Producer: x += a · wᵀ, then out's u, and the
 // sums of squares added to out.ss, from the GEMV's epilogue (a [T, K] f16, w [d, K], x [T, d] f16).

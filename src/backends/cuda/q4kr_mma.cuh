@@ -61,18 +61,13 @@ __device__ __forceinline__ void load_scales(const uint8_t* sm0, const uint8_t* s
 // xs: token g's 32 activations at this lane's sub-block; scw/mnw: the half's scale and min words
 // of rows g, g + 8; sel / sel_mn pick the lane's scale / min byte of such a word (byte c of the
 // row layout's words; bytes 0..3 of the tiled layout's one word per row).
-// The half's activations as mma_half reads them: token g's 32 values at xs, 8 to a 16-byte load.
-__device__ __forceinline__ void load_x_half(const __half* xs, uint4 xv[4]) {
+template <bool FIRST>
+__device__ __forceinline__ void mma_half(const HalfSb& st, uint32_t scw0, uint32_t scw1, uint32_t mnw0, uint32_t mnw1,
+                                         const __half* xs, uint32_t sel, uint32_t sel_mn, uint32_t magic, float t[4],
+                                         float u[4]) {
+  uint4 xv[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) xv[i] = __ldg(reinterpret_cast<const uint4*>(xs + 8 * i));
-}
-
-// mma_half with the activations already loaded (load_x_half), so a caller can load them one step
-// ahead: their L1 (or L2) latency is then off the chain of each super-block.
-template <bool FIRST>
-__device__ __forceinline__ void mma_half_x(const HalfSb& st, uint32_t scw0, uint32_t scw1, uint32_t mnw0,
-                                           uint32_t mnw1, const uint4 xv[4], uint32_t sel, uint32_t sel_mn,
-                                           uint32_t magic, float t[4], float u[4]) {
   const __half2 k1024 = __float2half2_rn(1024.0f), kNeg1024 = __float2half2_rn(-1024.0f);
   const __half2 kSixteenth = __float2half2_rn(0.0625f);
   __half2 sc[2], sc16[2], neg[2], neg16[2];
@@ -111,15 +106,6 @@ __device__ __forceinline__ void mma_half_x(const HalfSb& st, uint32_t scw0, uint
     mma_16816(t, a[0][2], a[1][2], a[0][3], a[1][3], xv[i].z, xv[i].w);
     mma_16816(u, mn[0], mn[1], mn[0], mn[1], xv[i].z, xv[i].w);
   }
-}
-
-template <bool FIRST>
-__device__ __forceinline__ void mma_half(const HalfSb& st, uint32_t scw0, uint32_t scw1, uint32_t mnw0, uint32_t mnw1,
-                                         const __half* xs, uint32_t sel, uint32_t sel_mn, uint32_t magic, float t[4],
-                                         float u[4]) {
-  uint4 xv[4];
-  load_x_half(xs, xv);
-  mma_half_x<FIRST>(st, scw0, scw1, mnw0, mnw1, xv, sel, sel_mn, magic, t, u);
 }
 
 // Half 0 of a super-block from st0, half 1 from st1 (xs: half 0's activations), with its scales.

@@ -310,8 +310,8 @@ TEST_P(MatmulGemv, SplitIntoPartsLikeMatmulThenSplitCols) {
 
 // The fused gate|up GEMV + SwiGLU on Q4_KT (gemv_q4kt_swiglu: 8 gate rows and the matching 8 up
 // rows per block, from half of a gate tile and of its up tile) against the CPU's matmul +
-// swiglu_halves on the Q4_K original, and bit for bit against the Q4_KR kernel (with the weights
-// walked in registers and through the shared-memory ring, gemv_q4kt.cuh). F = 96 is 6
+// swiglu_halves on the Q4_K original, and bit for bit against the Q4_KR kernel (in every shape:
+// half tiles in registers, whole tiles through the shared-memory ring, gemv_q4kt.cuh). F = 96 is 6
 // tiles per half; F = 4096 the other register budget's size; F = 104 (208 rows: whole tiles, but
 // the up half starts inside one) is Q4_KT only without views, and then runs unfused (matmul of the
 // whole stack + swiglu_halves); with its views {104, 104} it stays Q4_KR.
@@ -337,17 +337,14 @@ TEST_P(MatmulGemv, Q4KTiledFusedGateUpSwiglu) {
       Tensor hr = up(nan);
       cuda::gemv_q4kr_swiglu(g, dx, rw, hr);
       const Tensor b = down(hr);
-      // Both weight walks of the Q4_KT kernel: registers, and the shared-memory ring where it runs.
-      for (int ring : {0, 1}) {
-        if (ring == 1 && !cuda::q4kt_ring_available(g)) continue;
-        cuda::set_q4kt_ring_allowed(ring);
+      // Every shape of the Q4_KT kernels: half tiles in registers, whole tiles through the ring.
+      for (cuda::Q4ktShape shape : cuda::gemv_q4kt_swiglu_shapes(g)) {
         Tensor ht = up(nan);
-        cuda::gemv_q4kt_swiglu(g, dx, dw, ht);
-        cuda::set_q4kt_ring_allowed(-1);
+        cuda::gemv_q4kt_swiglu(g, dx, dw, ht, shape);
         const Tensor a = down(ht);
         int64_t differ = 0;
         for (int64_t i = 0; i < a.numel(); ++i) differ += !(a.ptr<float>()[i] == b.ptr<float>()[i]);
-        EXPECT_EQ(differ, 0) << "fused swiglu F=" << F << " T=" << T << (ring ? " (ring)" : " (registers)")
+        EXPECT_EQ(differ, 0) << "fused swiglu F=" << F << " T=" << T << " " << cuda::gemv_q4kt_shape_name(shape)
                              << ": outputs of Q4_KT and Q4_KR that differ";
       }
     }
