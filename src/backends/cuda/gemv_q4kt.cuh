@@ -13,13 +13,11 @@
 // order, so the outputs equal theirs bit for bit (docs/notes/gemv.md run 18).
 //
 // Work layout: a block of 4 warps per tile, warp w taking the tile's super-blocks w, w + 4, ...,
-// two loaded ahead (the Q4_KR deep kernel's scheme) or, on sm_90, in a ring of shared-memory
-// slots per warp that the copy engine fills, the warps' sums meeting in shared memory.
+// two loaded ahead (the Q4_KR deep kernel's scheme), the warps' sums meeting in shared memory.
 // The fused gate|up + SwiGLU gives a block 8 gate rows and the matching 8 up rows (half of a
 // gate tile and of its up tile), as the Q4_KR kernel does.
 #pragma once
 
-#include <string>
 #include <vector>
 
 #include "ops/deferred_norm.h"
@@ -30,37 +28,15 @@ namespace vi::cuda {
 // w: Q4_KR [N, K] with N % 16 == 0. Returns the same matrix as Q4_KT.
 Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w);
 
-// How a launch walks its tiles: `blocks` per SM its registers are budgeted for, and where the
-// weights wait: slots == 0 in registers, two super-blocks ahead (q4kt_walk.cuh); else in a ring of
-// that many shared-memory slots per warp that the copy engine fills (q4kt_ring_walk.cuh, sm_90 code
-// and CUDA 12 only). Both give the same outputs bit for bit.
-struct Q4ktShape {
-  int blocks = 0;  // 0: the default shape for the call
-  int slots = 0;
-};
-inline bool operator==(Q4ktShape a, Q4ktShape b) { return a.blocks == b.blocks && a.slots == b.slots; }
-std::string gemv_q4kt_shape_name(Q4ktShape s);
-// Whether the ring shapes can run here (native profile, sm_90 code, CUDA 12).
-bool q4kt_ring_available(const ops::Context& ctx);
-// The plain GEMV's shape for an N-row matrix: the register walk, 3 blocks per SM up to 8192 rows
-// and 4 above (the ring was slower on every matrix of the 27B decode round, docs/notes/gemv.md
-// run 30).
-Q4ktShape gemv_q4kt_default_shape(int64_t N);
-// Every compiled plain shape that can run here, for the tests and the benchmark.
-std::vector<Q4ktShape> gemv_q4kt_shapes(const ops::Context& ctx);
-// The fused SwiGLU's: where the ring can run, blocks of 8 warps over a whole gate tile and its up
-// tile (`blocks` of them per SM, gemv_q4kt_swiglu.cu), unless VI_Q4KT_RING=0; else the register
-// walk's 4-warp blocks over half tiles.
-Q4ktShape gemv_q4kt_swiglu_default_shape(const ops::Context& ctx, int64_t N);
-std::vector<Q4ktShape> gemv_q4kt_swiglu_shapes(const ops::Context& ctx);
-// Tests: 0 or 1 overrides VI_Q4KT_RING for the fused SwiGLU's default in this process, -1 returns
-// to it.
-void set_q4kt_ring_allowed(int allowed);
+// Blocks of 4 warps per SM the kernel's registers are budgeted for: 3 (164 registers) or 4 (128).
+// 0: chosen by shape (3 up to 8192 rows, where 4 per SM leaves SMs idle, 4 above).
+int gemv_q4kt_default_blocks(int64_t N);
+std::vector<int> gemv_q4kt_shapes();  // every compiled budget, for the tests and the benchmark
 
 // Whether gemv_q4kt can take this call (profile, device, dtypes, T, alignment).
 bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
 // x: [T, K] f16, T <= 8; w: [N, K] Q4_KT; y: [T, N] f16.
-void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, Q4ktShape shape = {});
+void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, int blocks = 0);
 // h[T, F] = silu(x · w[0:F]ᵀ) ⊙ (x · w[F:2F]ᵀ) for a stacked gate|up w [2F, K] in Q4_KT with
 // F % 16 == 0 (where gemv_q4kt_supports(x, w)): the sums, roundings and SwiGLU of
 // gemv_q4kr_swiglu, so h equals its h bit for bit.
@@ -70,7 +46,7 @@ bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Te
                               const std::vector<Tensor*>& parts);
 void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts);
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
-void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h, Q4ktShape shape = {});
+void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h);
 
 // The deferred norm (ops/deferred_norm.h) on Q4_KT. Producer: x += a · wᵀ, then out's u, and the
 // sums of squares added to out.ss, from the GEMV's epilogue (a [T, K] f16, w [d, K], x [T, d] f16).
