@@ -10,8 +10,7 @@
 //   bench_cuda_gemv [--dtypes q4_k,q8_0,...] [--tokens 1,2,4,8] [--profiles native,volta]
 //                   [--shapes 17408x5120,...] [--json FILE] [--variants]
 // --variants: also time every work shape of the tensor-core GEMVs (gemv_mma: row tiles per warp
-// x blocks per SM; gemv_q4kt: blocks per SM and the weights' path (registers or a
-// shared-memory ring), and the deferred norm's producer and consumer forms;
+// x blocks per SM; gemv_q4kt: blocks per SM, and the deferred norm's producer and consumer forms;
 // gemv_q4kr, on the same weights in the Q4_KR row layout: kernel x steps in flight x blocks per
 // SM) and count the outputs that differ from the default path's. Bytes are those of the weight
 // as prepared (Q4_KT and Q4_KR: 148 per 256 values, Q4_K's 144 in the file). In the volta
@@ -228,13 +227,13 @@ int main(int argc, char** argv) {
             return rows.empty() ? w : rows[static_cast<size_t>(&w - ws.data())];
           };
           if (variants && pn == "native" && vi::cuda::gemv_q4kt_supports(ctx, xt, ws[0])) {
-            const vi::cuda::Q4ktShape def = vi::cuda::gemv_q4kt_default_shape(ctx, sh.N);
-            for (vi::cuda::Q4ktShape v : vi::cuda::gemv_q4kt_shapes(ctx)) {
+            const int def = vi::cuda::gemv_q4kt_default_blocks(sh.N);
+            for (int v : vi::cuda::gemv_q4kt_shapes()) {
               auto call = [&](const Tensor& w) { vi::cuda::gemv_q4kt(ctx, xt, w, yt, v); };
               const int64_t diff = differing(call);
               const float vus = timed_us(call);
               const double vgbs = gbs_at(vus);
-              const std::string kind = vi::cuda::gemv_q4kt_shape_name(v);
+              const std::string kind = fmt::format("tiled, 2 ahead, {} blocks/SM", v);
               std::printf("variant q4_kt  %-20s %7lld %6lld %2lld %s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
                           sh.what, (long long)sh.N, (long long)sh.K, (long long)T, kind.c_str(), v == def ? " (default)" : "",
                           vus, 100.0 * vgbs / copy_gbs, (long long)diff);

@@ -57,7 +57,6 @@ const DeviceInfo& current_device() {
     d.index = dev;
     d.cc = 10 * p.major + p.minor;
     d.sm_count = p.multiProcessorCount;
-    d.smem_per_sm = p.sharedMemPerMultiprocessor;
     d.total_mem = p.totalGlobalMem;
     snprintf(d.name, sizeof d.name, "%s", p.name);
     cudaFuncAttributes fa{};

@@ -14,7 +14,6 @@ struct DeviceInfo {
   // build JIT-compiled there. Instructions newer than this arch are not in the code.
   int code_cc = 0;
   int sm_count = 0;
-  size_t smem_per_sm = 0;  // shared memory an SM can give its blocks, bytes
   size_t total_mem = 0;
   char name[256] = {};
 };

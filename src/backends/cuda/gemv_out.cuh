@@ -36,8 +36,7 @@ __device__ __forceinline__ void gemv_out_part(const GemvOut& out, int64_t n0, __
 // the tile's sums into its part of out; with SWIGLU (rows g gate, rows g + 8 up, out one part of
 // N / 2 columns) h = silu(gate) · up. Every thread of the block calls it. tok_scale: each
 // token's sums scaled before rounding (store_tile_sums).
-// WARPS: 8 for the ring kernel's 8-warp blocks (not with SWIGLU).
-template <bool SWIGLU, int WARPS = 4>
+template <bool SWIGLU>
 __device__ __forceinline__ void finish_gemv_out_tile(const float acc[4], const GemvOut& out, int64_t N, int n_tok,
                                                      const float* tok_scale = nullptr) {
   if constexpr (SWIGLU) {
@@ -47,7 +46,7 @@ __device__ __forceinline__ void finish_gemv_out_tile(const float acc[4], const G
     __half* y;
     int64_t begin, rows;
     gemv_out_part(out, n0, y, begin, rows);
-    finish_split_k_tile<false, WARPS>(acc, y, rows, n_tok, n0 - begin, rows, tok_scale);
+    finish_split_k_tile<false>(acc, y, rows, n_tok, n0 - begin, rows, tok_scale);
   }
 }
 

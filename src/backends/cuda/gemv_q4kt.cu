@@ -1,10 +1,6 @@
 // Tensor-core decode GEMV on Q4_KT weights: see gemv_q4kt.cuh for the plan, core/dtype.h for the
 // layout and q4kr_mma.cuh for the arithmetic.
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
-#include <mutex>
 #include <type_traits>
 
 #include "backends/cuda/cp_async.cuh"
@@ -16,8 +12,6 @@
 #include "backends/cuda/q4kr_bits.cuh"
 #include "backends/cuda/q4kr_mma.cuh"
 #include "backends/cuda/q4kr_tiles.cuh"
-#include "backends/cuda/q4kt_deferred.cuh"
-#include "backends/cuda/q4kt_ring_walk.cuh"
 #include "backends/cuda/q4kt_walk.cuh"
 #include "ops/copy.h"
 #include "ops/deferred_norm.h"
@@ -53,30 +47,122 @@ __global__ void q4kt_from_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_
                    *reinterpret_cast<const uint32_t*>(r[1] + kQ4krDmOff + 4 * pos));
 }
 
-// A block of 4 warps per 16-row tile, walking it as q4kt_walk.cuh describes (SLOTS = 0) or with
-// each warp's weights in a ring of SLOTS shared-memory slots (q4kt_ring_walk.cuh: dynamic shared
-// memory of WARPS x SLOTS units; WARPS 8 splits each tile's super-blocks over 8 warps). MINB:
-// blocks per SM the registers are budgeted for. SWIGLU: the fused gate|up + SwiGLU over half
-// tiles (q4kt_walk.cuh; register walk only). NORM: the deferred norm's part (q4kt_deferred.cuh;
-// produce only without SWIGLU; with 8 warps, warps 0-3 stage and scale as in a 4-warp block).
-template <int MINB, bool SWIGLU, int NORM = kNormNone, int SLOTS = 0, int WARPS = 4>
-__global__ void __launch_bounds__(32 * WARPS, MINB)
+// The deferred norm's part in a launch (ops/deferred_norm.h): kNormConsume scales each token's
+// sums by s[t] before they are rounded; kNormProduce ends the GEMV with the residual add, u and
+// the tile's sums of squares (added to the token's fixed-point total by atomics) instead of
+// writing y. What either needs beyond the GEMV's own operands (the totals; the residual and
+// norm-weight rows of the tile) is copied into shared memory by cp.async when the block starts
+// and read at its end (read from L2 after the loop it cost a round trip per block).
+enum : int { kNormNone = 0, kNormConsume = 1, kNormProduce = 2 };
+constexpr int kSsWords = 2 * ops::kDeferredNormSlots;  // u64 words per token
+static_assert(kSsWords == 4, "a token's words are two 16-byte copies");
+struct NormArgs {
+  const unsigned long long* ss_in;  // consume: [T, kSsWords] the totals
+  float inv_d, eps;                 // consume: 1 / d, the norm's eps
+  __half* x;                        // produce: the residual [T, N], read and written
+  const float* w;                   // produce: norm weight [N] f32
+  float w_offset;                   // produce
+  __half* u;                        // produce: [T, N]
+  unsigned long long* ss;           // produce: [T, kSsWords], added to
+};
+
+// Consume. A thread's sums at the end are for tokens of its warp's parity (store_tile_sums and
+// write_swiglu_sums give thread k of a 128-thread block token 2 (k & 3) + ((k >> 5) & 1)), so
+// lane j < 4 of each warp stages token 2 j + parity's words and computes its s: no block
+// barrier, and the copies land while the loop runs.
+struct ConsumeStage {
+  uint4 words[4][4][2];  // [warp][lane j][two 16-byte halves]
+};
+__device__ __forceinline__ void stage_totals(const NormArgs& na, int n_tok, ConsumeStage& st) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = 2 * (lane >> 1) + (warp & 1);
+  if (lane < 8 && t < n_tok)  // lanes 2j, 2j + 1: the two halves of token 2 j + parity
+    cp_async16(&st.words[warp][lane >> 1][lane & 1], na.ss_in + static_cast<int64_t>(t) * kSsWords + 2 * (lane & 1),
+               true);
+  cp_async_commit();
+}
+
+// After the loop: s[t] = unit · rsqrt(total · inv_d + eps) for this warp's tokens into s_warp[t].
+__device__ __forceinline__ void warp_scales(const NormArgs& na, int n_tok, const ConsumeStage& st, float* s_warp) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = 2 * lane + (warp & 1);
+  cp_async_wait<0>();
+  __syncwarp();
+  if (lane < 4 && t < n_tok) {
+    const uint4 a = st.words[warp][lane][0], b = st.words[warp][lane][1];
+    auto u64 = [](uint32_t lo, uint32_t hi) { return static_cast<unsigned long long>(hi) << 32 | lo; };
+    const unsigned long long fine = u64(a.x, a.y) + u64(b.x, b.y), coarse = u64(a.z, a.w) + u64(b.z, b.w);
+    const float total = __ull2float_rn(fine) * (1.0f / ops::kDeferredNormFineScale) +
+                        __ull2float_rn(coarse) * (1.0f / ops::kDeferredNormCoarseScale);
+    s_warp[t] = ops::kDeferredNormUnit * rsqrtf(total * na.inv_d + na.eps);
+  }
+  __syncwarp();
+}
+
+// Produce: the tile's rows of the norm weight (before pdl_wait: a weight) and of the residual
+// (after it) into shared memory: 64 bytes, and 32 bytes a token.
+struct ProduceStage {
+  __half x[8][16];
+  float w[16];
+};
+__device__ __forceinline__ void stage_norm_weight(const NormArgs& na, ProduceStage& st) {
+  if (threadIdx.x < 4) cp_async16(st.w + 4 * threadIdx.x, na.w + int64_t(blockIdx.x) * 16 + 4 * threadIdx.x, true);
+}
+__device__ __forceinline__ void stage_residual(const NormArgs& na, int64_t N, int n_tok, ProduceStage& st) {
+  const int tok = threadIdx.x >> 1, h = threadIdx.x & 1;
+  if (tok < n_tok)
+    cp_async16(&st.x[tok][8 * h], na.x + static_cast<int64_t>(tok) * N + int64_t(blockIdx.x) * 16 + 8 * h, true);
+  cp_async_commit();
+}
+
+// Produce, after the loop: the tile's row sums o rounded to f16 as matmul stores them, then
+// x[t, n] = f16(x + o) as add_rms_norm rounds it, u = f16(x · (w_offset + w) / unit), and each
+// x² in fixed point (ops/deferred_norm.h) added over the 8 rows a warp holds of one token (lanes
+// 4g + c, g the row: three shuffles) and to slot `half` of the token's total by one atomic per
+// word. Integer sums: any order of blocks gives the same bits. Every thread of the block calls it.
+__device__ __forceinline__ void finish_deferred_tile(const float acc[4], const NormArgs& na, const ProduceStage& st,
+                                                     int64_t N, int n_tok) {
+  __shared__ float red[4][4][32];
+  cp_async_wait<0>();  // the staged rows: visible to every thread after stash_tile_sums' barrier
+  stash_tile_sums(acc, red);
+  const int i = threadIdx.x / 32, l = threadIdx.x % 32;
+  float sum = 0.0f;
+#pragma unroll
+  for (int wv = 0; wv < 4; ++wv) sum += red[wv][i][l];
+  const int r = (l >> 2) + 8 * (i >> 1), tok = 2 * (l & 3) + (i & 1);
+  const int64_t at = static_cast<int64_t>(tok) * N + int64_t(blockIdx.x) * 16 + r;
+  unsigned long long fine = 0, coarse = 0;
+  if (tok < n_tok) {
+    const float o = __half2float(__float2half_rn(sum));
+    const __half xn = __float2half_rn(__half2float(st.x[tok][r]) + o);
+    na.x[at] = xn;
+    const float xf = __half2float(xn);
+    na.u[at] = __float2half_rn(xf * (st.w[r] + na.w_offset) * (1.0f / ops::kDeferredNormUnit));
+    const float v = fminf(xf * xf, ops::kDeferredNormClamp);  // a NaN square becomes the clamp too
+    if (v < ops::kDeferredNormFineLimit)
+      fine = __float2ull_rn(v * ops::kDeferredNormFineScale);
+    else
+      coarse = __float2ull_rn(v * ops::kDeferredNormCoarseScale);
+  }
+#pragma unroll
+  for (int o = 4; o < 32; o <<= 1) {
+    fine += __shfl_xor_sync(0xffffffffu, fine, o);
+    coarse += __shfl_xor_sync(0xffffffffu, coarse, o);
+  }
+  if ((l >> 2) == 0 && tok < n_tok) {
+    unsigned long long* w = na.ss + static_cast<int64_t>(tok) * kSsWords + 2 * (i >> 1);
+    if (fine) atomicAdd(w, fine);
+    if (coarse) atomicAdd(w + 1, coarse);
+  }
+}
+
+// A block of 4 warps per 16-row tile, walking it as q4kt_walk.cuh describes. MINB: blocks per
+// SM the registers are budgeted for. SWIGLU: the fused gate|up + SwiGLU (q4kt_walk.cuh). NORM:
+// the deferred norm's part (above; produce only without SWIGLU).
+template <int MINB, bool SWIGLU, int NORM = kNormNone>
+__global__ void __launch_bounds__(128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
                      int n_sb, int64_t K, uint32_t magic, NormArgs na) {
   static_assert(!(SWIGLU && NORM == kNormProduce), "the producer writes the residual, not h");
-  static_assert(!(SWIGLU && SLOTS > 0), "the ring walks whole tiles");
-  static_assert(WARPS == 4 || SLOTS > 0, "8 warps a tile only with the ring");
-  extern __shared__ __align__(128) uint8_t q4kt_ring[];
-  __shared__ uint64_t q4kt_ring_bars[WARPS * (SLOTS > 0 ? SLOTS : 1)];
-  const int warp = threadIdx.x >> 5;
-  auto walk = [&] {
-    if constexpr (SLOTS > 0) {
-      return Q4ktRingWalk<SLOTS, WARPS>(w + int64_t(blockIdx.x) * n_sb * kQ4ktUnitBytes, x, n_tok, n_sb, K, warp,
-                                        q4kt_ring + q4kt_ring_bytes(warp, SLOTS), q4kt_ring_bars + warp * SLOTS);
-    } else {
-      return Q4ktTileWalk<SWIGLU>(w, x, n_tok, N, n_sb, K, blockIdx.x);
-    }
-  }();
+  Q4ktTileWalk<SWIGLU> walk(w, x, n_tok, N, n_sb, K, blockIdx.x);
   walk.start();
   [[maybe_unused]] __shared__ ProduceStage produce;
   [[maybe_unused]] __shared__ ConsumeStage consume;
@@ -84,61 +170,46 @@ __global__ void __launch_bounds__(32 * WARPS, MINB)
   pdl_wait();
   pdl_trigger();
   if constexpr (NORM == kNormProduce) stage_residual(na, N, n_tok, produce);
-  if constexpr (NORM == kNormConsume)
-    if (warp < 4) stage_totals(na, n_tok, consume);
+  if constexpr (NORM == kNormConsume) stage_totals(na, n_tok, consume);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   walk.run(magic, acc);
   if constexpr (NORM == kNormProduce) {
-    finish_deferred_tile<WARPS>(acc, na, produce, N, n_tok);
+    finish_deferred_tile(acc, na, produce, N, n_tok);
   } else if constexpr (NORM == kNormConsume) {
     __shared__ float s_warp[4][8];
-    if (warp < 4) warp_scales(na, n_tok, consume, s_warp[warp]);
-    // Only threads below 128 write (token parity (k >> 5) & 1: the scales of warp k >> 5).
-    finish_gemv_out_tile<SWIGLU, WARPS>(acc, out, N, n_tok, s_warp[warp & 3]);
+    warp_scales(na, n_tok, consume, s_warp[threadIdx.x >> 5]);
+    finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok, s_warp[threadIdx.x >> 5]);
   } else {
-    finish_gemv_out_tile<SWIGLU, WARPS>(acc, out, N, n_tok);
+    finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
   }
 }
 
-template <int MINB, bool SWIGLU, int NORM, int SLOTS, int WARPS = 4>
-void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na) {
+template <int MINB, bool SWIGLU, int NORM = kNormNone>
+void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
   const int64_t N = w.dim(0), K = w.dim(1);
   const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
-  auto* kernel = gemv_q4kt_kernel<MINB, SWIGLU, NORM, SLOTS, WARPS>;
-  const size_t smem = q4kt_ring_bytes(WARPS, SLOTS);
-  if constexpr (SLOTS > 0) {
-    static std::once_flag once;  // one per kernel: this function is instantiated per kernel
-    std::call_once(once, [&] { prepare_ring_kernel(kernel, smem, MINB); });
-  }
-  VI_CUDA_CHECK(pdl_launch(kernel, dim3(blocks), dim3(32 * WARPS), smem, stream_of(ctx), w.ptr<uint8_t>(),
-                           x.ptr<__half>(), out, static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K,
-                           kQ4krMagic, na));
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM>, dim3(blocks), dim3(128), 0, stream_of(ctx),
+                           w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
+                           static_cast<int>(K / kQKK), K, kQ4krMagic, na));
 }
 
-// Every compiled shape: the register walk at 3 and 4 blocks per SM; the ring at 5 blocks of 4
-// warps and 3 slots (plain GEMV only: the one shape of 4 warps it won with, run 30), and at 3
-// blocks of 8 warps and 3 or 2 slots (not the fused SwiGLU).
 template <bool SWIGLU, int NORM = kNormNone>
-void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, Q4ktShape shape,
+void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, int blocks,
                 const NormArgs& na = {}) {
-  const int code = 100 * shape.warps + 10 * shape.blocks + shape.slots;
-  if (shape.slots > 0)
-    VI_CHECK(q4kt_ring_available(ctx), "gemv_q4kt: the shared-memory ring needs sm_90 code and CUDA 12");
-  if constexpr (!SWIGLU) {
-    switch (code) {
-      case 833: return launch<3, false, NORM, 3, 8>(ctx, x, w, out, na);
-      case 832: return launch<3, false, NORM, 2, 8>(ctx, x, w, out, na);
-      case 453:
-        if constexpr (NORM == kNormNone) return launch<5, false, kNormNone, 3>(ctx, x, w, out, na);
-        break;
-      default: break;
-    }
+  switch (blocks) {
+    case 3: launch<3, SWIGLU, NORM>(ctx, x, w, out, na); break;
+    case 4: launch<4, SWIGLU, NORM>(ctx, x, w, out, na); break;
+    default: VI_FAIL("gemv_q4kt: no kernel for {} blocks per SM", blocks);
   }
-  switch (code) {
-    case 430: launch<3, SWIGLU, NORM, 0>(ctx, x, w, out, na); break;
-    case 440: launch<4, SWIGLU, NORM, 0>(ctx, x, w, out, na); break;
-    default: VI_FAIL("gemv_q4kt: no kernel for {}", gemv_q4kt_shape_name(shape));
-  }
+}
+
+// The consumer's NormArgs for the deferred norm `in`.
+NormArgs consume_args(const ops::DeferredNorm& in) {
+  NormArgs na{};
+  na.ss_in = in.ss.ptr<unsigned long long>();
+  na.inv_d = 1.0f / static_cast<float>(in.u.cols());
+  na.eps = in.eps;
+  return na;
 }
 
 }  // namespace
@@ -147,56 +218,14 @@ Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w) {
   return repack_q4kr_tiles(ctx, w, DType::Q4_KT, q4kt_from_q4kr_kernel);
 }
 
-bool q4kt_ring_available(const ops::Context& ctx) {
-#if CUDART_VERSION >= 12000
-  return sm80_code(ctx) && current_device().code_cc >= 90;
-#else
-  (void)ctx;
-  return false;
-#endif
-}
-
-std::string gemv_q4kt_shape_name(Q4ktShape s) {
-  return s.slots > 0 ? fmt::format("ring of {} slots, {} warps a tile, {} blocks/SM", s.slots, s.warps, s.blocks)
-                     : fmt::format("tiled, 2 ahead, {} blocks/SM", s.blocks);
-}
-
-namespace {
-std::atomic<int> ring_override{-1};  // set_q4kt_ring_allowed's; -1: the environment decides
-// Whether the matrices of up to 8192 rows take the 8-warp ring where it can run: with
-// set_q4kt_ring_allowed(1), or VI_Q4KT_RING8=1 (read once per process).
-bool ring8_wanted() {
-  static const bool env_on = [] {
-    const char* v = std::getenv("VI_Q4KT_RING8");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  const int o = ring_override.load(std::memory_order_relaxed);
-  return o < 0 ? env_on : o > 0;
-}
-}  // namespace
-
-void set_q4kt_ring_allowed(int allowed) { ring_override.store(allowed, std::memory_order_relaxed); }
-
-namespace {
-// The register walk's shape, and the fused SwiGLU's (the ring has no half-tile form).
-Q4ktShape register_shape(int64_t N) {
+int gemv_q4kt_default_blocks(int64_t N) {
   // Measured on the H200 at the 27B shapes (docs/notes/gemv.md run 18): up to 8192 rows (at most
   // 512 tiles) 3 blocks per SM, which spreads the tiles over more SMs (FFN down 17.0 us against
   // 21.1 at 4); from 14336 rows 4 (gate|up 33.2 us against 35.2, the head 204 against 226).
-  return Q4ktShape{N <= 8192 ? 3 : 4, 0};
-}
-}  // namespace
-
-Q4ktShape gemv_q4kt_default_shape(const ops::Context& ctx, int64_t N) {
-  if (N <= 8192 && ring8_wanted() && q4kt_ring_available(ctx)) return Q4ktShape{3, 3, 8};
-  return register_shape(N);
+  return N <= 8192 ? 3 : 4;
 }
 
-std::vector<Q4ktShape> gemv_q4kt_shapes(const ops::Context& ctx) {
-  std::vector<Q4ktShape> v = {{3, 0}, {4, 0}};
-  if (q4kt_ring_available(ctx)) v.insert(v.end(), {{5, 3}, {3, 3, 8}, {3, 2, 8}});
-  return v;
-}
+std::vector<int> gemv_q4kt_shapes() { return {3, 4}; }
 
 bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
   if (!sm80_code(ctx) || w.dtype() != DType::Q4_KT) return false;
@@ -205,9 +234,8 @@ bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& 
          (x.cols() * 2) % 16 == 0;
 }
 
-void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, Q4ktShape shape) {
-  launch_for<false>(ctx, x, w, gemv_out_whole(y, w.dim(0)),
-                    shape.blocks == 0 ? gemv_q4kt_default_shape(ctx, w.dim(0)) : shape);
+void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, int blocks) {
+  launch_for<false>(ctx, x, w, gemv_out_whole(y, w.dim(0)), blocks == 0 ? gemv_q4kt_default_blocks(w.dim(0)) : blocks);
 }
 
 bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w,
@@ -219,7 +247,7 @@ bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Te
 
 void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts) {
   launch_for<false>(ctx, x, w, gemv_out_parts(parts, w.dim(0), x.rows(), "gemv_q4kt_split"),
-                    gemv_q4kt_default_shape(ctx, w.dim(0)));
+                    gemv_q4kt_default_blocks(w.dim(0)));
 }
 
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
@@ -231,7 +259,7 @@ void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w,
            "gemv_q4kt_swiglu: h [{}, {}] does not match x rows {} and a Q4_KT gate|up weight of {} rows "
            "(a multiple of 32)",
            h.rows(), h.cols(), x.rows(), w.dim(0));
-  launch_for<true>(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2), register_shape(w.dim(0)));
+  launch_for<true>(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2), gemv_q4kt_default_blocks(w.dim(0)));
 }
 
 bool gemv_q4kt_add_deferred_norm_supports(const ops::Context& ctx, const Tensor& a, const Tensor& w, const Tensor& x) {
@@ -247,7 +275,7 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
   na.w_offset = w_offset;
   na.u = out.u.ptr<__half>();
   na.ss = out.ss.ptr<unsigned long long>();
-  launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, gemv_q4kt_default_shape(ctx, w.dim(0)), na);
+  launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, gemv_q4kt_default_blocks(w.dim(0)), na);
 }
 
 bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
@@ -266,22 +294,22 @@ bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNor
 void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
                         ops::DeferredConsumer kind, const std::vector<Tensor*>& outs) {
   const NormArgs na = consume_args(in);
-  auto run = [&](auto swiglu, const GemvOut& out, Q4ktShape shape) {
-    launch_for<decltype(swiglu)::value, kNormConsume>(ctx, in.u, w, out, shape, na);
+  const int blocks = gemv_q4kt_default_blocks(w.dim(0));
+  auto run = [&](auto swiglu, const GemvOut& out) {
+    launch_for<decltype(swiglu)::value, kNormConsume>(ctx, in.u, w, out, blocks, na);
   };
-  const Q4ktShape shape = gemv_q4kt_default_shape(ctx, w.dim(0));
   switch (kind) {
     case ops::DeferredConsumer::kMatmul:
-      run(std::false_type{}, gemv_out_whole(*outs.at(0), w.dim(0)), shape);
+      run(std::false_type{}, gemv_out_whole(*outs.at(0), w.dim(0)));
       break;
     case ops::DeferredConsumer::kSplit:
-      run(std::false_type{}, gemv_out_parts(outs, w.dim(0), in.u.rows(), "gemv_q4kt_deferred"), shape);
+      run(std::false_type{}, gemv_out_parts(outs, w.dim(0), in.u.rows(), "gemv_q4kt_deferred"));
       break;
     case ops::DeferredConsumer::kSwiglu:
       VI_CHECK(outs.at(0)->cols() * 2 == w.dim(0) && outs.at(0)->rows() == in.u.rows(),
                "gemv_q4kt_deferred: h [{}, {}] for a gate|up weight of {} rows and {} tokens", outs.at(0)->rows(),
                outs.at(0)->cols(), w.dim(0), in.u.rows());
-      run(std::true_type{}, gemv_out_whole(*outs.at(0), w.dim(0) / 2), register_shape(w.dim(0)));
+      run(std::true_type{}, gemv_out_whole(*outs.at(0), w.dim(0) / 2));
       break;
   }
 }

@@ -13,13 +13,11 @@
 // order, so the outputs equal theirs bit for bit (docs/notes/gemv.md run 18).
 //
 // Work layout: a block of 4 warps per tile, warp w taking the tile's super-blocks w, w + 4, ...,
-// two loaded ahead (the Q4_KR deep kernel's scheme) or, on sm_90, in a ring of shared-memory
-// slots per warp that the copy engine fills, the warps' sums meeting in shared memory.
+// two loaded ahead (the Q4_KR deep kernel's scheme), the warps' sums meeting in shared memory.
 // The fused gate|up + SwiGLU gives a block 8 gate rows and the matching 8 up rows (half of a
 // gate tile and of its up tile), as the Q4_KR kernel does.
 #pragma once
 
-#include <string>
 #include <vector>
 
 #include "ops/deferred_norm.h"
@@ -30,36 +28,15 @@ namespace vi::cuda {
 // w: Q4_KR [N, K] with N % 16 == 0. Returns the same matrix as Q4_KT.
 Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w);
 
-// How a launch walks its tiles: `blocks` per SM its registers are budgeted for, the warps that
-// split a tile's super-blocks, and where the weights wait: slots == 0 in registers, two
-// super-blocks ahead (q4kt_walk.cuh, 4 warps); else in a ring of that many shared-memory slots
-// per warp that the copy engine fills (q4kt_ring_walk.cuh, sm_90 code and CUDA 12 only). With 4
-// warps both give the same outputs bit for bit; 8 warps add each row's sums in another order.
-struct Q4ktShape {
-  int blocks = 0;  // 0: the default shape for the call
-  int slots = 0;
-  int warps = 4;
-};
-inline bool operator==(Q4ktShape a, Q4ktShape b) {
-  return a.blocks == b.blocks && a.slots == b.slots && a.warps == b.warps;
-}
-std::string gemv_q4kt_shape_name(Q4ktShape s);
-// Whether the ring shapes can run here (native profile, sm_90 code, CUDA 12).
-bool q4kt_ring_available(const ops::Context& ctx);
-// The shape of a call on an N-row matrix (the plain GEMV, its split form, the deferred norm's
-// producer and matmul consumers; the fused SwiGLU always walks half tiles in registers): the
-// register walk, 3 blocks per SM up to 8192 rows and 4 above; up to 8192 rows 3 blocks of 8 warps
-// on the ring where it runs and VI_Q4KT_RING8=1 asks for it.
-Q4ktShape gemv_q4kt_default_shape(const ops::Context& ctx, int64_t N);
-// Every compiled shape that can run here, for the tests and the benchmark.
-std::vector<Q4ktShape> gemv_q4kt_shapes(const ops::Context& ctx);
-// Tests: 1 or 0 overrides VI_Q4KT_RING8 in this process, -1 returns to it.
-void set_q4kt_ring_allowed(int allowed);
+// Blocks of 4 warps per SM the kernel's registers are budgeted for: 3 (164 registers) or 4 (128).
+// 0: chosen by shape (3 up to 8192 rows, where 4 per SM leaves SMs idle, 4 above).
+int gemv_q4kt_default_blocks(int64_t N);
+std::vector<int> gemv_q4kt_shapes();  // every compiled budget, for the tests and the benchmark
 
 // Whether gemv_q4kt can take this call (profile, device, dtypes, T, alignment).
 bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
 // x: [T, K] f16, T <= 8; w: [N, K] Q4_KT; y: [T, N] f16.
-void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, Q4ktShape shape = {});
+void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, int blocks = 0);
 // h[T, F] = silu(x · w[0:F]ᵀ) ⊙ (x · w[F:2F]ᵀ) for a stacked gate|up w [2F, K] in Q4_KT with
 // F % 16 == 0 (where gemv_q4kt_supports(x, w)): the sums, roundings and SwiGLU of
 // gemv_q4kr_swiglu, so h equals its h bit for bit.

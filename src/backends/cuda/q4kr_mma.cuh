@@ -130,18 +130,16 @@ __device__ __forceinline__ void apply_scales(const uint32_t dd[2], const float t
 // or with SWIGLU (rows g: gate rows 8 blockIdx.x + g, rows g + 8: the matching up rows of a
 // stacked gate|up [N, K]) the SwiGLU output h [T, N / 2] its rows 8 blockIdx.x ..
 // (write_swiglu_sums; row0 and ld unused). Every thread calls it. tok_scale: store_tile_sums'.
-// WARPS: the block's warps (4, or 8 without SWIGLU); only threads below 128 write.
-template <bool SWIGLU, int WARPS = 4>
+template <bool SWIGLU>
 __device__ __forceinline__ void finish_split_k_tile(const float acc[4], __half* y, int64_t N, int n_tok,
                                                     int64_t row0, int64_t ld, const float* tok_scale = nullptr) {
-  static_assert(WARPS == 4 || !SWIGLU, "the fused SwiGLU's tile end is for 4 warps");
-  __shared__ float red[WARPS][4][32];
+  __shared__ float red[4][4][32];
   if constexpr (SWIGLU) {  // one tile: red is write_swiglu_sums' [4][1][4][32]
     stash_tile_sums(acc, red);
     write_swiglu_sums<4, 1>(reinterpret_cast<const float (*)[1][4][32]>(red), y, int64_t(blockIdx.x) * 8, N / 2,
                             n_tok, tok_scale);
   } else {
-    store_tile_sums<WARPS>(acc, red, y, row0, N, n_tok, ld, tok_scale);
+    store_tile_sums<4>(acc, red, y, row0, N, n_tok, ld, tok_scale);
   }
 }
 

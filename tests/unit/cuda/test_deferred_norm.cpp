@@ -6,8 +6,7 @@
 // double sum of the GPU's own residual, with rows reaching f16's range (both words). Outputs are
 // poisoned with NaN first; every GPU result is also recomputed and must repeat bit for bit (the
 // sums are integers, added in any order), and a second producer into one set of sums adds to it
-// exactly; all of it with the GEMVs' weights in registers and, where it runs, through the 8-warp
-// shared-memory ring (gemv_q4kt.cuh). Where the device does
+// exactly. Where the device does
 // not fuse both sides (volta profile, f32 activations), ops::deferred_norm_fused must say so and
 // the ops must fail with the op named rather than run something else.
 #include <gtest/gtest.h>
@@ -75,10 +74,7 @@ class DeferredNormGpu : public CudaOpTest {
     return p;
   }
 
-  void TearDown() override {
-    ops::set_deferred_norm_allowed(-1);
-    cuda::set_q4kt_ring_allowed(-1);
-  }
+  void TearDown() override { ops::set_deferred_norm_allowed(-1); }
 
   Tensor wp, wg, wi, dwp, dwg, dwi, nw, dnw;
 };
@@ -96,16 +92,8 @@ TEST_P(DeferredNormGpu, FusedGemvsMatchTheCpu) {
     EXPECT_NE(msg.find("deferred_norm"), std::string::npos) << msg;
     GTEST_SKIP() << "no fused deferred norm in this setting (checked that it says so)";
   }
-  // The producer and the matmul consumers in both walks of their 1024-row matrices: 4 warps a tile
-  // with the weights in registers, and 8 warps a tile through the shared-memory ring where it runs.
-  std::vector<int> rings = {0};
-  if (cuda::q4kt_ring_available(g)) rings.push_back(1);
-  const int64_t kTokens[] = {1, 2, 3, 4, 8};
-  for (size_t run = 0; run < 5 * rings.size(); ++run) {
-    const int ring = rings[run / 5];
-    const int64_t T = kTokens[run % 5];
-    cuda::set_q4kt_ring_allowed(ring);
-    const std::string at = fmt::format("T={}{}", T, ring ? ", 8-warp ring" : "");
+  for (int64_t T : {1, 2, 3, 4, 8}) {
+    const std::string at = fmt::format("T={}", T);
     // T = 3: a residual near f16's range (squares in the coarse words).
     const float xr = T == 3 ? 3e4f : 4.0f;
     Tensor a = rand_f32({T, kK}, act(), -1.0f, 1.0f), x = rand_f32({T, kD}, act(), -xr, xr);
