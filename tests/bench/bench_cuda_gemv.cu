@@ -9,8 +9,10 @@
 //
 //   bench_cuda_gemv [--dtypes q4_k,q8_0,...] [--tokens 1,2,4,8] [--profiles native,volta]
 //                   [--shapes 17408x5120,...] [--json FILE] [--variants]
+// --shapes: only these N x K; sizes that are no 27B matrix are timed too (labelled "probe").
 // --variants: also time every work shape of the tensor-core GEMVs (gemv_mma: row tiles per warp
-// x blocks per SM; gemv_q4kt: blocks per SM, and the deferred norm's producer and consumer forms;
+// x blocks per SM; gemv_q4kt and its fused SwiGLU: blocks per SM, super-blocks one at a time or in
+// pairs; the deferred norm's producer and consumer forms;
 // gemv_q4kr, on the same weights in the Q4_KR row layout: kernel x steps in flight x blocks per
 // SM) and count the outputs that differ from the default path's. Bytes are those of the weight
 // as prepared (Q4_KT and Q4_KR: 148 per 256 values, Q4_K's 144 in the file). In the volta
@@ -24,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -144,15 +147,25 @@ int main(int argc, char** argv) {
   }
   // The matrices a 27B decode round multiplies, as the loader stacks them (gate|up,
   // attention q|gate|k|v, the GDN input projections), and their single parts.
-  const Shape shapes[] = {{"attn/GDN 5120x5120", 5120, 5120},
-                          {"GDN z 6144x5120", 6144, 5120},
-                          {"attn q|g|k|v", 14336, 5120},
-                          {"GDN in, stacked", 16480, 5120},
-                          {"ffn up/gate", 17408, 5120},
-                          {"ffn gate|up", 34816, 5120},
-                          {"ffn down", 5120, 17408},
-                          {"attn/GDN out", 5120, 6144},
-                          {"lm head", 248320, 5120}};
+  std::vector<Shape> shapes = {{"attn/GDN 5120x5120", 5120, 5120},
+                               {"GDN z 6144x5120", 6144, 5120},
+                               {"attn q|g|k|v", 14336, 5120},
+                               {"GDN in, stacked", 16480, 5120},
+                               {"ffn up/gate", 17408, 5120},
+                               {"ffn gate|up", 34816, 5120},
+                               {"ffn down", 5120, 17408},
+                               {"attn/GDN out", 5120, 6144},
+                               {"lm head", 248320, 5120}};
+  // --shapes may also name matrices of no 27B projection (e.g. a probe of how the tiles of a
+  // one-wave launch land on the SMs): they run after the list's, in the order given.
+  for (const std::string& nk : split(shape_filter)) {
+    const size_t x = nk.find('x');
+    const int64_t N = x == std::string::npos ? 0 : std::atoll(nk.substr(0, x).c_str());
+    const int64_t K = x == std::string::npos ? 0 : std::atoll(nk.substr(x + 1).c_str());
+    if (N <= 0 || K <= 0) { std::fprintf(stderr, "--shapes: '%s' is not NxK\n", nk.c_str()); return 2; }
+    const bool listed = std::any_of(shapes.begin(), shapes.end(), [&](const Shape& s) { return s.N == N && s.K == K; });
+    if (!listed) shapes.push_back({"probe", N, K});
+  }
   cudaStream_t stream;
   VI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaDeviceProp prop;
@@ -227,13 +240,13 @@ int main(int argc, char** argv) {
             return rows.empty() ? w : rows[static_cast<size_t>(&w - ws.data())];
           };
           if (variants && pn == "native" && vi::cuda::gemv_q4kt_supports(ctx, xt, ws[0])) {
-            const int def = vi::cuda::gemv_q4kt_default_blocks(sh.N);
-            for (int v : vi::cuda::gemv_q4kt_shapes()) {
+            const vi::cuda::Q4ktShape def = vi::cuda::gemv_q4kt_default_shape(sh.N);
+            for (vi::cuda::Q4ktShape v : vi::cuda::gemv_q4kt_shapes()) {
               auto call = [&](const Tensor& w) { vi::cuda::gemv_q4kt(ctx, xt, w, yt, v); };
               const int64_t diff = differing(call);
               const float vus = timed_us(call);
               const double vgbs = gbs_at(vus);
-              const std::string kind = fmt::format("tiled, 2 ahead, {} blocks/SM", v);
+              const std::string kind = vi::cuda::gemv_q4kt_shape_name(v);
               std::printf("variant q4_kt  %-20s %7lld %6lld %2lld %s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
                           sh.what, (long long)sh.N, (long long)sh.K, (long long)T, kind.c_str(), v == def ? " (default)" : "",
                           vus, 100.0 * vgbs / copy_gbs, (long long)diff);
@@ -300,7 +313,12 @@ int main(int argc, char** argv) {
                              "\"gbs\":%.1f,\"copy_gbs\":%.1f}\n",
                              kind, (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs);
             };
-            fused("fused swiglu, q4_kt", [&](const Tensor& w) { vi::cuda::gemv_q4kt_swiglu(ctx, xt, w, h); });
+            for (vi::cuda::Q4ktShape v : vi::cuda::gemv_q4kt_shapes()) {
+              const std::string kind =
+                  fmt::format("fused swiglu, q4_kt, {}{}", vi::cuda::gemv_q4kt_shape_name(v),
+                              v == vi::cuda::gemv_q4kt_swiglu_default_shape(sh.N) ? " (default)" : "");
+              fused(kind.c_str(), [&](const Tensor& w) { vi::cuda::gemv_q4kt_swiglu(ctx, xt, w, h, v); });
+            }
             fused("fused swiglu, q4_kr", [&](const Tensor& w) { vi::cuda::gemv_q4kr_swiglu(ctx, xt, row_layout(w), h); });
             // The deferred norm's consumer (ops/deferred_norm.h) on the same weights, u = x and each
             // token's sum of squares K (s = 16): the same loop plus the staged totals and the scales.

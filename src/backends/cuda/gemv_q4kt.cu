@@ -1,6 +1,8 @@
 // Tensor-core decode GEMV on Q4_KT weights: see gemv_q4kt.cuh for the plan, core/dtype.h for the
 // layout and q4kr_mma.cuh for the arithmetic.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "backends/cuda/cp_async.cuh"
@@ -156,13 +158,13 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
 
 // A block of 4 warps per 16-row tile, walking it as q4kt_walk.cuh describes. MINB: blocks per
 // SM the registers are budgeted for. SWIGLU: the fused gate|up + SwiGLU (q4kt_walk.cuh). NORM:
-// the deferred norm's part (above; produce only without SWIGLU).
-template <int MINB, bool SWIGLU, int NORM = kNormNone>
+// the deferred norm's part (above; produce only without SWIGLU). PAIR: super-blocks two at a time.
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
                      int n_sb, int64_t K, uint32_t magic, NormArgs na) {
   static_assert(!(SWIGLU && NORM == kNormProduce), "the producer writes the residual, not h");
-  Q4ktTileWalk<SWIGLU> walk(w, x, n_tok, N, n_sb, K, blockIdx.x);
+  Q4ktTileWalk<SWIGLU, PAIR> walk(w, x, n_tok, N, n_sb, K, blockIdx.x);
   walk.start();
   [[maybe_unused]] __shared__ ProduceStage produce;
   [[maybe_unused]] __shared__ ConsumeStage consume;
@@ -184,22 +186,24 @@ __global__ void __launch_bounds__(128, MINB)
   }
 }
 
-template <int MINB, bool SWIGLU, int NORM = kNormNone>
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false>
 void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
   const int64_t N = w.dim(0), K = w.dim(1);
   const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM>, dim3(blocks), dim3(128), 0, stream_of(ctx),
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR>, dim3(blocks), dim3(128), 0, stream_of(ctx),
                            w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
                            static_cast<int>(K / kQKK), K, kQ4krMagic, na));
 }
 
 template <bool SWIGLU, int NORM = kNormNone>
-void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, int blocks,
+void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, Q4ktShape shape,
                 const NormArgs& na = {}) {
-  switch (blocks) {
-    case 3: launch<3, SWIGLU, NORM>(ctx, x, w, out, na); break;
-    case 4: launch<4, SWIGLU, NORM>(ctx, x, w, out, na); break;
-    default: VI_FAIL("gemv_q4kt: no kernel for {} blocks per SM", blocks);
+  switch (2 * shape.blocks + (shape.pair ? 1 : 0)) {
+    case 6: launch<3, SWIGLU, NORM>(ctx, x, w, out, na); break;
+    case 8: launch<4, SWIGLU, NORM>(ctx, x, w, out, na); break;
+    case 7: launch<3, SWIGLU, NORM, true>(ctx, x, w, out, na); break;
+    case 9: launch<4, SWIGLU, NORM, true>(ctx, x, w, out, na); break;
+    default: VI_FAIL("gemv_q4kt: no kernel for {}", gemv_q4kt_shape_name(shape));
   }
 }
 
@@ -218,14 +222,26 @@ Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w) {
   return repack_q4kr_tiles(ctx, w, DType::Q4_KT, q4kt_from_q4kr_kernel);
 }
 
-int gemv_q4kt_default_blocks(int64_t N) {
+std::string gemv_q4kt_shape_name(Q4ktShape s) {
+  return fmt::format("tiled, 2 ahead{}, {} blocks/SM", s.pair ? ", in pairs" : "", s.blocks);
+}
+
+Q4ktShape gemv_q4kt_default_shape(int64_t N) {
   // Measured on the H200 at the 27B shapes (docs/notes/gemv.md run 18): up to 8192 rows (at most
   // 512 tiles) 3 blocks per SM, which spreads the tiles over more SMs (FFN down 17.0 us against
   // 21.1 at 4); from 14336 rows 4 (gate|up 33.2 us against 35.2, the head 204 against 226).
-  return N <= 8192 ? 3 : 4;
+  return Q4ktShape{N <= 8192 ? 3 : 4, false};
 }
 
-std::vector<int> gemv_q4kt_shapes() { return {3, 4}; }
+Q4ktShape gemv_q4kt_swiglu_default_shape(int64_t N) {
+  static const bool pair = [] {
+    const char* v = std::getenv("VI_Q4KT_PAIR");
+    return !(v != nullptr && std::strcmp(v, "0") == 0);
+  }();
+  return Q4ktShape{gemv_q4kt_default_shape(N).blocks, pair};
+}
+
+std::vector<Q4ktShape> gemv_q4kt_shapes() { return {{3, false}, {4, false}, {3, true}, {4, true}}; }
 
 bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
   if (!sm80_code(ctx) || w.dtype() != DType::Q4_KT) return false;
@@ -234,8 +250,9 @@ bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& 
          (x.cols() * 2) % 16 == 0;
 }
 
-void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, int blocks) {
-  launch_for<false>(ctx, x, w, gemv_out_whole(y, w.dim(0)), blocks == 0 ? gemv_q4kt_default_blocks(w.dim(0)) : blocks);
+void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, Q4ktShape shape) {
+  launch_for<false>(ctx, x, w, gemv_out_whole(y, w.dim(0)),
+                    shape.blocks == 0 ? gemv_q4kt_default_shape(w.dim(0)) : shape);
 }
 
 bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w,
@@ -247,19 +264,20 @@ bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Te
 
 void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts) {
   launch_for<false>(ctx, x, w, gemv_out_parts(parts, w.dim(0), x.rows(), "gemv_q4kt_split"),
-                    gemv_q4kt_default_blocks(w.dim(0)));
+                    gemv_q4kt_default_shape(w.dim(0)));
 }
 
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
   return gemv_q4kt_supports(ctx, x, w) && w.dim(0) % 32 == 0;
 }
 
-void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h) {
+void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h, Q4ktShape shape) {
   VI_CHECK(w.dim(0) % 32 == 0 && h.cols() * 2 == w.dim(0) && h.rows() == x.rows(),
            "gemv_q4kt_swiglu: h [{}, {}] does not match x rows {} and a Q4_KT gate|up weight of {} rows "
            "(a multiple of 32)",
            h.rows(), h.cols(), x.rows(), w.dim(0));
-  launch_for<true>(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2), gemv_q4kt_default_blocks(w.dim(0)));
+  launch_for<true>(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2),
+                   shape.blocks == 0 ? gemv_q4kt_swiglu_default_shape(w.dim(0)) : shape);
 }
 
 bool gemv_q4kt_add_deferred_norm_supports(const ops::Context& ctx, const Tensor& a, const Tensor& w, const Tensor& x) {
@@ -275,7 +293,7 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
   na.w_offset = w_offset;
   na.u = out.u.ptr<__half>();
   na.ss = out.ss.ptr<unsigned long long>();
-  launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, gemv_q4kt_default_blocks(w.dim(0)), na);
+  launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, gemv_q4kt_default_shape(w.dim(0)), na);
 }
 
 bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
@@ -294,9 +312,10 @@ bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNor
 void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
                         ops::DeferredConsumer kind, const std::vector<Tensor*>& outs) {
   const NormArgs na = consume_args(in);
-  const int blocks = gemv_q4kt_default_blocks(w.dim(0));
   auto run = [&](auto swiglu, const GemvOut& out) {
-    launch_for<decltype(swiglu)::value, kNormConsume>(ctx, in.u, w, out, blocks, na);
+    constexpr bool kSwiglu = decltype(swiglu)::value;
+    const Q4ktShape shape = kSwiglu ? gemv_q4kt_swiglu_default_shape(w.dim(0)) : gemv_q4kt_default_shape(w.dim(0));
+    launch_for<kSwiglu, kNormConsume>(ctx, in.u, w, out, shape, na);
   };
   switch (kind) {
     case ops::DeferredConsumer::kMatmul:

@@ -18,6 +18,7 @@
 // gate tile and of its up tile), as the Q4_KR kernel does.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "ops/deferred_norm.h"
@@ -28,15 +29,29 @@ namespace vi::cuda {
 // w: Q4_KR [N, K] with N % 16 == 0. Returns the same matrix as Q4_KT.
 Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w);
 
-// Blocks of 4 warps per SM the kernel's registers are budgeted for: 3 (164 registers) or 4 (128).
-// 0: chosen by shape (3 up to 8192 rows, where 4 per SM leaves SMs idle, 4 above).
-int gemv_q4kt_default_blocks(int64_t N);
-std::vector<int> gemv_q4kt_shapes();  // every compiled budget, for the tests and the benchmark
+// How a launch walks its tiles: `blocks` of 4 warps per SM its registers are budgeted for (3: 147
+// registers, 165-168 in pairs; 4: 126-128), and whether each warp multiplies its super-blocks one
+// at a time or, `pair`, two at a time with their mma steps interleaved (four independent mma
+// chains a warp instead of two; the same sums bit for bit: docs/notes/gemv.md run 31).
+struct Q4ktShape {
+  int blocks = 0;  // 0: the default shape for the call
+  bool pair = false;
+};
+inline bool operator==(Q4ktShape a, Q4ktShape b) { return a.blocks == b.blocks && a.pair == b.pair; }
+std::string gemv_q4kt_shape_name(Q4ktShape s);
+// The plain GEMV's (and its split form's, the deferred norm's producer's and matmul consumers')
+// shape for an N-row matrix: 3 blocks per SM up to 8192 rows, where 4 leaves SMs idle, 4 above;
+// one super-block at a time (pairs measured slower on the 5120-row matrices).
+Q4ktShape gemv_q4kt_default_shape(int64_t N);
+// The fused gate|up + SwiGLU's: the same blocks, in pairs (34816 x 5120: 33.2 against 34.9 us at
+// T = 1 on the H200) unless the environment sets VI_Q4KT_PAIR=0 (read once per process).
+Q4ktShape gemv_q4kt_swiglu_default_shape(int64_t N);
+std::vector<Q4ktShape> gemv_q4kt_shapes();  // every compiled shape, for the tests and the benchmark
 
 // Whether gemv_q4kt can take this call (profile, device, dtypes, T, alignment).
 bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
 // x: [T, K] f16, T <= 8; w: [N, K] Q4_KT; y: [T, N] f16.
-void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, int blocks = 0);
+void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, Q4ktShape shape = {});
 // h[T, F] = silu(x · w[0:F]ᵀ) ⊙ (x · w[F:2F]ᵀ) for a stacked gate|up w [2F, K] in Q4_KT with
 // F % 16 == 0 (where gemv_q4kt_supports(x, w)): the sums, roundings and SwiGLU of
 // gemv_q4kr_swiglu, so h equals its h bit for bit.
@@ -46,7 +61,7 @@ bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Te
                               const std::vector<Tensor*>& parts);
 void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts);
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
-void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h);
+void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h, Q4ktShape shape = {});
 
 // The deferred norm (ops/deferred_norm.h) on Q4_KT. Producer: x += a · wᵀ, then out's u, and the
 // sums of squares added to out.ss, from the GEMV's epilogue (a [T, K] f16, w [d, K], x [T, d] f16).

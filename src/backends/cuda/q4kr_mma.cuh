@@ -61,51 +61,89 @@ __device__ __forceinline__ void load_scales(const uint8_t* sm0, const uint8_t* s
 // xs: token g's 32 activations at this lane's sub-block; scw/mnw: the half's scale and min words
 // of rows g, g + 8; sel / sel_mn pick the lane's scale / min byte of such a word (byte c of the
 // row layout's words; bytes 0..3 of the tiled layout's one word per row).
+//
+// P super-blocks at once (P = 2: their halves of the same index, mma_half_pair): the steps of the P
+// interleaved, so a warp has 2P independent mma chains; each super-block's t and u get the same
+// products in the same order as alone, so the sums are the same bits. scw[p], mnw[p]: super-block
+// p's scale and min words of rows g, g + 8.
+template <bool FIRST, int P>
+__device__ __forceinline__ void mma_halves(const HalfSb* const st[P], const uint32_t scw[P][2],
+                                           const uint32_t mnw[P][2], const __half* const xs[P], uint32_t sel,
+                                           uint32_t sel_mn, uint32_t magic, float t[P][4], float u[P][4]) {
+  uint4 xv[P][4];
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) xv[p][i] = __ldg(reinterpret_cast<const uint4*>(xs[p] + 8 * i));
+  const __half2 k1024 = __float2half2_rn(1024.0f), kNeg1024 = __float2half2_rn(-1024.0f);
+  const __half2 kSixteenth = __float2half2_rn(0.0625f);
+  __half2 sc[P][2], sc16[P][2], neg[P][2], neg16[P][2];
+  uint32_t mn[P][2];
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // byte c under 0x64 is 1024 + byte; minus 1024 is the byte, exactly.
+      sc[p][r] = __hsub2(as_h2(__byte_perm(scw[p][r], 0x64u, sel)), k1024);
+      mn[p][r] = as_u32(__hsub2(as_h2(__byte_perm(mnw[p][r], 0x64u, sel_mn)), k1024));
+      neg[p][r] = __hmul2(sc[p][r], kNeg1024);     // −1024·sc: exact (≤ 64512)
+      sc16[p][r] = __hmul2(sc[p][r], kSixteenth);  // for the 1024 + 16q pairs: exact
+      neg16[p][r] = __hmul2(sc16[p][r], kNeg1024);
+    }
+  uint32_t a[P][2][4];
+  auto scaled = [&](int p, uint32_t w, int r) {  // the word's four pairs as sc·q
+    const uint32_t w8 = w >> 8;
+    a[p][r][0] = as_u32(__hfma2(as_h2(and_or<0x000F000Fu>(w, magic)), sc[p][r], neg[p][r]));       // values 0, 1
+    a[p][r][1] = as_u32(__hfma2(as_h2(and_or<0x00F000F0u>(w, magic)), sc16[p][r], neg16[p][r]));   // values 2, 3
+    a[p][r][2] = as_u32(__hfma2(as_h2(and_or<0x000F000Fu>(w8, magic)), sc[p][r], neg[p][r]));      // values 4, 5
+    a[p][r][3] = as_u32(__hfma2(as_h2(and_or<0x00F000F0u>(w8, magic)), sc16[p][r], neg16[p][r]));  // values 6, 7
+  };
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      scaled(p, word(st[p]->q[0], i), 0);
+      scaled(p, word(st[p]->q[1], i), 1);
+    }
+    // Values 8i .. 8i+7 of the sub-block: pairs (0,1), (2,3) meet xv[i].x, .y in one mma,
+    // (4,5), (6,7) meet .z, .w in the next.
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      if (FIRST && i == 0) {
+        mma_16816_z(t[p], a[p][0][0], a[p][1][0], a[p][0][1], a[p][1][1], xv[p][i].x, xv[p][i].y);
+        mma_16816_z(u[p], mn[p][0], mn[p][1], mn[p][0], mn[p][1], xv[p][i].x, xv[p][i].y);
+      } else {
+        mma_16816(t[p], a[p][0][0], a[p][1][0], a[p][0][1], a[p][1][1], xv[p][i].x, xv[p][i].y);
+        mma_16816(u[p], mn[p][0], mn[p][1], mn[p][0], mn[p][1], xv[p][i].x, xv[p][i].y);
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      mma_16816(t[p], a[p][0][2], a[p][1][2], a[p][0][3], a[p][1][3], xv[p][i].z, xv[p][i].w);
+      mma_16816(u[p], mn[p][0], mn[p][1], mn[p][0], mn[p][1], xv[p][i].z, xv[p][i].w);
+    }
+  }
+}
+
+// One super-block's half.
 template <bool FIRST>
 __device__ __forceinline__ void mma_half(const HalfSb& st, uint32_t scw0, uint32_t scw1, uint32_t mnw0, uint32_t mnw1,
                                          const __half* xs, uint32_t sel, uint32_t sel_mn, uint32_t magic, float t[4],
                                          float u[4]) {
-  uint4 xv[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) xv[i] = __ldg(reinterpret_cast<const uint4*>(xs + 8 * i));
-  const __half2 k1024 = __float2half2_rn(1024.0f), kNeg1024 = __float2half2_rn(-1024.0f);
-  const __half2 kSixteenth = __float2half2_rn(0.0625f);
-  __half2 sc[2], sc16[2], neg[2], neg16[2];
-  uint32_t mn[2];
-  const uint32_t scw[2] = {scw0, scw1}, mnw[2] = {mnw0, mnw1};
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    // byte c under 0x64 is 1024 + byte; minus 1024 is the byte, exactly.
-    sc[r] = __hsub2(as_h2(__byte_perm(scw[r], 0x64u, sel)), k1024);
-    mn[r] = as_u32(__hsub2(as_h2(__byte_perm(mnw[r], 0x64u, sel_mn)), k1024));
-    neg[r] = __hmul2(sc[r], kNeg1024);     // −1024·sc: exact (≤ 64512)
-    sc16[r] = __hmul2(sc[r], kSixteenth);  // for the 1024 + 16q pairs: exact
-    neg16[r] = __hmul2(sc16[r], kNeg1024);
-  }
-  uint32_t a[2][4];
-  auto scaled = [&](uint32_t w, int r) {  // the word's four pairs as sc·q
-    const uint32_t w8 = w >> 8;
-    a[r][0] = as_u32(__hfma2(as_h2(and_or<0x000F000Fu>(w, magic)), sc[r], neg[r]));      // values 0, 1
-    a[r][1] = as_u32(__hfma2(as_h2(and_or<0x00F000F0u>(w, magic)), sc16[r], neg16[r]));  // values 2, 3
-    a[r][2] = as_u32(__hfma2(as_h2(and_or<0x000F000Fu>(w8, magic)), sc[r], neg[r]));     // values 4, 5
-    a[r][3] = as_u32(__hfma2(as_h2(and_or<0x00F000F0u>(w8, magic)), sc16[r], neg16[r])); // values 6, 7
-  };
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    scaled(word(st.q[0], i), 0);
-    scaled(word(st.q[1], i), 1);
-    // Values 8i .. 8i+7 of the sub-block: pairs (0,1), (2,3) meet xv[i].x, .y in one mma,
-    // (4,5), (6,7) meet .z, .w in the next.
-    if (FIRST && i == 0) {
-      mma_16816_z(t, a[0][0], a[1][0], a[0][1], a[1][1], xv[i].x, xv[i].y);
-      mma_16816_z(u, mn[0], mn[1], mn[0], mn[1], xv[i].x, xv[i].y);
-    } else {
-      mma_16816(t, a[0][0], a[1][0], a[0][1], a[1][1], xv[i].x, xv[i].y);
-      mma_16816(u, mn[0], mn[1], mn[0], mn[1], xv[i].x, xv[i].y);
-    }
-    mma_16816(t, a[0][2], a[1][2], a[0][3], a[1][3], xv[i].z, xv[i].w);
-    mma_16816(u, mn[0], mn[1], mn[0], mn[1], xv[i].z, xv[i].w);
-  }
+  const HalfSb* s[1] = {&st};
+  const uint32_t scw[1][2] = {{scw0, scw1}}, mnw[1][2] = {{mnw0, mnw1}};
+  const __half* x[1] = {xs};
+  mma_halves<FIRST, 1>(s, scw, mnw, x, sel, sel_mn, magic, reinterpret_cast<float(*)[4]>(t),
+                       reinterpret_cast<float(*)[4]>(u));
+}
+
+// Two super-blocks' halves of the same index, interleaved (the tiled layout: one word per row
+// holds a sub-block's scale and min, so sw serves as both).
+template <bool FIRST>
+__device__ __forceinline__ void mma_half_pair(const HalfSb* const st[2], const uint32_t sw[2][2],
+                                              const __half* const xs[2], uint32_t sel, uint32_t sel_mn, uint32_t magic,
+                                              float t[2][4], float u[2][4]) {
+  mma_halves<FIRST, 2>(st, sw, sw, xs, sel, sel_mn, magic, t, u);
 }
 
 // Half 0 of a super-block from st0, half 1 from st1 (xs: half 0's activations), with its scales.

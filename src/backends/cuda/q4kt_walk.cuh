@@ -23,7 +23,9 @@
 
 namespace vi::cuda {
 
-template <bool SWIGLU>
+// PAIR: the warp's super-blocks multiplied two at a time with their mma steps interleaved
+// (mma_half_pair), the refills after both; the same sums bit for bit.
+template <bool SWIGLU, bool PAIR = false>
 struct Q4ktTileWalk {
   static constexpr int kDepth = 2;
   static constexpr size_t kStep = 4 * kQ4ktUnitBytes;  // to the warp's next super-block
@@ -86,6 +88,14 @@ struct Q4ktTileWalk {
 
   // Every super-block of the warp multiplied into acc (rows g: acc[0..1], g + 8: acc[2..3]).
   __device__ __forceinline__ void run(uint32_t magic, float acc[4]) {
+    if constexpr (PAIR)
+      run_pairs(magic, acc);
+    else
+      run_singles(magic, acc);
+  }
+
+  // One super-block at a time, each buffer refilled right after it is multiplied.
+  __device__ __forceinline__ void run_singles(uint32_t magic, float acc[4]) {
     for (int i0 = 0; i0 < n_mine; i0 += kDepth) {
 #pragma unroll
       for (int j = 0; j < kDepth; ++j) {
@@ -110,6 +120,46 @@ struct Q4ktTileWalk {
       pda += kDepth * kStep;
       pdb += kDepth * kStep;
       xs += kDepth * 1024;
+    }
+  }
+
+  // Buffers 0 and 1 multiplied together while both hold a super-block, then both refilled (each
+  // refill goes out one super-block later than in run_singles: the interleaved chains pay for it
+  // on the wide matrices, not on the 5120-row ones, docs/notes/gemv.md run 31).
+  __device__ __forceinline__ void run_pairs(uint32_t magic, float acc[4]) {
+    static_assert(kDepth == 2, "pairs of the two buffers");
+    for (int i0 = 0; i0 < n_mine; i0 += 2) {
+      if (i0 + 1 < n_mine) {
+        float t[2][4], u[2][4];
+        const uint32_t sw[2][2] = {{buf[0].sw.x, buf[0].sw.y}, {buf[1].sw.x, buf[1].sw.y}};
+        const HalfSb* h0[2] = {&buf[0].h[0], &buf[1].h[0]};
+        const HalfSb* h1[2] = {&buf[0].h[1], &buf[1].h[1]};
+        const __half* x0[2] = {xs, xs + 1024};
+        const __half* x1[2] = {xs + 128, xs + 1024 + 128};
+        mma_half_pair<true>(h0, sw, x0, 0x4040u, 0x4141u, magic, t, u);
+        mma_half_pair<false>(h1, sw, x1, 0x4242u, 0x4343u, magic, t, u);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const uint32_t dd[2] = {buf[j].dd.x, buf[j].dd.y};
+          apply_scales(dd, t[j], u[j], acc);
+        }
+        if (i0 + 2 < n_mine) load_sb(2, buf[0]);
+        if (i0 + 3 < n_mine) load_sb(3, buf[1]);
+      } else {
+        float t[4], u[4];
+        const Sb& s = buf[0];
+        mma_half<true>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, xs, 0x4040u, 0x4141u, magic, t, u);
+        mma_half<false>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, xs + 128, 0x4242u, 0x4343u, magic, t, u);
+        const uint32_t dd[2] = {s.dd.x, s.dd.y};
+        apply_scales(dd, t, u, acc);
+      }
+      pqa += 2 * kStep;
+      pqb += 2 * kStep;
+      psa += 2 * kStep;
+      psb += 2 * kStep;
+      pda += 2 * kStep;
+      pdb += 2 * kStep;
+      xs += 2 * 1024;
     }
   }
 };

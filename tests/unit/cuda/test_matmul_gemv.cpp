@@ -234,11 +234,11 @@ TEST_P(MatmulGemv, Q4KTiledEveryPathAndShape) {
         Tensor deep = up(nan);
         cuda::gemv_q4kr(g, dx, rw, deep, {cuda::GemvQ4krShape::Kernel::kDeep, 2, 3});
         const Tensor deep_h = down(deep);
-        for (int blocks : cuda::gemv_q4kt_shapes()) {
+        for (cuda::Q4ktShape shape : cuda::gemv_q4kt_shapes()) {
           Tensor dy = up(nan);
-          cuda::gemv_q4kt(g, dx, dw, dy, blocks);
+          cuda::gemv_q4kt(g, dx, dw, dy, shape);
           const Tensor got = down(dy);
-          const std::string what = fmt::format("q4_kt N={} K={} T={} {} blocks/SM", N, K, T, blocks);
+          const std::string what = fmt::format("q4_kt N={} K={} T={} {}", N, K, T, cuda::gemv_q4kt_shape_name(shape));
           EXPECT_CLOSE(got, ref, 4e-3, what);
           int64_t differ = 0;
           for (int64_t i = 0; i < got.numel(); ++i) differ += got.ptr<float>()[i] != deep_h.ptr<float>()[i];
@@ -310,7 +310,8 @@ TEST_P(MatmulGemv, SplitIntoPartsLikeMatmulThenSplitCols) {
 
 // The fused gate|up GEMV + SwiGLU on Q4_KT (gemv_q4kt_swiglu: 8 gate rows and the matching 8 up
 // rows per block, from half of a gate tile and of its up tile) against the CPU's matmul +
-// swiglu_halves on the Q4_K original, and bit for bit against the Q4_KR kernel. F = 96 is 6
+// swiglu_halves on the Q4_K original, and bit for bit against the Q4_KR kernel in every shape
+// (super-blocks one at a time and in pairs). F = 96 is 6
 // tiles per half; F = 4096 the other register budget's size; F = 104 (208 rows: whole tiles, but
 // the up half starts inside one) is Q4_KT only without views, and then runs unfused (matmul of the
 // whole stack + swiglu_halves); with its views {104, 104} it stays Q4_KR.
@@ -333,13 +334,18 @@ TEST_P(MatmulGemv, Q4KTiledFusedGateUpSwiglu) {
       Tensor dx = up(rand_f32({T, K}, act(), -2.0f, 2.0f));
       if (!cuda::gemv_q4kt_swiglu_supports(g, dx, dw)) continue;  // F = 104: no fused Q4_KT kernel
       Tensor nan = nan_f32({T, F});
-      Tensor ht = up(nan), hr = up(nan);
-      cuda::gemv_q4kt_swiglu(g, dx, dw, ht);
+      Tensor hr = up(nan);
       cuda::gemv_q4kr_swiglu(g, dx, rw, hr);
-      const Tensor a = down(ht), b = down(hr);
-      int64_t differ = 0;
-      for (int64_t i = 0; i < a.numel(); ++i) differ += !(a.ptr<float>()[i] == b.ptr<float>()[i]);
-      EXPECT_EQ(differ, 0) << "fused swiglu F=" << F << " T=" << T << ": outputs of Q4_KT and Q4_KR that differ";
+      const Tensor b = down(hr);
+      for (cuda::Q4ktShape shape : cuda::gemv_q4kt_shapes()) {  // one super-block at a time, and pairs
+        Tensor ht = up(nan);
+        cuda::gemv_q4kt_swiglu(g, dx, dw, ht, shape);
+        const Tensor a = down(ht);
+        int64_t differ = 0;
+        for (int64_t i = 0; i < a.numel(); ++i) differ += !(a.ptr<float>()[i] == b.ptr<float>()[i]);
+        EXPECT_EQ(differ, 0) << "fused swiglu F=" << F << " T=" << T << " " << cuda::gemv_q4kt_shape_name(shape)
+                             << ": outputs of Q4_KT and Q4_KR that differ";
+      }
     }
   }
 }
