@@ -100,27 +100,33 @@ struct Q4ktTileWalk {
 #pragma unroll
       for (int j = 0; j < kDepth; ++j) {
         if (i0 + j < n_mine) {
-          float t[4], u[4];
-          const Sb& s = buf[j];
-          // The word of row g (.x) and g + 8 (.y) holds (sc, m) of sub-block c in bytes 0, 1 and
-          // of sub-block 4 + c in bytes 2, 3.
-          mma_half<true>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, xs + 1024 * j, 0x4040u, 0x4141u, magic, t,
-                               u);
-          mma_half<false>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, xs + 1024 * j + 128, 0x4242u, 0x4343u,
-                                magic, t, u);
-          const uint32_t dd[2] = {s.dd.x, s.dd.y};
-          apply_scales(dd, t, u, acc);
+          multiply(buf[j], xs + 1024 * j, magic, acc);
           if (i0 + j + kDepth < n_mine) load_sb(j + kDepth, buf[j]);
         }
       }
-      pqa += kDepth * kStep;
-      pqb += kDepth * kStep;
-      psa += kDepth * kStep;
-      psb += kDepth * kStep;
-      pda += kDepth * kStep;
-      pdb += kDepth * kStep;
-      xs += kDepth * 1024;
+      advance(kDepth);
     }
+  }
+
+  // Super-block s (its activations at x) multiplied into acc. The word of row g (.x) and g + 8
+  // (.y) holds (sc, m) of sub-block c in bytes 0, 1 and of sub-block 4 + c in bytes 2, 3.
+  __device__ __forceinline__ void multiply(const Sb& s, const __half* x, uint32_t magic, float acc[4]) const {
+    float t[4], u[4];
+    mma_half<true>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x, 0x4040u, 0x4141u, magic, t, u);
+    mma_half<false>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x + 128, 0x4242u, 0x4343u, magic, t, u);
+    const uint32_t dd[2] = {s.dd.x, s.dd.y};
+    apply_scales(dd, t, u, acc);
+  }
+
+  // The load and activation cursors n super-blocks of this warp on.
+  __device__ __forceinline__ void advance(int n) {
+    pqa += n * kStep;
+    pqb += n * kStep;
+    psa += n * kStep;
+    psb += n * kStep;
+    pda += n * kStep;
+    pdb += n * kStep;
+    xs += n * 1024;
   }
 
   // Buffers 0 and 1 multiplied together while both hold a super-block, then both refilled (each
@@ -146,20 +152,9 @@ struct Q4ktTileWalk {
         if (i0 + 2 < n_mine) load_sb(2, buf[0]);
         if (i0 + 3 < n_mine) load_sb(3, buf[1]);
       } else {
-        float t[4], u[4];
-        const Sb& s = buf[0];
-        mma_half<true>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, xs, 0x4040u, 0x4141u, magic, t, u);
-        mma_half<false>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, xs + 128, 0x4242u, 0x4343u, magic, t, u);
-        const uint32_t dd[2] = {s.dd.x, s.dd.y};
-        apply_scales(dd, t, u, acc);
+        multiply(buf[0], xs, magic, acc);  // the odd last one
       }
-      pqa += 2 * kStep;
-      pqb += 2 * kStep;
-      psa += 2 * kStep;
-      psb += 2 * kStep;
-      pda += 2 * kStep;
-      pdb += 2 * kStep;
-      xs += 2 * 1024;
+      advance(2);
     }
   }
 };
