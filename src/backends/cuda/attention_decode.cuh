@@ -153,14 +153,20 @@ constexpr int64_t kDecodeNarrowRows = 8;
 //   T = 1 of the 27B shape), the one-tile warp-split kernel puts the rows in the mma's n
 //   dimension (S^T = K·Q^T, O^T += V^T·P^T): half the HMMA per key and half O's registers of
 //   the 16-row step; off: the 16-row step for these calls too.
+// - pre_wait_copies: the one-tile warp-split kernel starts the copies of its slots whose keys
+//   all precede the step's first new token before pdl_wait (those K/V rows, the position and
+//   the block table are written by no kernel of the step), so their latency overlaps the K/V
+//   write kernel before it; off: every copy after the wait.
 // Defaults: all on; VI_DECODE_TUNING=0 in the environment (read once per process) turns all
-// of them off (the path measured before, for end-to-end A/B), VI_DECODE_NARROW=0 narrow_rows alone.
+// of them off (the path measured before, for end-to-end A/B), VI_DECODE_NARROW=0 narrow_rows
+// alone, VI_DECODE_PRE_WAIT=0 pre_wait_copies alone.
 struct DecodeTuning {
   bool balanced_splits = true;
   bool fast_combine = true;
   bool pdl = true;
   bool lean_share_step = true;
   bool narrow_rows = true;
+  bool pre_wait_copies = true;
 };
 // Whether the warp-split kernel (where it takes the call) runs it on the narrow step
 // (DecodeTuning::narrow_rows and at most kDecodeNarrowRows rows in one row tile).

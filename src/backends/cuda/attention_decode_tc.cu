@@ -98,6 +98,7 @@ struct TcParams {
   int group_tokens, n_groups;  // the warp-split kernel's row groups: tokens per group, groups
   int n_splits;   // splits (blocks per row group and KV head)
   bool balanced;  // warp-split kernels: splits spread the true key count (warp_split_range)
+  bool pre_wait_copies;  // the one-tile warp-split kernel: DecodeTuning::pre_wait_copies
   float qscale;  // scale * log2(e)
   bool rotate_q, vec_k, vec_v;
   float* part_acc;  // [n_splits, T * Hq, D] unnormalised (null: one split, write out)
@@ -1291,11 +1292,13 @@ __global__ void __launch_bounds__(kWThreads, 2)
   const int t0 = gi * P.group_tokens, Tg = min(P.group_tokens, P.T - t0);
   const int R = Tg * P.G;
 
-  // PDL (launched through pdl_launch where DecodeTuning::pdl): nothing global is touched
-  // before the kernel before this one has finished; the combine may launch right away (its
+  // PDL (launched through pdl_launch where DecodeTuning::pdl): the kernel before this one (the
+  // step's K/V write) may still be running until pdl_wait. Before it the block reads only what
+  // no kernel of the step writes: the position and the block table (staged before the step)
+  // and the K/V rows of keys before p0 (written in earlier steps), so the copies of its slots
+  // that hold only such keys go out before the wait (where DecodeTuning::pre_wait_copies) and
+  // their latency overlaps that kernel's tail. The combine may launch right after the wait (its
   // own pdl_wait waits for this whole grid).
-  pdl_wait();
-  pdl_trigger();
   const int p0 = P.q_pos ? P.q_pos[0] : P.q_pos0;
   const int n_keys = p0 + t0 + Tg;  // the group's last token sees keys < n_keys
   int s_begin, s_end;
@@ -1365,8 +1368,9 @@ __global__ void __launch_bounds__(kWThreads, 2)
     if (lane < 16) cp_async4(slot + L::kSlotKs + kr * 4, P.k_scale + srow, ok);
     else cp_async4(slot + L::kSlotVs + kr * 4, P.v_scale + srow, ok);
   };
-#pragma unroll 1
-  for (int i = 0; i < NSW; ++i) {
+  // Slot i of the warp (one commit group each, in slot order): its keys start at key0(i) and
+  // increase with i, so the slots of keys before p0 alone are a prefix [0, n_pre).
+  auto start_slot = [&](int i) {
     if constexpr (kNarrow) {
       if (i < n_mine) {
         if (runs) copy_run(i, slot_row0(i));
@@ -1376,7 +1380,16 @@ __global__ void __launch_bounds__(kWThreads, 2)
       if (i < n_mine) issue(i);
     }
     cp_async_commit();
-  }
+  };
+  int n_pre = 0;
+  if (P.pre_wait_copies)
+    while (n_pre < NSW && s_begin + (warp + kWW * n_pre + 1) * kSlotKeys <= p0) ++n_pre;
+#pragma unroll 1
+  for (int i = 0; i < n_pre; ++i) start_slot(i);
+  pdl_wait();
+  pdl_trigger();
+#pragma unroll 1
+  for (int i = n_pre; i < NSW; ++i) start_slot(i);
 
   // Q (q_row_halves): warp w takes rows w, w + kWW, ... Padding rows stay zero without the
   // rotation: at T = 1 of the 27B shape 10 of the 16 rows, whose butterflies (40 shuffles a row
@@ -2049,6 +2062,7 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
     const int smem = warps_smem(DP, RT);
     const DecodeTuning tuning = decode_tuning();
     const bool pdl = tuning.pdl;
+    P.pre_wait_copies = tuning.pre_wait_copies;
     auto share = [&](auto lean) {
       constexpr bool kLean = decltype(lean)::value;
       if (DP == 128) {

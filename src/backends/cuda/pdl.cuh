@@ -9,7 +9,9 @@
 // memory may be used before it. The one exception: memory that no kernel writes after the
 // model is loaded (weights, prepared and synchronized before the first round) may be read
 // before it; the decode GEMVs issue their first weight loads there, so they overlap the tail
-// of the kernel before them. pdl_wait() returns at once when the kernel was launched
+// of the kernel before them. Likewise what no kernel of the current step writes: its inputs
+// staged by a copy before the step (positions, block tables) and the K/V rows of the tokens
+// of earlier steps, which the decode attention starts copying before its wait. pdl_wait() returns at once when the kernel was launched
 // without the attribute, so a converted kernel can be launched either way; a kernel that
 // lacks pdl_wait() must keep its plain <<<>>> launch.
 //

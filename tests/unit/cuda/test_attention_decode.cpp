@@ -465,13 +465,14 @@ TEST_P(AttentionDecode, RoundedUpKeyBound) {
   };
   using cuda::DecodeTuning;
   const DecodeTuning modes[] = {
-      DecodeTuning{true, true, true, true, true},  DecodeTuning{false, false, false, false, false},
-      DecodeTuning{true, false, false, true, true}, DecodeTuning{false, true, true, false, true},
-      DecodeTuning{true, true, true, false, false}};
+      DecodeTuning{true, true, true, true, true, true},   DecodeTuning{false, false, false, false, false, false},
+      DecodeTuning{true, false, false, true, true, false}, DecodeTuning{false, true, true, false, true, true},
+      DecodeTuning{true, true, true, false, false, false}, DecodeTuning{true, true, false, true, true, true}};
   for (const DecodeTuning& m : modes) {
     const Tuning tuning(m);
-    const std::string what = fmt::format("balanced {} fast combine {} pdl {} lean step {} narrow rows {}",
-                                         m.balanced_splits, m.fast_combine, m.pdl, m.lean_share_step, m.narrow_rows);
+    const std::string what =
+        fmt::format("balanced {} fast combine {} pdl {} lean step {} narrow rows {} pre-wait copies {}",
+                    m.balanced_splits, m.fast_combine, m.pdl, m.lean_share_step, m.narrow_rows, m.pre_wait_copies);
     SCOPED_TRACE(what);
     int ran = 0, calls = 0;
     for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{24, 4, 256, 7}}) {
