@@ -153,7 +153,7 @@ constexpr int64_t kDecodeNarrowRows = 8;
 //   T = 1 of the 27B shape), the one-tile warp-split kernel puts the rows in the mma's n
 //   dimension (S^T = K·Q^T, O^T += V^T·P^T): half the HMMA per key and half O's registers of
 //   the 16-row step; off: the 16-row step for these calls too.
-// - pre_wait_copies: the one-tile warp-split kernel starts the copies of its slots whose keys
+// - pre_wait_copies: the warp-split kernels start the copies of their slots whose keys
 //   all precede the step's first new token before pdl_wait (those K/V rows, the position and
 //   the block table are written by no kernel of the step), so their latency overlaps the K/V
 //   write kernel before it; off: every copy after the wait.

@@ -98,7 +98,7 @@ struct TcParams {
   int group_tokens, n_groups;  // the warp-split kernel's row groups: tokens per group, groups
   int n_splits;   // splits (blocks per row group and KV head)
   bool balanced;  // warp-split kernels: splits spread the true key count (warp_split_range)
-  bool pre_wait_copies;  // the one-tile warp-split kernel: DecodeTuning::pre_wait_copies
+  bool pre_wait_copies;  // warp-split kernels: DecodeTuning::pre_wait_copies
   float qscale;  // scale * log2(e)
   bool rotate_q, vec_k, vec_v;
   float* part_acc;  // [n_splits, T * Hq, D] unnormalised (null: one split, write out)
@@ -1624,8 +1624,8 @@ __global__ void __launch_bounds__(kWThreads, 2)
   const int R = Tg * P.G;
   const bool busy = 16 * rt < R;  // warp-uniform: this warp's tile holds a row of the group
 
-  pdl_wait();  // as in the one-tile kernel above
-  pdl_trigger();
+  // PDL as in the one-tile kernel above: the copies of the stream's slots whose keys all
+  // precede the step's first new token may start before pdl_wait.
   const int p0 = P.q_pos ? P.q_pos[0] : P.q_pos0;
   const int n_keys = p0 + t0 + Tg;  // the group's last token sees keys < n_keys
   int s_begin, s_end;
@@ -1738,10 +1738,10 @@ __global__ void __launch_bounds__(kWThreads, 2)
     }
   };
 
-  // Slot n of the stream is cp.async group n: slots 0 .. NSS - 1 here, slot n >= NSS in the
-  // loop's iteration n - NSS + 1 (one group per iteration from the second on).
-#pragma unroll 1
-  for (int i = 0; i < NSS; ++i) {
+  // Slot n of the stream is cp.async group n: slots 0 .. NSS - 1 here (those of keys before p0
+  // alone, a prefix, before pdl_wait), slot n >= NSS in the loop's iteration n - NSS + 1 (one
+  // group per iteration from the second on).
+  auto start_slot = [&](int i) {
     if (i < n_mine) {
       if constexpr (kLean) {
         Refill f;
@@ -1752,7 +1752,16 @@ __global__ void __launch_bounds__(kWThreads, 2)
       }
     }
     cp_async_commit();
-  }
+  };
+  int n_pre = 0;
+  if (P.pre_wait_copies)
+    while (n_pre < NSS && s_begin + (st + NST * n_pre + 1) * kSlotKeys <= p0) ++n_pre;
+#pragma unroll 1
+  for (int i = 0; i < n_pre; ++i) start_slot(i);
+  pdl_wait();
+  pdl_trigger();
+#pragma unroll 1
+  for (int i = n_pre; i < NSS; ++i) start_slot(i);
 
   // Q (q_row_halves) over kRows rows.
   for (int r = warp; r < kRows; r += kWW) {

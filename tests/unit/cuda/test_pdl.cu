@@ -234,8 +234,9 @@ TEST_F(Pdl, RecordedOpChainMatchesOpByOpWithoutPdl) {
 
 // Decode attention starts copying the slots of keys before the step's first new token before its
 // pdl_wait (DecodeTuning::pre_wait_copies: those rows are written in earlier steps). Recorded behind
-// late_scale_kernel, which writes one key's scales (NaN until then) ~50 us after it starts: with the
-// new token's key, every replay must equal the CPU's output (its slot was waited for); with an older
+// late_scale_kernel, which writes one key's scales (NaN until then) ~50 us after it starts, for a
+// decode round (T = 1, the one-tile kernel) and a verify round (T = 4, the shared-slot kernel): with
+// the first new token's key, every replay must equal the CPU's output (its slot was waited for); with an older
 // key, which that contract lets the kernel read early, at least one replay must miss the write, or
 // the first check would pass without any copy running before the wait.
 TEST_F(Pdl, DecodeAttentionWaitsForTheNewKeyOnly) {
@@ -246,69 +247,77 @@ TEST_F(Pdl, DecodeAttentionWaitsForTheNewKeyOnly) {
   g.act = DType::F16;
   ops::Context cpu;
   const Shape s{24, 4, 256, 16};  // the 27B model's attention; a recorded step's key bound
-  const int64_t T = 1, p0 = 8199, bound = 16384, n_blocks = bound / s.bs + 1, n_rows = n_blocks * s.bs;
+  const int64_t S = 8200, bound = 16384, n_blocks = bound / s.bs + 1, n_rows = n_blocks * s.bs;
   const Tensor table = shuffled_table(n_blocks);
-  Pool k = make_paged_pool(cpu, g, DType::I8, true, s, n_rows, table, p0 + T);
-  Pool v = make_paged_pool(cpu, g, DType::I8, false, s, n_rows, table, p0 + T);
-  const Tensor q = rand_f32({T, s.Hq, s.D}, DType::F16, -2.0f, 2.0f);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
-  Tensor ref = Tensor::empty(DType::F32, {T, s.Hq, s.D});
-  ops::paged_attention(cpu, q, k.host, v.host, table, s.bs, p0, scale, ref);
-  Tensor pos = Tensor::empty(DType::I32, {1});
-  pos.ptr<int32_t>()[0] = static_cast<int32_t>(p0);
-  Tensor dq = to_gpu(g, q, DType::F16), dtable = ops::upload(g, table), dpos = ops::upload(g, pos);
-  Tensor dout = ops::empty(g, DType::F16, {T, s.Hq, s.D});
-  cuda::DecodeArgs a;
-  a.q = dq.data();
-  a.q_dtype = DType::F16;
-  a.k = k.dev.data.data();
-  a.v = v.dev.data.data();
-  a.k_dtype = a.v_dtype = DType::I8;
-  a.k_scale = k.dev.scale.ptr<float>();
-  a.v_scale = v.dev.scale.ptr<float>();
-  a.table = dtable.ptr<int32_t>();
-  a.block_size = s.bs;
-  a.q_pos = dpos.ptr<int32_t>();
-  a.kv_bound = bound;
-  a.T = T;
-  a.Hq = s.Hq;
-  a.Hkv = s.Hkv;
-  a.D = s.D;
-  a.scale = scale;
-  a.out = dout.data();
-  if (!cuda::decode_tc_warps_fits(g, a) || !cuda::decode_tc_takes(g, a))
-    GTEST_SKIP() << "the warp-split decode kernel does not take this call here (no sm_80 code)";
-  // Replays (of `replays`) whose output is not the CPU's, key_pos's scales NaN before each.
-  auto stale_replays = [&](int64_t key_pos, int replays) {
-    const int64_t row = int64_t(table.ptr<int32_t>()[key_pos / s.bs]) * s.bs + key_pos % s.bs;
-    auto scales_of = [&](const Pool& p) {  // the row's true scales, on the device
-      Tensor h = Tensor::empty(DType::F32, {s.Hkv});
-      std::memcpy(h.data(), p.host.scale.ptr<float>() + row * s.Hkv, s.Hkv * sizeof(float));
-      return ops::upload(g, h);
+  Pool k = make_paged_pool(cpu, g, DType::I8, true, s, n_rows, table, S);
+  Pool v = make_paged_pool(cpu, g, DType::I8, false, s, n_rows, table, S);
+  Tensor dtable = ops::upload(g, table);
+  // T = 1: the one-tile kernel (a decode round); T = 4: the shared-slot kernel (a verify round).
+  for (int64_t T : {1, 4}) {
+    const int64_t p0 = S - T;  // the step's first new token
+    const Tensor q = rand_f32({T, s.Hq, s.D}, DType::F16, -2.0f, 2.0f);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+    Tensor ref = Tensor::empty(DType::F32, {T, s.Hq, s.D});
+    ops::paged_attention(cpu, q, k.host, v.host, table, s.bs, p0, scale, ref);
+    Tensor pos = Tensor::empty(DType::I32, {1});
+    pos.ptr<int32_t>()[0] = static_cast<int32_t>(p0);
+    Tensor dq = to_gpu(g, q, DType::F16), dpos = ops::upload(g, pos);
+    Tensor dout = ops::empty(g, DType::F16, {T, s.Hq, s.D});
+    cuda::DecodeArgs a;
+    a.q = dq.data();
+    a.q_dtype = DType::F16;
+    a.k = k.dev.data.data();
+    a.v = v.dev.data.data();
+    a.k_dtype = a.v_dtype = DType::I8;
+    a.k_scale = k.dev.scale.ptr<float>();
+    a.v_scale = v.dev.scale.ptr<float>();
+    a.table = dtable.ptr<int32_t>();
+    a.block_size = s.bs;
+    a.q_pos = dpos.ptr<int32_t>();
+    a.kv_bound = bound;
+    a.T = T;
+    a.Hq = s.Hq;
+    a.Hkv = s.Hkv;
+    a.D = s.D;
+    a.scale = scale;
+    a.out = dout.data();
+    if (!cuda::decode_tc_warps_fits(g, a) || !cuda::decode_tc_takes(g, a))
+      GTEST_SKIP() << "the warp-split decode kernels do not take this call here (no sm_80 code)";
+    // Replays (of `replays`) whose output is not the CPU's, key_pos's scales NaN before each.
+    auto stale_replays = [&](int64_t key_pos, int replays) {
+      const int64_t row = int64_t(table.ptr<int32_t>()[key_pos / s.bs]) * s.bs + key_pos % s.bs;
+      auto scales_of = [&](const Pool& p) {  // the row's true scales, on the device
+        Tensor h = Tensor::empty(DType::F32, {s.Hkv});
+        std::memcpy(h.data(), p.host.scale.ptr<float>() + row * s.Hkv, s.Hkv * sizeof(float));
+        return ops::upload(g, h);
+      };
+      Tensor dk_row = scales_of(k), dv_row = scales_of(v);
+      float* ks = k.dev.scale.ptr<float>() + row * s.Hkv;
+      float* vs = v.dev.scale.ptr<float>() + row * s.Hkv;
+      auto graph = ops::record(g, [&](ops::Context& r) {
+        VI_CUDA_CHECK(cuda::pdl_launch(late_scale_kernel, 1, 32, 0, cuda::stream_of(r), k.dev.scale.ptr<float>(),
+                                       v.dev.scale.ptr<float>(), dk_row.ptr<float>(), dv_row.ptr<float>(),
+                                       row * s.Hkv, static_cast<int>(s.Hkv), kSpinCycles));
+        cuda::decode_attention(r, a);
+      });
+      const std::vector<float> nan(static_cast<size_t>(s.Hkv), std::numeric_limits<float>::quiet_NaN());
+      int bad = 0;
+      for (int rep = 0; rep < replays; ++rep) {
+        put(ks, nan);
+        put(vs, nan);
+        graph->launch(g);
+        const double err = rel_l2(to_host_f32(g, dout), ref);
+        if (!(err < 3e-3)) ++bad;
+      }
+      put(ks, std::vector<float>(k.host.scale.ptr<float>() + row * s.Hkv, k.host.scale.ptr<float>() + (row + 1) * s.Hkv));
+      put(vs, std::vector<float>(v.host.scale.ptr<float>() + row * s.Hkv, v.host.scale.ptr<float>() + (row + 1) * s.Hkv));
+      return bad;
     };
-    Tensor dk_row = scales_of(k), dv_row = scales_of(v);
-    float* ks = k.dev.scale.ptr<float>() + row * s.Hkv;
-    float* vs = v.dev.scale.ptr<float>() + row * s.Hkv;
-    auto graph = ops::record(g, [&](ops::Context& r) {
-      VI_CUDA_CHECK(cuda::pdl_launch(late_scale_kernel, 1, 32, 0, cuda::stream_of(r), k.dev.scale.ptr<float>(),
-                                     v.dev.scale.ptr<float>(), dk_row.ptr<float>(), dv_row.ptr<float>(),
-                                     row * s.Hkv, static_cast<int>(s.Hkv), kSpinCycles));
-      cuda::decode_attention(r, a);
-    });
-    const std::vector<float> nan(static_cast<size_t>(s.Hkv), std::numeric_limits<float>::quiet_NaN());
-    int bad = 0;
-    for (int rep = 0; rep < replays; ++rep) {
-      put(ks, nan);
-      put(vs, nan);
-      graph->launch(g);
-      const double err = rel_l2(to_host_f32(g, dout), ref);
-      if (!(err < 3e-3)) ++bad;
-    }
-    return bad;
-  };
-  EXPECT_EQ(stale_replays(p0, 16), 0) << "the new token's K/V were read before the kernel writing them finished";
-  EXPECT_GT(stale_replays(p0 - 40, 16), 0)
-      << "no slot was copied before pdl_wait: the pre-wait copies never overlapped the kernel before";
+    EXPECT_EQ(stale_replays(p0, 16), 0) << "T " << T << ": the new token's K/V were read before the kernel writing "
+                                           "them finished";
+    EXPECT_GT(stale_replays(p0 - 40, 16), 0)
+        << "T " << T << ": no slot was copied before pdl_wait: the pre-wait copies never overlapped the kernel before";
+  }
 }
 
 }  // namespace
