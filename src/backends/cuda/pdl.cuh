@@ -11,9 +11,9 @@
 // before it; the decode GEMVs issue their first weight loads there, so they overlap the tail
 // of the kernel before them. Likewise what no kernel of the current step writes: its inputs
 // staged by a copy before the step (positions, block tables) and the K/V rows of the tokens
-// of earlier steps, which the decode attention starts copying before its wait. pdl_wait() returns at once when the kernel was launched
-// without the attribute, so a converted kernel can be launched either way; a kernel that
-// lacks pdl_wait() must keep its plain <<<>>> launch.
+// of earlier steps, which the decode attention starts copying before its wait. pdl_wait()
+// returns at once when the kernel was launched without the attribute, so a converted kernel
+// can be launched either way; a kernel that lacks pdl_wait() must keep its plain <<<>>> launch.
 //
 // pdl_trigger() lets the next kernel on the stream be launched early; it never lets that
 // kernel see this one's results early (its own pdl_wait() waits for this whole grid to
