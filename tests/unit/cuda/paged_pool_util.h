@@ -8,6 +8,7 @@
 #include <limits>
 #include <numeric>
 
+#include "backends/cuda/attention_decode.cuh"
 #include "cuda_test_util.h"
 #include "ops/kv_quant.h"
 #include "ops/memory.h"
@@ -53,6 +54,33 @@ inline Pool make_paged_pool(ops::Context& cpu, ops::Context& g, DType dt, bool i
     p.dev = {ops::upload(g, h), {}};
   }
   return p;
+}
+
+// The decode kernels' arguments for T queries of dtype q_dt at device pointers q, out over pools
+// k, v (their device copies) through table, the position at pos, keys bounded by `bound`.
+inline cuda::DecodeArgs decode_args(const Shape& s, int64_t T, DType q_dt, const void* q, const Pool& k,
+                                    const Pool& v, const Tensor& table, const Tensor& pos, int64_t bound,
+                                    float scale, void* out) {
+  cuda::DecodeArgs a;
+  a.q = q;
+  a.q_dtype = q_dt;
+  a.k = k.dev.data.data();
+  a.v = v.dev.data.data();
+  a.k_dtype = k.dev.data.dtype();
+  a.v_dtype = v.dev.data.dtype();
+  a.k_scale = a.k_dtype == DType::I8 ? k.dev.scale.ptr<float>() : nullptr;
+  a.v_scale = a.v_dtype == DType::I8 ? v.dev.scale.ptr<float>() : nullptr;
+  a.table = table.ptr<int32_t>();
+  a.block_size = s.bs;
+  a.q_pos = pos.ptr<int32_t>();
+  a.kv_bound = bound;
+  a.T = T;
+  a.Hq = s.Hq;
+  a.Hkv = s.Hkv;
+  a.D = s.D;
+  a.scale = scale;
+  a.out = out;
+  return a;
 }
 
 }  // namespace vi::cudatest

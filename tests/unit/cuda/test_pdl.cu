@@ -263,24 +263,8 @@ TEST_F(Pdl, DecodeAttentionWaitsForTheNewKeyOnly) {
     pos.ptr<int32_t>()[0] = static_cast<int32_t>(p0);
     Tensor dq = to_gpu(g, q, DType::F16), dpos = ops::upload(g, pos);
     Tensor dout = ops::empty(g, DType::F16, {T, s.Hq, s.D});
-    cuda::DecodeArgs a;
-    a.q = dq.data();
-    a.q_dtype = DType::F16;
-    a.k = k.dev.data.data();
-    a.v = v.dev.data.data();
-    a.k_dtype = a.v_dtype = DType::I8;
-    a.k_scale = k.dev.scale.ptr<float>();
-    a.v_scale = v.dev.scale.ptr<float>();
-    a.table = dtable.ptr<int32_t>();
-    a.block_size = s.bs;
-    a.q_pos = dpos.ptr<int32_t>();
-    a.kv_bound = bound;
-    a.T = T;
-    a.Hq = s.Hq;
-    a.Hkv = s.Hkv;
-    a.D = s.D;
-    a.scale = scale;
-    a.out = dout.data();
+    const cuda::DecodeArgs a =
+        decode_args(s, T, DType::F16, dq.data(), k, v, dtable, dpos, bound, scale, dout.data());
     if (!cuda::decode_tc_warps_fits(g, a) || !cuda::decode_tc_takes(g, a))
       GTEST_SKIP() << "the warp-split decode kernels do not take this call here (no sm_80 code)";
     // Replays (of `replays`) whose output is not the CPU's, key_pos's scales NaN before each.
