@@ -564,7 +564,171 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
   cluster_wait();
 #endif
 }
+
+// The lean token kernel: the token cluster kernel's work for the head shape of the Qwen3.5
+// family (dk = dv = 128), with what a general shape needs taken out of the chain after
+// pdl_wait. Per column it runs the same products and sums in the same order as
+// delta_rule_token, so the state stays bit for bit the one-block kernel's. What differs:
+// - The state slice, the gate constants and the norm weight are loaded into registers before
+//   pdl_wait. The constants are weights; the state is written only by this layer's GDN
+//   kernels of earlier steps (and by copies, which end any programmatic overlap), and with
+//   every kernel waiting before it triggers at most two grids overlap, so those are complete
+//   (pdl.cuh). 128-thread blocks get the registers for it (the other kernels are bounded for
+//   512 threads, 128 registers, where values held across the wait spilled).
+// - The four row groups of a column are lanes of one warp, not warps: lane = 4 c + g holds
+//   rows g, g + 4, .. of column 8 warp + c, so Sᵀk and qᵀS are summed over the row groups by
+//   shuffles in row-group order, not through shared memory with two block barriers.
+// - The norm's partial sums are pushed into every block of the cluster (one value per warp),
+//   so one cluster barrier serves them: no block reads another's shared memory after it, and
+//   none has to wait for the others before exiting. The barrier that makes sure every block
+//   has started arrives at the top and waits only before the pushes.
+// The norm's sum of squares runs in another order than the other kernels' (per warp, then
+// the cluster's 16 warps in rank order), as the cluster kernels' already does.
+constexpr int kLeanD = 128;                                // dk = dv
+constexpr int kLeanCols = kLeanD / kDecodeClusterBlocks;   // 32 value columns a block
+constexpr int kLeanR = kLeanD / kDeltaRowGroups;           // 32 state rows a thread
+constexpr int kLeanThreads = kLeanCols * kDeltaRowGroups;  // 128: a thread per (column, row group)
+constexpr int kLeanWarps = kLeanThreads / 32;
+// A row group's k (or q) values side by side, padded by 4 floats so the four groups' 16-byte
+// loads of one warp fall in different banks.
+constexpr int kLeanKqStride = kLeanR + 4;
+static_assert(kLeanThreads == kLeanD, "one thread per k and q element when staging them");
+static_assert(kLeanCols == 8 * kLeanWarps, "8 columns a warp");
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#ifdef __CUDA_ARCH__
+  asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
+#endif
+}
+
+// v into the float at p (this block's shared memory) of the cluster block of rank `rank`.
+__device__ __forceinline__ void cluster_store(float* p, unsigned rank, float v) {
+#ifdef __CUDA_ARCH__
+  const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
+#endif
+}
+
+// The sum of the four row groups' values of this lane's column (lanes 4 c .. 4 c + 3), in
+// row-group order from 0 as delta_rule_delta and the caller of delta_rule_token add them.
+__device__ __forceinline__ float row_group_sum(float v, int lane) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kDeltaRowGroups; ++w) sum += __shfl_sync(0xffffffffu, v, (lane & ~3) | w);
+  return sum;
+}
+#endif
+
+// Grid (Hv x kDecodeClusterBlocks, sequences), clusters of kDecodeClusterBlocks along x, blocks
+// of kLeanThreads; tensors as gdn_decode_token_kernel's with dk = dv = kLeanD.
+template <class T>
+__global__ void __launch_bounds__(kLeanThreads)
+    gdn_decode_token_lean_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                 const T* __restrict__ a, const T* __restrict__ b, const float* __restrict__ neg_exp_A,
+                                 const float* __restrict__ dt_bias, const T* z, const float* __restrict__ norm_w,
+                                 float eps, StatePtrs states, int64_t n0, T* y, int Hk, int Hv, bool tiled) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // never launched: gdn_decode_uses_cluster asks for sm_90 code
+#else
+  __shared__ __align__(16) float kq[2][kDeltaRowGroups * kLeanKqStride];  // k, q by row group
+  // Every warp's sum of squares in the cluster, at rank x kLeanWarps + warp.
+  __shared__ __align__(16) float ss_all[kDecodeClusterBlocks * kLeanWarps];
+  cluster_arrive_relaxed();  // barrier phase 1: this block has started
+  const int j = blockIdx.x / kDecodeClusterBlocks;     // value head
+  const int part = blockIdx.x % kDecodeClusterBlocks;  // the block's rank in its cluster
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane & 3;                                   // row group: state rows g, g + 4, ..
+  const int e = part * kLeanCols + warp * 8 + (lane >> 2);  // value column
+  float* S = states.p[blockIdx.y] + int64_t(j) * kLeanD * kLeanD + g * kLeanD + e;  // row g of column e
+  float s[kLeanR];
+#pragma unroll
+  for (int r = 0; r < kLeanR; ++r) s[r] = S[r * kDeltaRowGroups * kLeanD];
+  const float dtb = dt_bias[j], nea = neg_exp_A[j], nw = norm_w[e];
+  pdl_wait();
+  pdl_trigger();
+  const int64_t n = n0 + blockIdx.y;  // token (= sequence) row
+  const int hk = tiled ? j % Hk : j / (Hv / Hk);
+  const int64_t hj = n * Hv + j;
+  const int64_t qk_off = (n * Hk + hk) * kLeanD;
+  const int ti = static_cast<int>(threadIdx.x);  // the k and q element this thread stages
+  const float kt = to_f32(k[qk_off + ti]), qt = to_f32(q[qk_off + ti]);
+  const float av = to_f32(a[hj]), bv = to_f32(b[hj]);
+  const float vv = to_f32(v[hj * kLeanD + e]);
+  const float zz = g == 0 ? to_f32(z[hj * kLeanD + e]) : 0.0f;  // only the thread that writes y[e] (y may alias z)
+  kq[0][(ti % kDeltaRowGroups) * kLeanKqStride + ti / kDeltaRowGroups] = kt;
+  kq[1][(ti % kDeltaRowGroups) * kLeanKqStride + ti / kDeltaRowGroups] = qt;
+  const float decay = expf(gdn_decay_gate(av, dtb, nea));
+  const float bt = sigmoid_f(bv);
+  __syncthreads();  // kq
+  float kr[kLeanR], qr[kLeanR];
+  const float4* k4 = reinterpret_cast<const float4*>(&kq[0][g * kLeanKqStride]);
+  const float4* q4 = reinterpret_cast<const float4*>(&kq[1][g * kLeanKqStride]);
+#pragma unroll
+  for (int r4 = 0; r4 < kLeanR / 4; ++r4) {
+    const float4 kk = k4[r4], qq = q4[r4];
+    kr[4 * r4] = kk.x, kr[4 * r4 + 1] = kk.y, kr[4 * r4 + 2] = kk.z, kr[4 * r4 + 3] = kk.w;
+    qr[4 * r4] = qq.x, qr[4 * r4 + 1] = qq.y, qr[4 * r4 + 2] = qq.z, qr[4 * r4 + 3] = qq.w;
+  }
+  // delta_rule_token's steps: decay, Sᵀk, delta, S += k deltaᵀ and qᵀS.
+  float part_kv = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kLeanR; ++r) {
+    s[r] *= decay;
+    part_kv += s[r] * kr[r];
+  }
+  const float delta = bt * (vv - row_group_sum(part_kv, lane));
+  float part_o = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kLeanR; ++r) {
+    s[r] += kr[r] * delta;
+    part_o += s[r] * qr[r];
+  }
+  const float o = to_f32(from_f32<T>(row_group_sum(part_o, lane)));  // column e's output rounded to T
+#pragma unroll
+  for (int r = 0; r < kLeanR; ++r) S[r * kDeltaRowGroups * kLeanD] = s[r];
+  // The warp's 8 columns' sum of squares (xor steps over the column bits of the lane: every
+  // lane ends with the same value), pushed to slot (rank, warp) of every block.
+  float ss = o * o;
+  ss += __shfl_xor_sync(0xffffffffu, ss, 4);
+  ss += __shfl_xor_sync(0xffffffffu, ss, 8);
+  ss += __shfl_xor_sync(0xffffffffu, ss, 16);
+  cluster_wait();  // phase 1: every block of the cluster has started
+  if (lane < kDecodeClusterBlocks) cluster_store(&ss_all[part * kLeanWarps + warp], static_cast<unsigned>(lane), ss);
+  cluster_arrive();  // phase 2: the pushes are visible once every block has arrived
+  cluster_wait();
+  float total = 0.0f;  // in slot order: every block of the head gets the same f
+  const float4* ss4 = reinterpret_cast<const float4*>(ss_all);
+#pragma unroll
+  for (int i = 0; i < kDecodeClusterBlocks * kLeanWarps / 4; ++i) {
+    const float4 t = ss4[i];
+    total += t.x;
+    total += t.y;
+    total += t.z;
+    total += t.w;
+  }
+  if (g == 0) {
+    const float f = 1.0f / sqrtf(total / static_cast<float>(kLeanD) + eps);
+    y[hj * kLeanD + e] = from_f32<T>(nw * (o * f) * silu_f(zz));
+  }
+#endif
+}
+
 #endif  // CUDART_VERSION >= 12000
+
+#if CUDART_VERSION >= 12000
+// VI_GDN_LEAN=0 keeps the lean token kernel off (the token cluster kernel runs instead), so a
+// run can be compared with and without it.
+bool lean_env_allows() {
+  static const bool on = [] {
+    const char* v = std::getenv("VI_GDN_LEAN");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+#endif
 
 template <class T, int R>
 void launch_decode_step(const ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
@@ -583,6 +747,15 @@ void launch_decode_step(const ops::Context& ctx, const Tensor& q, const Tensor& 
     StatePtrs ptrs{};
     for (int64_t i = 0; i < ns; ++i) ptrs.p[i] = states[static_cast<size_t>(n0 + i)].ptr<float>();
 #if CUDART_VERSION >= 12000
+    if (cluster && T_ == 1 && dk == kLeanD && dv == kLeanD && lean_env_allows()) {
+      const dim3 grid(static_cast<unsigned>(Hv * kDecodeClusterBlocks), static_cast<unsigned>(ns));
+      VI_CUDA_CHECK(pdl_launch_cluster(gdn_decode_token_lean_kernel<T>, grid, kLeanThreads, 0, stream_of(ctx),
+                                       kDecodeClusterBlocks, q.ptr<T>(), k.ptr<T>(), v.ptr<T>(), a.ptr<T>(),
+                                       b.ptr<T>(), neg_exp_A.ptr<float>(), dt_bias.ptr<float>(), z.ptr<T>(),
+                                       norm_w.ptr<float>(), eps, ptrs, n0, y.ptr<T>(), static_cast<int>(Hk),
+                                       static_cast<int>(Hv), tiled));
+      continue;
+    }
     if (cluster && T_ == 1) {
       const dim3 grid(static_cast<unsigned>(Hv * kDecodeClusterBlocks), static_cast<unsigned>(ns));
       VI_CUDA_CHECK(pdl_launch_cluster(gdn_decode_token_cluster_kernel<T, R>, grid, cols * kDeltaRowGroups, 0,
