@@ -13,7 +13,8 @@
 # 1. hwcheck (copy bandwidth for MBU); make-model 27B (seed 1, DTYPE q4_k).
 # 2. voltinfer bench, native profile, int8 KV, DEPTHS (8192,131072), 1- and 4-token verify rounds,
 #    A then B, REPS_AB (2) times; NGEN (64) tokens, REPS (2) repetitions each.
-# 3. TRACE=1: then one traced run of each (the per-op kernel tables, trace_A.md and trace_B.md).
+# 3. TRACE=1: then one traced run of each (the per-op kernel tables, trace_A.md and trace_B.md;
+#    TRACE_TOKENS=1,4 traces the 4-token verify round too).
 # Logs to LOG_DIR (default $OUT): summary.txt ends with each run's decode and verify rows (and the
 # traces' per-op rows).
 set -uo pipefail
@@ -51,7 +52,7 @@ run_setting() {
     else envs+=("$word"); fi
   done
   local run=(-n "${NGEN:-64}" -r "${REPS:-2}" --verify 1,4 --json "$out/bench_$name.jsonl")
-  [ "$mode" = trace ] && run=(-n 32 -r 1 --verify 1 --trace-kernels --trace-tokens 1 --md "$out/trace_$name.md")
+  [ "$mode" = trace ] && run=(-n 32 -r 1 --verify 1 --trace-kernels --trace-tokens "${TRACE_TOKENS:-1}" --md "$out/trace_$name.md")
   echo "=== $name${mode:+ ($mode)}: $spec" >> "$out/bench.log"
   [ -x "$exe" ] || { echo "bench $name: no $exe in the bundle" | tee -a "$out/summary.txt"; return; }
   timeout 200 env "${envs[@]}" stdbuf -oL -eL "$exe" bench -m $m --device cuda --kernel-profile native "${flags[@]}" \

@@ -620,6 +620,63 @@ __device__ __forceinline__ float row_group_sum(float v, int lane) {
   for (int w = 0; w < kDeltaRowGroups; ++w) sum += __shfl_sync(0xffffffffu, v, (lane & ~3) | w);
   return sum;
 }
+
+// One token of delta_rule_token for a lean kernel's thread (rows g, g + 4, .. of its column in
+// s): kg and qg are its row group's k and q (kLeanR floats side by side, 16-byte aligned,
+// shared). Returns the column's output qᵀS, not yet rounded.
+__device__ __forceinline__ float lean_delta_token(float (&s)[kLeanR], const float* kg, const float* qg, float decay,
+                                                  float bt, float vv, int lane) {
+  float kr[kLeanR], qr[kLeanR];
+  const float4* k4 = reinterpret_cast<const float4*>(kg);
+  const float4* q4 = reinterpret_cast<const float4*>(qg);
+#pragma unroll
+  for (int r4 = 0; r4 < kLeanR / 4; ++r4) {
+    const float4 kk = k4[r4], qq = q4[r4];
+    kr[4 * r4] = kk.x, kr[4 * r4 + 1] = kk.y, kr[4 * r4 + 2] = kk.z, kr[4 * r4 + 3] = kk.w;
+    qr[4 * r4] = qq.x, qr[4 * r4 + 1] = qq.y, qr[4 * r4 + 2] = qq.z, qr[4 * r4 + 3] = qq.w;
+  }
+  // delta_rule_token's steps: decay, Sᵀk, delta, S += k deltaᵀ and qᵀS.
+  float part_kv = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kLeanR; ++r) {
+    s[r] *= decay;
+    part_kv += s[r] * kr[r];
+  }
+  const float delta = bt * (vv - row_group_sum(part_kv, lane));
+  float part_o = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kLeanR; ++r) {
+    s[r] += kr[r] * delta;
+    part_o += s[r] * qr[r];
+  }
+  return row_group_sum(part_o, lane);
+}
+
+// The sum of the cluster's kDecodeClusterBlocks x kLeanWarps pushed values at ss (this
+// block's shared memory), in slot order: every block of the head gets the same sum.
+__device__ __forceinline__ float lean_cluster_total(const float* ss) {
+  float total = 0.0f;
+  const float4* ss4 = reinterpret_cast<const float4*>(ss);
+#pragma unroll
+  for (int i = 0; i < kDecodeClusterBlocks * kLeanWarps / 4; ++i) {
+    const float4 t = ss4[i];
+    total += t.x;
+    total += t.y;
+    total += t.z;
+    total += t.w;
+  }
+  return total;
+}
+
+// The warp's 8 columns' sum of o² (xor steps over the column bits of the lane: every lane ends
+// with the same value).
+__device__ __forceinline__ float lean_warp_squares(float o) {
+  float ss = o * o;
+  ss += __shfl_xor_sync(0xffffffffu, ss, 4);
+  ss += __shfl_xor_sync(0xffffffffu, ss, 8);
+  ss += __shfl_xor_sync(0xffffffffu, ss, 16);
+  return ss;
+}
 #endif
 
 // Grid (Hv x kDecodeClusterBlocks, sequences), clusters of kDecodeClusterBlocks along x, blocks
@@ -663,55 +720,129 @@ __global__ void __launch_bounds__(kLeanThreads)
   const float decay = expf(gdn_decay_gate(av, dtb, nea));
   const float bt = sigmoid_f(bv);
   __syncthreads();  // kq
-  float kr[kLeanR], qr[kLeanR];
-  const float4* k4 = reinterpret_cast<const float4*>(&kq[0][g * kLeanKqStride]);
-  const float4* q4 = reinterpret_cast<const float4*>(&kq[1][g * kLeanKqStride]);
-#pragma unroll
-  for (int r4 = 0; r4 < kLeanR / 4; ++r4) {
-    const float4 kk = k4[r4], qq = q4[r4];
-    kr[4 * r4] = kk.x, kr[4 * r4 + 1] = kk.y, kr[4 * r4 + 2] = kk.z, kr[4 * r4 + 3] = kk.w;
-    qr[4 * r4] = qq.x, qr[4 * r4 + 1] = qq.y, qr[4 * r4 + 2] = qq.z, qr[4 * r4 + 3] = qq.w;
-  }
-  // delta_rule_token's steps: decay, Sᵀk, delta, S += k deltaᵀ and qᵀS.
-  float part_kv = 0.0f;
-#pragma unroll
-  for (int r = 0; r < kLeanR; ++r) {
-    s[r] *= decay;
-    part_kv += s[r] * kr[r];
-  }
-  const float delta = bt * (vv - row_group_sum(part_kv, lane));
-  float part_o = 0.0f;
-#pragma unroll
-  for (int r = 0; r < kLeanR; ++r) {
-    s[r] += kr[r] * delta;
-    part_o += s[r] * qr[r];
-  }
-  const float o = to_f32(from_f32<T>(row_group_sum(part_o, lane)));  // column e's output rounded to T
+  // Column e's output rounded to T.
+  const float o = to_f32(
+      from_f32<T>(lean_delta_token(s, &kq[0][g * kLeanKqStride], &kq[1][g * kLeanKqStride], decay, bt, vv, lane)));
 #pragma unroll
   for (int r = 0; r < kLeanR; ++r) S[r * kDeltaRowGroups * kLeanD] = s[r];
-  // The warp's 8 columns' sum of squares (xor steps over the column bits of the lane: every
-  // lane ends with the same value), pushed to slot (rank, warp) of every block.
-  float ss = o * o;
-  ss += __shfl_xor_sync(0xffffffffu, ss, 4);
-  ss += __shfl_xor_sync(0xffffffffu, ss, 8);
-  ss += __shfl_xor_sync(0xffffffffu, ss, 16);
+  // The warp's sum of squares, pushed to slot (rank, warp) of every block.
+  const float ss = lean_warp_squares(o);
   cluster_wait();  // phase 1: every block of the cluster has started
   if (lane < kDecodeClusterBlocks) cluster_store(&ss_all[part * kLeanWarps + warp], static_cast<unsigned>(lane), ss);
   cluster_arrive();  // phase 2: the pushes are visible once every block has arrived
   cluster_wait();
-  float total = 0.0f;  // in slot order: every block of the head gets the same f
-  const float4* ss4 = reinterpret_cast<const float4*>(ss_all);
-#pragma unroll
-  for (int i = 0; i < kDecodeClusterBlocks * kLeanWarps / 4; ++i) {
-    const float4 t = ss4[i];
-    total += t.x;
-    total += t.y;
-    total += t.z;
-    total += t.w;
-  }
+  const float total = lean_cluster_total(ss_all);
   if (g == 0) {
     const float f = 1.0f / sqrtf(total / static_cast<float>(kLeanD) + eps);
     y[hj * kLeanD + e] = from_f32<T>(nw * (o * f) * silu_f(zz));
+  }
+#endif
+}
+
+
+// The lean kernel of a verify round (T_ > 1 tokens per sequence): the lean token kernel's
+// layout and barriers over the tokens, in chunks of kDecodeStepTokens as the chunk cluster
+// kernel runs them. Per chunk every token's k, q, gates, v and z are loaded together; the
+// tokens advance the state in registers; then each token's sum of squares is pushed as the
+// token kernel pushes its one, all of the chunk's with one cluster barrier. The pushed sums are
+// double-buffered by chunk: a block can push chunk c + 2 only after every block has arrived at
+// chunk c + 1's barrier, i.e. after it has read chunk c's sums. Tensors as
+// gdn_decode_step_kernel's with dk = dv = kLeanD.
+template <class T>
+__global__ void __launch_bounds__(kLeanThreads)
+    gdn_decode_step_lean_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                const T* __restrict__ a, const T* __restrict__ b, const float* __restrict__ neg_exp_A,
+                                const float* __restrict__ dt_bias, const T* z, const float* __restrict__ norm_w,
+                                float eps, StatePtrs states, int64_t n0, int T_, T* y, int Hk, int Hv, bool tiled) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // never launched: gdn_decode_uses_cluster asks for sm_90 code
+#else
+  constexpr int TOK = kDecodeStepTokens;
+  __shared__ __align__(16) float kq[TOK][2][kDeltaRowGroups * kLeanKqStride];  // the chunk's k, q by row group
+  __shared__ float gate[2][TOK];                                                // per token: the decay exp(g), beta
+  // Per chunk parity and token: every warp's sum of squares in the cluster, at rank x kLeanWarps + warp.
+  __shared__ __align__(16) float ss_all[2][TOK][kDecodeClusterBlocks * kLeanWarps];
+  cluster_arrive_relaxed();  // barrier phase 1: this block has started
+  const int j = blockIdx.x / kDecodeClusterBlocks;     // value head
+  const int part = blockIdx.x % kDecodeClusterBlocks;  // the block's rank in its cluster
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane & 3;                                   // row group: state rows g, g + 4, ..
+  const int e = part * kLeanCols + warp * 8 + (lane >> 2);  // value column
+  float* S = states.p[blockIdx.y] + int64_t(j) * kLeanD * kLeanD + g * kLeanD + e;  // row g of column e
+  float s[kLeanR];
+#pragma unroll
+  for (int r = 0; r < kLeanR; ++r) s[r] = S[r * kDeltaRowGroups * kLeanD];
+  const float dtb = dt_bias[j], nea = neg_exp_A[j], nw = norm_w[e];
+  pdl_wait();
+  pdl_trigger();
+  const int64_t row0 = (n0 + blockIdx.y) * T_;  // the sequence's first row
+  const int hk = tiled ? j % Hk : j / (Hv / Hk);
+  const int ti = static_cast<int>(threadIdx.x);  // the k and q element this thread stages
+  const int kq_at = (ti % kDeltaRowGroups) * kLeanKqStride + ti / kDeltaRowGroups;
+  for (int t0 = 0, chunk = 0; t0 < T_; t0 += TOK, ++chunk) {
+    const int nt = min(TOK, T_ - t0);
+    const int64_t r0 = row0 + t0;  // the chunk's first row
+    // Every input of the chunk first (one round trip).
+    T kt[TOK], qt[TOK], vt[TOK], zt[TOK];
+#pragma unroll
+    for (int t = 0; t < TOK; ++t) {
+      if (t < nt) {
+        const int64_t qk = ((r0 + t) * Hk + hk) * kLeanD + ti;
+        const int64_t at = ((r0 + t) * Hv + j) * kLeanD + e;
+        kt[t] = k[qk];
+        qt[t] = q[qk];
+        vt[t] = v[at];
+        if (g == 0) zt[t] = z[at];  // only the thread that writes y[t, e] (y may alias z)
+      }
+    }
+    if (ti < nt) {
+      const int64_t hj = (r0 + ti) * Hv + j;
+      gate[0][ti] = expf(gdn_decay_gate(to_f32(a[hj]), dtb, nea));
+      gate[1][ti] = sigmoid_f(to_f32(b[hj]));
+    }
+#pragma unroll
+    for (int t = 0; t < TOK; ++t) {
+      if (t < nt) {
+        kq[t][0][kq_at] = to_f32(kt[t]);
+        kq[t][1][kq_at] = to_f32(qt[t]);
+      }
+    }
+    __syncthreads();  // kq, gate
+    float o[TOK];  // column e's outputs rounded to T
+#pragma unroll
+    for (int t = 0; t < TOK; ++t) {
+      if (t < nt)
+        o[t] = to_f32(from_f32<T>(lean_delta_token(s, &kq[t][0][g * kLeanKqStride], &kq[t][1][g * kLeanKqStride],
+                                                   gate[0][t], gate[1][t], to_f32(vt[t]), lane)));
+    }
+    if (t0 + nt >= T_) {  // the last chunk: the state goes back
+#pragma unroll
+      for (int r = 0; r < kLeanR; ++r) S[r * kDeltaRowGroups * kLeanD] = s[r];
+    }
+    float (&ss_chunk)[TOK][kDecodeClusterBlocks * kLeanWarps] = ss_all[chunk & 1];
+    float ss[TOK];
+#pragma unroll
+    for (int t = 0; t < TOK; ++t)
+      if (t < nt) ss[t] = lean_warp_squares(o[t]);
+    if (chunk == 0) cluster_wait();  // phase 1: every block of the cluster has started
+    if (lane < kDecodeClusterBlocks) {
+#pragma unroll
+      for (int t = 0; t < TOK; ++t)
+        if (t < nt) cluster_store(&ss_chunk[t][part * kLeanWarps + warp], static_cast<unsigned>(lane), ss[t]);
+    }
+    // The pushes are visible once every block has arrived; this is also the block's barrier
+    // before the next chunk overwrites kq and gate.
+    cluster_arrive();
+    cluster_wait();
+    if (g == 0) {
+#pragma unroll
+      for (int t = 0; t < TOK; ++t) {
+        if (t < nt) {
+          const float f = 1.0f / sqrtf(lean_cluster_total(ss_chunk[t]) / static_cast<float>(kLeanD) + eps);
+          y[((r0 + t) * Hv + j) * kLeanD + e] = from_f32<T>(nw * (o[t] * f) * silu_f(to_f32(zt[t])));
+        }
+      }
+    }
   }
 #endif
 }
@@ -754,6 +885,15 @@ void launch_decode_step(const ops::Context& ctx, const Tensor& q, const Tensor& 
                                        b.ptr<T>(), neg_exp_A.ptr<float>(), dt_bias.ptr<float>(), z.ptr<T>(),
                                        norm_w.ptr<float>(), eps, ptrs, n0, y.ptr<T>(), static_cast<int>(Hk),
                                        static_cast<int>(Hv), tiled));
+      continue;
+    }
+    if (cluster && T_ > 1 && dk == kLeanD && dv == kLeanD && lean_env_allows()) {
+      const dim3 grid(static_cast<unsigned>(Hv * kDecodeClusterBlocks), static_cast<unsigned>(ns));
+      VI_CUDA_CHECK(pdl_launch_cluster(gdn_decode_step_lean_kernel<T>, grid, kLeanThreads, 0, stream_of(ctx),
+                                       kDecodeClusterBlocks, q.ptr<T>(), k.ptr<T>(), v.ptr<T>(), a.ptr<T>(),
+                                       b.ptr<T>(), neg_exp_A.ptr<float>(), dt_bias.ptr<float>(), z.ptr<T>(),
+                                       norm_w.ptr<float>(), eps, ptrs, n0, static_cast<int>(T_), y.ptr<T>(),
+                                       static_cast<int>(Hk), static_cast<int>(Hv), tiled));
       continue;
     }
     if (cluster && T_ == 1) {
