@@ -14,6 +14,8 @@
 // Up to kConvStepTokens tokens per launch (a verify round's drafts); a longer input runs as
 // several launches of that many tokens, each continuing the state the one before wrote.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/gdn.cuh"
@@ -139,10 +141,14 @@ __device__ __forceinline__ void block_sums(float (&ss)[TOK], int nt, float* red)
 // count at ~11 cycles each (ncu, 4 tokens:
 // ~2100 a warp in the TOK 8 kernel with its token guards, 11.1 us against 5.3 for one token);
 // EXACT drops the guards and the unused token slots.
-template <class T, int TOK, bool EXACT = false>
+// KW: the kernel width where it is known at compile time (0: K at run time). Qwen3.5's 4 takes
+// the window's guards and unused slots out of every channel's code (the q and k head blocks'
+// warps run alone on their SMs, so their time is their instruction count).
+template <class T, int TOK, bool EXACT = false, int KW = 0>
 __global__ void __launch_bounds__(TOK == 1 ? 1024 : kConvStepMaxThreads)
     gdn_conv_step_kernel(GroupArgs q, GroupArgs k, GroupArgs v, int K, int nt, int64_t hd, float eps, float q_scale) {
   if constexpr (EXACT) nt = TOK;
+  if constexpr (KW > 0) K = KW;
   __shared__ float red[32 * TOK];
   const int64_t n_q = q.C / hd, n_k = k.C / hd;
   const int64_t b = blockIdx.x;
@@ -218,6 +224,15 @@ GroupArgs args_of(const ops::ConvGroup& g, int64_t t0) {
                    g.state.ptr<float>(), static_cast<char*>(g.y.data()) + t0 * g.y.row_bytes(), g.x.dim(1)};
 }
 
+// VI_CONV_KW=0 keeps the width-4 kernels off (the run-time width runs), for A/B runs.
+bool kw_env_allows() {
+  static const bool on = [] {
+    const char* v = std::getenv("VI_CONV_KW");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
 void gdn_conv_step_cuda(ops::Context& ctx, const ops::ConvGroup& q, const ops::ConvGroup& k, const ops::ConvGroup& v,
                         int64_t head_dim, float eps, float q_scale) {
   const int64_t K = q.w.dim(1), n_tok = q.x.dim(0);
@@ -237,8 +252,10 @@ void gdn_conv_step_cuda(ops::Context& ctx, const ops::ConvGroup& q, const ops::C
       const GroupArgs qa = args_of(q, t0), ka = args_of(k, t0), va = args_of(v, t0);
       // 4 tokens (the verify width MTP uses) get a kernel of exactly that many; other counts the
       // 8-token kernel with its guards (an exact 8-token kernel spilled in f32).
-      auto kernel = per_launch == 1 ? gdn_conv_step_kernel<T, 1>
-                    : nt == 4       ? gdn_conv_step_kernel<T, 4, true>
+      // Kernel width 4 (Qwen3.5's) for one and four tokens: kernels of that width.
+      const bool k4 = K == 4 && kw_env_allows();
+      auto kernel = per_launch == 1 ? (k4 ? gdn_conv_step_kernel<T, 1, false, 4> : gdn_conv_step_kernel<T, 1>)
+                    : nt == 4       ? (k4 ? gdn_conv_step_kernel<T, 4, true, 4> : gdn_conv_step_kernel<T, 4, true>)
                                     : gdn_conv_step_kernel<T, kConvStepTokens>;
       VI_CUDA_CHECK(pdl_launch(kernel, static_cast<unsigned>(blocks), threads, 0, stream_of(ctx), qa, ka, va,
                                static_cast<int>(K), nt, head_dim, eps, q_scale));
