@@ -18,14 +18,16 @@
 // than per token, and the state (3 MB a layer for the 27B model) is read and written once
 // per step, not once per token as separate recurrent launches would.
 //
-// On sm_90 the cluster kernel splits a head over a thread-block cluster of
+// On sm_90 the cluster kernels split a head over a thread-block cluster of
 // kDecodeClusterBlocks blocks instead, each taking a slice of the value columns (the delta
 // rule is independent per column), so a round with few heads x sequences (48 for the 27B
 // model at one sequence) is spread over more SMs: the state traffic, not arithmetic, bounds
 // the step. Per column it runs the same instructions as the single-block kernel (the state
 // and the rounded outputs are bit for bit the same); only the norm's sums of squares are
 // added in another order: per block, then the blocks' sums in rank order, read from each
-// other's shared memory, one pair of cluster barriers per chunk for all its tokens.
+// other's shared memory, one pair of cluster barriers per chunk for all its tokens. For the
+// head shape of the Qwen3.5 family (dk = dv = 128) the lean kernels further below do the same
+// work with a shorter chain after pdl_wait.
 #include "backends/cuda/gdn_decode_step.cuh"
 
 #include <algorithm>
@@ -679,6 +681,46 @@ __device__ __forceinline__ float lean_warp_squares(float o) {
 }
 #endif
 
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+// A lean kernel thread's place and what it loads before pdl_wait.
+struct LeanThread {
+  int j, part;     // value head; the block's rank in its cluster
+  int lane, warp;
+  int g, e;        // row group (state rows g, g + 4, ..) and value column
+  float* S;        // row g of column e of the head's state
+  float dtb, nea;  // the head's gate constants dt_bias, neg_exp_A
+  float nw;        // norm weight of column e
+};
+
+// The start of both lean kernels: the first cluster barrier phase arrived at (this block has
+// started), the thread's state rows into s and the constants loaded, then the wait.
+__device__ __forceinline__ LeanThread lean_start(const StatePtrs& states, const float* dt_bias,
+                                                 const float* neg_exp_A, const float* norm_w, float (&s)[kLeanR]) {
+  cluster_arrive_relaxed();
+  LeanThread t;
+  t.j = blockIdx.x / kDecodeClusterBlocks;
+  t.part = blockIdx.x % kDecodeClusterBlocks;
+  t.lane = threadIdx.x & 31;
+  t.warp = threadIdx.x >> 5;
+  t.g = t.lane & 3;
+  t.e = t.part * kLeanCols + t.warp * 8 + (t.lane >> 2);
+  t.S = states.p[blockIdx.y] + int64_t(t.j) * kLeanD * kLeanD + t.g * kLeanD + t.e;
+#pragma unroll
+  for (int r = 0; r < kLeanR; ++r) s[r] = t.S[r * kDeltaRowGroups * kLeanD];
+  t.dtb = dt_bias[t.j];
+  t.nea = neg_exp_A[t.j];
+  t.nw = norm_w[t.e];
+  pdl_wait();
+  pdl_trigger();
+  return t;
+}
+
+__device__ __forceinline__ void lean_store_state(const float (&s)[kLeanR], float* S) {
+#pragma unroll
+  for (int r = 0; r < kLeanR; ++r) S[r * kDeltaRowGroups * kLeanD] = s[r];
+}
+#endif
+
 // Grid (Hv x kDecodeClusterBlocks, sequences), clusters of kDecodeClusterBlocks along x, blocks
 // of kLeanThreads; tensors as gdn_decode_token_kernel's with dk = dv = kLeanD.
 template <class T>
@@ -693,19 +735,9 @@ __global__ void __launch_bounds__(kLeanThreads)
   __shared__ __align__(16) float kq[2][kDeltaRowGroups * kLeanKqStride];  // k, q by row group
   // Every warp's sum of squares in the cluster, at rank x kLeanWarps + warp.
   __shared__ __align__(16) float ss_all[kDecodeClusterBlocks * kLeanWarps];
-  cluster_arrive_relaxed();  // barrier phase 1: this block has started
-  const int j = blockIdx.x / kDecodeClusterBlocks;     // value head
-  const int part = blockIdx.x % kDecodeClusterBlocks;  // the block's rank in its cluster
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane & 3;                                   // row group: state rows g, g + 4, ..
-  const int e = part * kLeanCols + warp * 8 + (lane >> 2);  // value column
-  float* S = states.p[blockIdx.y] + int64_t(j) * kLeanD * kLeanD + g * kLeanD + e;  // row g of column e
   float s[kLeanR];
-#pragma unroll
-  for (int r = 0; r < kLeanR; ++r) s[r] = S[r * kDeltaRowGroups * kLeanD];
-  const float dtb = dt_bias[j], nea = neg_exp_A[j], nw = norm_w[e];
-  pdl_wait();
-  pdl_trigger();
+  const LeanThread th = lean_start(states, dt_bias, neg_exp_A, norm_w, s);
+  const int j = th.j, part = th.part, lane = th.lane, warp = th.warp, g = th.g, e = th.e;
   const int64_t n = n0 + blockIdx.y;  // token (= sequence) row
   const int hk = tiled ? j % Hk : j / (Hv / Hk);
   const int64_t hj = n * Hv + j;
@@ -717,14 +749,13 @@ __global__ void __launch_bounds__(kLeanThreads)
   const float zz = g == 0 ? to_f32(z[hj * kLeanD + e]) : 0.0f;  // only the thread that writes y[e] (y may alias z)
   kq[0][(ti % kDeltaRowGroups) * kLeanKqStride + ti / kDeltaRowGroups] = kt;
   kq[1][(ti % kDeltaRowGroups) * kLeanKqStride + ti / kDeltaRowGroups] = qt;
-  const float decay = expf(gdn_decay_gate(av, dtb, nea));
+  const float decay = expf(gdn_decay_gate(av, th.dtb, th.nea));
   const float bt = sigmoid_f(bv);
   __syncthreads();  // kq
   // Column e's output rounded to T.
   const float o = to_f32(
       from_f32<T>(lean_delta_token(s, &kq[0][g * kLeanKqStride], &kq[1][g * kLeanKqStride], decay, bt, vv, lane)));
-#pragma unroll
-  for (int r = 0; r < kLeanR; ++r) S[r * kDeltaRowGroups * kLeanD] = s[r];
+  lean_store_state(s, th.S);
   // The warp's sum of squares, pushed to slot (rank, warp) of every block.
   const float ss = lean_warp_squares(o);
   cluster_wait();  // phase 1: every block of the cluster has started
@@ -734,7 +765,7 @@ __global__ void __launch_bounds__(kLeanThreads)
   const float total = lean_cluster_total(ss_all);
   if (g == 0) {
     const float f = 1.0f / sqrtf(total / static_cast<float>(kLeanD) + eps);
-    y[hj * kLeanD + e] = from_f32<T>(nw * (o * f) * silu_f(zz));
+    y[hj * kLeanD + e] = from_f32<T>(th.nw * (o * f) * silu_f(zz));
   }
 #endif
 }
@@ -762,19 +793,9 @@ __global__ void __launch_bounds__(kLeanThreads)
   __shared__ float gate[2][TOK];                                                // per token: the decay exp(g), beta
   // Per chunk parity and token: every warp's sum of squares in the cluster, at rank x kLeanWarps + warp.
   __shared__ __align__(16) float ss_all[2][TOK][kDecodeClusterBlocks * kLeanWarps];
-  cluster_arrive_relaxed();  // barrier phase 1: this block has started
-  const int j = blockIdx.x / kDecodeClusterBlocks;     // value head
-  const int part = blockIdx.x % kDecodeClusterBlocks;  // the block's rank in its cluster
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane & 3;                                   // row group: state rows g, g + 4, ..
-  const int e = part * kLeanCols + warp * 8 + (lane >> 2);  // value column
-  float* S = states.p[blockIdx.y] + int64_t(j) * kLeanD * kLeanD + g * kLeanD + e;  // row g of column e
   float s[kLeanR];
-#pragma unroll
-  for (int r = 0; r < kLeanR; ++r) s[r] = S[r * kDeltaRowGroups * kLeanD];
-  const float dtb = dt_bias[j], nea = neg_exp_A[j], nw = norm_w[e];
-  pdl_wait();
-  pdl_trigger();
+  const LeanThread th = lean_start(states, dt_bias, neg_exp_A, norm_w, s);
+  const int j = th.j, part = th.part, lane = th.lane, warp = th.warp, g = th.g, e = th.e;
   const int64_t row0 = (n0 + blockIdx.y) * T_;  // the sequence's first row
   const int hk = tiled ? j % Hk : j / (Hv / Hk);
   const int ti = static_cast<int>(threadIdx.x);  // the k and q element this thread stages
@@ -797,7 +818,7 @@ __global__ void __launch_bounds__(kLeanThreads)
     }
     if (ti < nt) {
       const int64_t hj = (r0 + ti) * Hv + j;
-      gate[0][ti] = expf(gdn_decay_gate(to_f32(a[hj]), dtb, nea));
+      gate[0][ti] = expf(gdn_decay_gate(to_f32(a[hj]), th.dtb, th.nea));
       gate[1][ti] = sigmoid_f(to_f32(b[hj]));
     }
 #pragma unroll
@@ -816,8 +837,7 @@ __global__ void __launch_bounds__(kLeanThreads)
                                                    gate[0][t], gate[1][t], to_f32(vt[t]), lane)));
     }
     if (t0 + nt >= T_) {  // the last chunk: the state goes back
-#pragma unroll
-      for (int r = 0; r < kLeanR; ++r) S[r * kDeltaRowGroups * kLeanD] = s[r];
+      lean_store_state(s, th.S);
     }
     float (&ss_chunk)[TOK][kDecodeClusterBlocks * kLeanWarps] = ss_all[chunk & 1];
     float ss[TOK];
@@ -839,7 +859,7 @@ __global__ void __launch_bounds__(kLeanThreads)
       for (int t = 0; t < TOK; ++t) {
         if (t < nt) {
           const float f = 1.0f / sqrtf(lean_cluster_total(ss_chunk[t]) / static_cast<float>(kLeanD) + eps);
-          y[((r0 + t) * Hv + j) * kLeanD + e] = from_f32<T>(nw * (o[t] * f) * silu_f(to_f32(zt[t])));
+          y[((r0 + t) * Hv + j) * kLeanD + e] = from_f32<T>(th.nw * (o[t] * f) * silu_f(to_f32(zt[t])));
         }
       }
     }

@@ -22,6 +22,9 @@ constexpr int kDecodeStepTokens = 8;
 // takes the cluster kernel when its dv fits one pass per block (dv <= 128 x this).
 constexpr int kDecodeClusterBlocks = 4;
 
+// With dk = dv = 128 (the Qwen3.5 family) the cluster path takes the lean kernels (one token, and
+// verify rounds of several): the same per-column arithmetic with the state loaded before the PDL
+// wait and the row groups summed within a warp; VI_GDN_LEAN=0 (read once) keeps them off.
 // Whether gdn_decode_step on ctx's device takes the cluster kernel for value head dim dv:
 // the native profile on a device running sm_90 code, a CUDA 12+ build, dv within the bound
 // above, and not turned off (environment VI_GDN_CLUSTER=0, read once, or the setter below).

@@ -10,7 +10,9 @@
 // blocks, cuda::gdn_decode_uses_cluster), the one-block-per-head kernel runs too on copies of
 // the states, and both are checked against the CPU; their states must agree bit for bit (the
 // same per-column arithmetic), their outputs closely (the norm's sum of squares runs in
-// another order). With dv 33, 100 and 160 some cluster blocks have partial or no columns.
+// another order). With dv 33, 100 and 160 some cluster blocks have partial or no columns. The
+// 27B shapes (dk = dv = 128) take the lean cluster kernels, so their states are checked bit for
+// bit against the one-block kernel at every T, and across the chunk boundary at T = 11.
 // Tolerances (relative L2): f32 2e-5 (summation order only), f16 3e-3 (f16 inputs and
 // output, the delta rule's output rounded to f16 before the norm, as the stored op output).
 // Also the GPU's three separate ops (gdn_gates, gated_delta_rule, gated_rms_norm), whose math
