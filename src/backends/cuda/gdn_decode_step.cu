@@ -679,9 +679,7 @@ __device__ __forceinline__ float lean_warp_squares(float o) {
   ss += __shfl_xor_sync(0xffffffffu, ss, 16);
   return ss;
 }
-#endif
 
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // A lean kernel thread's place and what it loads before pdl_wait.
 struct LeanThread {
   int j, part;     // value head; the block's rank in its cluster
@@ -769,7 +767,6 @@ __global__ void __launch_bounds__(kLeanThreads)
   }
 #endif
 }
-
 
 // The lean kernel of a verify round (T_ > 1 tokens per sequence): the lean token kernel's
 // layout and barriers over the tokens, in chunks of kDecodeStepTokens as the chunk cluster
@@ -870,8 +867,8 @@ __global__ void __launch_bounds__(kLeanThreads)
 #endif  // CUDART_VERSION >= 12000
 
 #if CUDART_VERSION >= 12000
-// VI_GDN_LEAN=0 keeps the lean token kernel off (the token cluster kernel runs instead), so a
-// run can be compared with and without it.
+// VI_GDN_LEAN=0 keeps the lean kernels off (the cluster kernels run instead), so a run can be
+// compared with and without them.
 bool lean_env_allows() {
   static const bool on = [] {
     const char* v = std::getenv("VI_GDN_LEAN");

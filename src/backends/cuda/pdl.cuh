@@ -12,9 +12,10 @@
 // of the kernel before them. Likewise what no kernel of the current step writes: its inputs
 // staged by a copy before the step (positions, block tables), the K/V rows of the tokens of
 // earlier steps, which the decode attention starts copying before its wait, and a GDN layer's
-// recurrent state, which only that layer's kernels of earlier steps (hundreds of kernels back,
-// finished: see the end of the next paragraph) and copies (which a programmatic launch never
-// overlaps) write; the lean GDN decode kernels load it before their wait. pdl_wait()
+// recurrent state: in a step only the kernel that reads it writes it, and before that only the
+// layer's kernels of earlier steps (many kernels back, so finished: see the end of the next
+// paragraph) and copies (which a programmatic launch never overlaps) did; the lean GDN decode
+// kernels load it before their wait. pdl_wait()
 // returns at once when the kernel was launched without the attribute, so a converted kernel
 // can be launched either way; a kernel that lacks pdl_wait() must keep its plain <<<>>> launch.
 //
