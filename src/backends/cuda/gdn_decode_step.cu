@@ -591,13 +591,15 @@ constexpr int kLeanCols = kLeanD / kDecodeClusterBlocks;   // 32 value columns a
 constexpr int kLeanR = kLeanD / kDeltaRowGroups;           // 32 state rows a thread
 constexpr int kLeanThreads = kLeanCols * kDeltaRowGroups;  // 128: a thread per (column, row group)
 constexpr int kLeanWarps = kLeanThreads / 32;
+static_assert(kLeanThreads == kLeanD, "one thread per k and q element when staging them");
+static_assert(kLeanCols == 8 * kLeanWarps, "8 columns a warp");
+static_assert(kLeanR % 4 == 0, "a row group's k and q in 16-byte loads");
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // A row group's k (or q) values side by side, padded by 4 floats so the four groups' 16-byte
 // loads of one warp fall in different banks.
 constexpr int kLeanKqStride = kLeanR + 4;
-static_assert(kLeanThreads == kLeanD, "one thread per k and q element when staging them");
-static_assert(kLeanCols == 8 * kLeanWarps, "8 columns a warp");
 
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 __device__ __forceinline__ void cluster_arrive_relaxed() {
 #ifdef __CUDA_ARCH__
   asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
