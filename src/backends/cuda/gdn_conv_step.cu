@@ -14,10 +14,9 @@
 // Up to kConvStepTokens tokens per launch (a verify round's drafts); a longer input runs as
 // several launches of that many tokens, each continuing the state the one before wrote.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "backends/cuda/elementwise.cuh"
+#include "backends/cuda/env_switch.h"
 #include "backends/cuda/gdn.cuh"
 #include "backends/cuda/gdn_conv_step.cuh"
 #include "backends/cuda/norm.cuh"
@@ -226,10 +225,7 @@ GroupArgs args_of(const ops::ConvGroup& g, int64_t t0) {
 
 // VI_CONV_KW=0 keeps the width-4 kernels off (the run-time width runs), for A/B runs.
 bool kw_env_allows() {
-  static const bool on = [] {
-    const char* v = std::getenv("VI_CONV_KW");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = env_switch_on("VI_CONV_KW");
   return on;
 }
 

@@ -32,11 +32,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/elementwise.cuh"
+#include "backends/cuda/env_switch.h"
 #include "backends/cuda/gdn.cuh"
 #include "backends/cuda/pdl.cuh"
 #include "ops/gdn_decode_step.h"
@@ -873,10 +872,7 @@ __global__ void __launch_bounds__(kLeanThreads)
 // VI_GDN_LEAN=0 keeps the lean kernels off (the cluster kernels run instead), so a run can be
 // compared with and without them.
 bool lean_env_allows() {
-  static const bool on = [] {
-    const char* v = std::getenv("VI_GDN_LEAN");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = env_switch_on("VI_GDN_LEAN");
   return on;
 }
 #endif
@@ -986,10 +982,7 @@ std::atomic<bool> g_cluster_allowed{true};
 #if CUDART_VERSION >= 12000
 // VI_GDN_CLUSTER=0 turns the cluster kernel off, so a run can be compared with and without it.
 bool cluster_env_allows() {
-  static const bool on = [] {
-    const char* v = std::getenv("VI_GDN_CLUSTER");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = env_switch_on("VI_GDN_CLUSTER");
   return on;
 }
 #endif
