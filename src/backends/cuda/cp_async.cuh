@@ -15,15 +15,6 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
   __trap();
 #endif
 }
-__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(src) : "memory");
-#else
-  (void)dst, (void)src;
-  __trap();
-#endif
-}
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));

@@ -3,14 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <type_traits>
-#include <utility>
-#include <vector>
 
 #include "backends/cuda/cp_async.cuh"
 #include "backends/cuda/device.cuh"
-#include "backends/cuda/env_switch.h"
 #include "backends/cuda/gemv_out.cuh"
 #include "backends/cuda/gemv_q4kt.cuh"
 #include "backends/cuda/mma_f16.cuh"
@@ -163,18 +159,13 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
 // A block of 4 warps per 16-row tile, walking it as q4kt_walk.cuh describes. MINB: blocks per
 // SM the registers are budgeted for. SWIGLU: the fused gate|up + SwiGLU (q4kt_walk.cuh). NORM:
 // the deferred norm's part (above; produce only without SWIGLU). PAIR: super-blocks two at a time.
-// STAGE: super-blocks a warp of the blocks below stage_blocks copies into smem before pdl_wait.
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, int STAGE = 0>
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
-                     int n_sb, int64_t K, uint32_t magic, NormArgs na, unsigned stage_blocks) {
+                     int n_sb, int64_t K, uint32_t magic, NormArgs na) {
   static_assert(!(SWIGLU && NORM == kNormProduce), "the producer writes the residual, not h");
-  extern __shared__ __align__(16) uint8_t stage_smem[];
-  Q4ktTileWalk<SWIGLU, PAIR, STAGE> walk(w, x, n_tok, N, n_sb, K, blockIdx.x);
-  if constexpr (STAGE > 0)
-    walk.start_staged(stage_smem, blockIdx.x < stage_blocks);
-  else
-    walk.start();
+  Q4ktTileWalk<SWIGLU, PAIR> walk(w, x, n_tok, N, n_sb, K, blockIdx.x);
+  walk.start();
   [[maybe_unused]] __shared__ ProduceStage produce;
   [[maybe_unused]] __shared__ ConsumeStage consume;
   if constexpr (NORM == kNormProduce) stage_norm_weight(na, produce);
@@ -183,7 +174,6 @@ __global__ void __launch_bounds__(128, MINB)
   if constexpr (NORM == kNormProduce) stage_residual(na, N, n_tok, produce);
   if constexpr (NORM == kNormConsume) stage_totals(na, n_tok, consume);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if constexpr (STAGE > 0) walk.template run_staged<NORM == kNormNone ? 0 : 1>(magic, acc);
   walk.run(magic, acc);
   if constexpr (NORM == kNormProduce) {
     finish_deferred_tile(acc, na, produce, N, n_tok);
@@ -196,44 +186,25 @@ __global__ void __launch_bounds__(128, MINB)
   }
 }
 
-// A kernel's dynamic shared-memory limit raised to what its staging takes, once per kernel and device.
-template <class Kernel>
-void allow_smem(Kernel kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return;
-  static std::mutex mu;
-  static std::vector<std::pair<const void*, int>> done;
-  const std::pair<const void*, int> key{reinterpret_cast<const void*>(kernel), current_device().index};
-  std::lock_guard<std::mutex> lock(mu);
-  if (std::find(done.begin(), done.end(), key) != done.end()) return;
-  VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  done.push_back(key);
-}
-
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, int STAGE = 0>
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false>
 void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
   const int64_t N = w.dim(0), K = w.dim(1);
   const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
-  auto kernel = gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, STAGE>;
-  const size_t smem = q4kt_stage_smem(STAGE);
-  allow_smem(kernel, smem);
-  const unsigned stage_blocks = static_cast<unsigned>(MINB * current_device().sm_count);  // the first wave
-  VI_CUDA_CHECK(pdl_launch(kernel, dim3(blocks), dim3(128), smem, stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(),
-                           out, static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic, na,
-                           stage_blocks));
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR>, dim3(blocks), dim3(128), 0, stream_of(ctx),
+                           w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
+                           static_cast<int>(K / kQKK), K, kQ4krMagic, na));
 }
 
 template <bool SWIGLU, int NORM = kNormNone>
 void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, Q4ktShape shape,
                 const NormArgs& na = {}) {
-  const int b = shape.blocks, st = shape.stage;
-  if (b == 3 && !shape.pair && st == 0) return launch<3, SWIGLU, NORM>(ctx, x, w, out, na);
-  if (b == 4 && !shape.pair && st == 0) return launch<4, SWIGLU, NORM>(ctx, x, w, out, na);
-  if (b == 3 && shape.pair && st == 0) return launch<3, SWIGLU, NORM, true>(ctx, x, w, out, na);
-  if (b == 4 && shape.pair && st == 0) return launch<4, SWIGLU, NORM, true>(ctx, x, w, out, na);
-  if (b == 3 && !shape.pair && st == kStageOneWave) return launch<3, SWIGLU, NORM, false, kStageOneWave>(ctx, x, w, out, na);
-  if (b == 4 && !shape.pair && st == kStageWide) return launch<4, SWIGLU, NORM, false, kStageWide>(ctx, x, w, out, na);
-  if (b == 4 && shape.pair && st == kStageWide) return launch<4, SWIGLU, NORM, true, kStageWide>(ctx, x, w, out, na);
-  VI_FAIL("gemv_q4kt: no kernel for {}", gemv_q4kt_shape_name(shape));
+  switch (2 * shape.blocks + (shape.pair ? 1 : 0)) {
+    case 6: launch<3, SWIGLU, NORM>(ctx, x, w, out, na); break;
+    case 8: launch<4, SWIGLU, NORM>(ctx, x, w, out, na); break;
+    case 7: launch<3, SWIGLU, NORM, true>(ctx, x, w, out, na); break;
+    case 9: launch<4, SWIGLU, NORM, true>(ctx, x, w, out, na); break;
+    default: VI_FAIL("gemv_q4kt: no kernel for {}", gemv_q4kt_shape_name(shape));
+  }
 }
 
 // The consumer's NormArgs for the deferred norm `in`.
@@ -252,35 +223,25 @@ Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w) {
 }
 
 std::string gemv_q4kt_shape_name(Q4ktShape s) {
-  return fmt::format("tiled, 2 ahead{}{}, {} blocks/SM", s.pair ? ", in pairs" : "",
-                     s.stage > 0 ? fmt::format(", {} staged", s.stage) : "", s.blocks);
+  return fmt::format("tiled, 2 ahead{}, {} blocks/SM", s.pair ? ", in pairs" : "", s.blocks);
 }
-
-namespace {
-bool stage_on() {  // VI_Q4KT_STAGE=0: off
-  static const bool on = env_switch_on("VI_Q4KT_STAGE");
-  return on;
-}
-}  // namespace
 
 Q4ktShape gemv_q4kt_default_shape(int64_t N) {
   // Measured on the H200 at the 27B shapes (docs/notes/gemv.md run 18): up to 8192 rows (at most
   // 512 tiles) 3 blocks per SM, which spreads the tiles over more SMs (FFN down 17.0 us against
   // 21.1 at 4); from 14336 rows 4 (gate|up 33.2 us against 35.2, the head 204 against 226).
-  const int blocks = N <= 8192 ? 3 : 4;
-  return Q4ktShape{blocks, false, stage_on() ? (blocks == 3 ? kStageOneWave : kStageWide) : 0};
+  return Q4ktShape{N <= 8192 ? 3 : 4, false};
 }
 
 Q4ktShape gemv_q4kt_swiglu_default_shape(int64_t N) {
-  static const bool pair = env_switch_on("VI_Q4KT_PAIR");
-  const Q4ktShape plain = gemv_q4kt_default_shape(N);
-  return Q4ktShape{plain.blocks, pair, pair && plain.blocks == 3 ? 0 : plain.stage};
+  static const bool pair = [] {
+    const char* v = std::getenv("VI_Q4KT_PAIR");
+    return !(v != nullptr && std::strcmp(v, "0") == 0);
+  }();
+  return Q4ktShape{gemv_q4kt_default_shape(N).blocks, pair};
 }
 
-std::vector<Q4ktShape> gemv_q4kt_shapes() {
-  return {{3, false, 0}, {4, false, 0}, {3, true, 0}, {4, true, 0},
-          {3, false, kStageOneWave}, {4, false, kStageWide}, {4, true, kStageWide}};
-}
+std::vector<Q4ktShape> gemv_q4kt_shapes() { return {{3, false}, {4, false}, {3, true}, {4, true}}; }
 
 bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
   if (!sm80_code(ctx) || w.dtype() != DType::Q4_KT) return false;

@@ -36,13 +36,8 @@ Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w);
 struct Q4ktShape {
   int blocks = 0;  // 0: the default shape for the call
   bool pair = false;
-  int stage = 0;  // super-blocks a warp of the first wave copies into smem before its PDL wait
 };
-inline bool operator==(Q4ktShape a, Q4ktShape b) {
-  return a.blocks == b.blocks && a.pair == b.pair && a.stage == b.stage;
-}
-// Staging depths (run 32 measured 6 / 4 and 2 / 2): 3 blocks per SM, 4 blocks per SM.
-constexpr int kStageOneWave = 6, kStageWide = 4;
+inline bool operator==(Q4ktShape a, Q4ktShape b) { return a.blocks == b.blocks && a.pair == b.pair; }
 std::string gemv_q4kt_shape_name(Q4ktShape s);
 // The plain GEMV's (and its split form's, the deferred norm's producer's and matmul consumers')
 // shape for an N-row matrix: 3 blocks per SM up to 8192 rows, where 4 leaves SMs idle, 4 above;

@@ -12,33 +12,20 @@
 // Q4_KR kernel does (so h equals its h bit for bit): half b % 2 of gate tile b / 2 and of up
 // tile F / 16 + b / 2, i.e. loads k = b % 2 and 2 + b % 2 of each unit (still 512 contiguous
 // bytes per warp-wide load) and one scale word and one (d, dmin) of each.
-//
-// STAGE > 0: before pdl_wait a warp also copies its first min(STAGE, n) super-blocks into shared
-// memory (cp.async, one group per slot; each lane copies exactly the bytes it later reads, so no
-// lane waits for another) and loads the two after them into registers, so that the time a block
-// waits for the kernel before it streams weights; after the wait the warp multiplies the staged
-// super-blocks first, then walks the rest. Same products in the same order: the same bits.
-// Measured slower on every shape (docs/notes/gemv.md run 32).
 #pragma once
 
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
-#include "backends/cuda/cp_async.cuh"
 #include "backends/cuda/q4kr_mma.cuh"
 #include "core/dtype.h"
 
 namespace vi::cuda {
 
-// A staged super-block in a warp's slot: the four 16-byte quant loads [4][32 lanes], each lane's
-// 8 bytes of scale words [32], each lane's 8 bytes of (d, dmin) [32].
-constexpr int kQ4ktStageBytes = 4 * 512 + 32 * 8 + 32 * 8;
-constexpr size_t q4kt_stage_smem(int stage) { return size_t(4) * stage * kQ4ktStageBytes; }
-
 // PAIR: the warp's super-blocks multiplied two at a time with their mma steps interleaved
-// (mma_half_pair), the refills after both; the same sums bit for bit. STAGE: above.
-template <bool SWIGLU, bool PAIR = false, int STAGE = 0>
+// (mma_half_pair), the refills after both; the same sums bit for bit.
+template <bool SWIGLU, bool PAIR = false>
 struct Q4ktTileWalk {
   static constexpr int kDepth = 2;
   static constexpr size_t kStep = 4 * kQ4ktUnitBytes;  // to the warp's next super-block
@@ -46,8 +33,6 @@ struct Q4ktTileWalk {
     HalfSb h[2];
     uint2 sw, dd;
   };
-  int n_stage = 0;           // this warp's first super-blocks staged in shared memory
-  uint8_t* slots = nullptr;  // this warp's STAGE slots of kQ4ktStageBytes
 
   // Row g's bytes from unit pointer a, row g + 8's from b (the same unit unless SWIGLU).
   const uint8_t *pqa, *pqb;  // quants: loads half, 2 + half of row g's unit
@@ -99,72 +84,6 @@ struct Q4ktTileWalk {
 #pragma unroll
     for (int j = 0; j < kDepth; ++j)
       if (j < n_mine) load_sb(j, buf[j]);
-  }
-
-  // The copies of the first n_stage super-blocks (none unless `stage`) into the warp's slots of
-  // smem, then the loads of the two after them; STAGE groups committed whatever n_stage is.
-  __device__ __forceinline__ void start_staged(uint8_t* smem, bool stage) {
-    const int lane = threadIdx.x & 31;
-    n_stage = stage ? min(STAGE, n_mine) : 0;
-    slots = smem + (threadIdx.x >> 5) * STAGE * kQ4ktStageBytes;
-#pragma unroll
-    for (int j = 0; j < STAGE; ++j) {
-      if (j < n_stage) {
-        const size_t off = static_cast<size_t>(j) * kStep;
-        uint8_t* d = slots + j * kQ4ktStageBytes;
-        cp_async16(d + 16 * lane, pqa + off, true);
-        cp_async16(d + 512 + 16 * lane, pqb + off, true);
-        cp_async16(d + 1024 + 16 * lane, pqa + off + 1024, true);
-        cp_async16(d + 1536 + 16 * lane, pqb + off + 1024, true);
-        if constexpr (SWIGLU) {
-          cp_async4(d + 2048 + 8 * lane, psa + off, true);
-          cp_async4(d + 2048 + 8 * lane + 4, psb + off, true);
-          cp_async4(d + 2304 + 8 * lane, pda + off, true);
-          cp_async4(d + 2304 + 8 * lane + 4, pdb + off, true);
-        } else {
-          cp_async8(d + 2048 + 8 * lane, psa + off);
-          cp_async8(d + 2304 + 8 * lane, pda + off);
-        }
-      }
-      cp_async_commit();
-    }
-#pragma unroll
-    for (int j = 0; j < kDepth; ++j)
-      if (n_stage + j < n_mine) load_sb(n_stage + j, buf[j]);
-  }
-
-  __device__ __forceinline__ void load_staged(int j, Sb& s) const {
-    const int lane = threadIdx.x & 31;
-    const uint8_t* d = slots + j * kQ4ktStageBytes;
-    s.h[0].q[0] = *reinterpret_cast<const uint4*>(d + 16 * lane);
-    s.h[0].q[1] = *reinterpret_cast<const uint4*>(d + 512 + 16 * lane);
-    s.h[1].q[0] = *reinterpret_cast<const uint4*>(d + 1024 + 16 * lane);
-    s.h[1].q[1] = *reinterpret_cast<const uint4*>(d + 1536 + 16 * lane);
-    s.sw = *reinterpret_cast<const uint2*>(d + 2048 + 8 * lane);
-    s.dd = *reinterpret_cast<const uint2*>(d + 2304 + 8 * lane);
-  }
-
-  // The staged super-blocks into acc, each once its group has landed (LATE: groups committed after
-  // start_staged), then the cursors past them.
-  template <int LATE>
-  __device__ __forceinline__ void run_staged(uint32_t magic, float acc[4]) {
-    staged_from<LATE, 0>(magic, acc);
-    if (n_stage > 0) {
-      advance(n_stage);
-      n_mine -= n_stage;
-    }
-  }
-  template <int LATE, int J>
-  __device__ __forceinline__ void staged_from(uint32_t magic, float acc[4]) {
-    if constexpr (J < STAGE) {
-      if (J < n_stage) {
-        cp_async_wait<STAGE - 1 - J + LATE>();
-        Sb s;
-        load_staged(J, s);
-        multiply(s, xs + 1024 * J, magic, acc);
-        staged_from<LATE, J + 1>(magic, acc);
-      }
-    }
   }
 
   // Every super-block of the warp multiplied into acc (rows g: acc[0..1], g + 8: acc[2..3]).

@@ -208,10 +208,9 @@ TEST_P(MatmulGemv, Q4KRepackedEveryPathAndWorkShape) {
 // N = 16 is one tile, 112 seven, 2048 128 (the GEMM path's 128-row chunks); K = 1024 is 4
 // super-blocks (one per warp), 3072 is 12 (3 per warp: a partial round of 2 ahead), 7168 is 28.
 TEST_P(MatmulGemv, Q4KTiledEveryPathAndShape) {
-  for (int64_t N : {16, 112, 2048, 9600}) {  // 9600: more blocks than the first wave stages
+  for (int64_t N : {16, 112, 2048}) {
     for (int64_t K : {1024, 3072, 7168}) {
       if (N == 2048 && K != 3072) continue;
-      if (N == 9600 && K != 1024) continue;
       const float scale = N == 16 ? 0.02f : 1.0f;
       Tensor w = rand_weight(DType::Q4_K, N, K, scale);
       Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
