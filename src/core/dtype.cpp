@@ -26,6 +26,7 @@ constexpr DTypeInfo kInfo[] = {
     {"q4_kt", kQKK, kQ4ktUnitBytes / kTiledRows, true, kTiledRows},
     {"q8_0t", kQK, sizeof(BlockQ8_0), true, kTiledRows},
     {"q4_ki", kQKK, kQ4ktUnitBytes / kTiledRows, true, kTiledRows},
+    {"q4_kts", kQKK, kQ4ktUnitBytes / kTiledRows, true, 0},
     {"q8_kx", kQKK, sizeof(BlockQ8_KX), true},
     {"i64", 1, 8, false},
 };
@@ -54,7 +55,8 @@ DType dtype_file_form(DType t) {
     case DType::Q8_0T: return DType::Q8_0;
     case DType::Q4_KR:
     case DType::Q4_KT:
-    case DType::Q4_KI: return DType::Q4_K;
+    case DType::Q4_KI:
+    case DType::Q4_KTS: return DType::Q4_K;
     default: return t;
   }
 }

@@ -29,6 +29,8 @@ enum class DType : uint8_t {
   Q8_0T,  // Q8_0R regrouped by 16-row tiles (kQ8tUnitBytes per tile and 128 values), likewise
   Q4_KI,  // Q4_K in 16-row tiles for the int8-activation GEMV (kQ4ktUnitBytes per tile and
           // super-block, arranged for mma.m16n8k32), likewise whole tiles only
+  Q4_KTS,  // a stacked SwiGLU gate|up [2F, K] in Q4_KT units whose tiles pair gate and up rows
+           // (below): no row slices at all, only the whole matrix
   // Activations, made on the device by the ops that write a GEMV's input (never in a file):
   Q8_KX,  // int8 activations in 256-value blocks (BlockQ8_KX) for the Q4_KI GEMV
   I64,    // 64-bit integers (the deferred norm's fixed-point sums, ops/deferred_norm.h)
@@ -40,7 +42,8 @@ struct DTypeInfo {
   int block_elems;  // values per block (1 for plain types)
   int block_bytes;  // bytes per block
   bool quantized;
-  int row_tile = 1;  // rows stored together (row slices begin and end at multiples of it)
+  int row_tile = 1;  // rows stored together (row slices begin and end at multiples of it; 0: the
+                     // rows are not stored in order, so only the whole matrix is a view)
 };
 
 const DTypeInfo& dtype_info(DType t);
@@ -49,8 +52,8 @@ inline bool dtype_is_quantized(DType t) { return dtype_info(t).quantized; }
 // Parses "f32", "q4_k", ... (case-insensitive); throws vi::Error on an unknown name.
 DType dtype_from_name(std::string_view name);
 
-// The file dtype a device layout is made from (Q8_0R and Q8_0T: Q8_0, Q4_KR, Q4_KT and Q4_KI:
-// Q4_K); t itself otherwise.
+// The file dtype a device layout is made from (Q8_0R and Q8_0T: Q8_0, Q4_KR, Q4_KT, Q4_KI and
+// Q4_KTS: Q4_K); t itself otherwise.
 DType dtype_file_form(DType t);
 
 // Bytes needed for `n` values of type t laid out in one row; throws vi::Error if n is
@@ -128,6 +131,12 @@ static_assert(sizeof(BlockQ4_KR) == 4 * 148);
 //                 (sc, m of sub-block c; sc, m of sub-block 4 + c), one byte each;
 //   [2304, 2368)  (d, dmin) of rows g and g + 8 (fp16 bits) at 2304 + 8g.
 // 148 bytes per 256 values, as Q4_KR; the rows of a tile are 16 x (K / 256) x 148 bytes on.
+// Q4_KTS: a stacked gate|up [2F, K] (F % 8 == 0; rows 0..F-1 gate, F..2F-1 up) in Q4_KT units
+// [F / 8][K / 256] where tile t holds gate rows 8t..8t+7 as its rows 0..7 and up rows
+// F+8t..F+8t+7 as its rows 8..15, so that the fused gate|up + SwiGLU GEMV reads each block's
+// gate and up rows as one contiguous unit (in Q4_KT they are two half units F·K·148/256 bytes
+// apart). Logical row r of the matrix is still gate or up row r, but no row slice is a view: the
+// ops read it whole (matmul_swiglu, matmul) or by its two halves (matmul_split).
 constexpr int kTiledRows = 16;  // the rows of a tile of the tiled layouts (Q4_KT, Q8_0T)
 constexpr int kQ4ktUnitBytes = 16 * 148;
 // Q8_0T: a Q8_0R matrix [N, K] (N % 16 == 0, K % 128 == 0) regrouped the same way for the step

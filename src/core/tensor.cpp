@@ -79,7 +79,10 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   VI_CHECK(ndim_ >= 1 && 0 <= begin && begin <= end && end <= shape_[0],
            "row slice [{}, {}) out of range for {}", begin, end, shape_str());
   const int tile = dtype_info(dtype_).row_tile;
-  VI_CHECK(ndim_ == 2 ? begin % tile == 0 && end % tile == 0 : tile == 1,
+  VI_CHECK(tile != 0 || (begin == 0 && end == shape_[0]),
+           "row slice [{}, {}) of {} {}: its rows are not stored in order, so only the whole matrix is a view", begin,
+           end, dtype_name(dtype_), shape_str());
+  VI_CHECK(tile == 0 || (ndim_ == 2 ? begin % tile == 0 && end % tile == 0 : tile == 1),
            "row slice [{}, {}) of {} {}: its rows are stored in tiles of {}, so a slice must begin and end at a "
            "multiple of {}",
            begin, end, dtype_name(dtype_), shape_str(), tile, tile);

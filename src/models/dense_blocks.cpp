@@ -23,7 +23,8 @@ SwigluWeights load_swiglu(WeightLoader& w, const std::string& g, const std::stri
 void swiglu_to_device(ops::Context& ctx, SwigluWeights& m) {
   to_device(ctx, {&m.down});
   if (m.gate_up.data() != nullptr) {
-    to_device_stacked(ctx, m.gate_up, {&m.gate, &m.up}, ops::MatmulInput::kNorm);  // the post-attention norm's output
+    // The post-attention norm's output; never viewed (matmul_swiglu, or the halves of matmul_split).
+    to_device_stacked(ctx, m.gate_up, {&m.gate, &m.up}, ops::MatmulInput::kNorm, ops::MatmulUse::kSwiglu);
   } else {
     to_device(ctx, {&m.gate, &m.up});
   }
@@ -44,8 +45,18 @@ Tensor swiglu_hidden(ops::Context& ctx, const Tensor& n, const SwigluWeights& m,
   }
   Tensor halves = gu.reshape({2 * N, F});
   Tensor g = halves.slice_rows(0, N), u = halves.slice_rows(N, 2 * N);  // [N, d_ff] each
-  ops::matmul(ctx, n, m.gate, g);
-  ops::matmul(ctx, n, m.up, u);
+  if (m.gate.data() == nullptr) {
+    // A stack without row views (ops::MatmulUse::kSwiglu): the views' two matmuls, into the same
+    // halves, by a device that writes the parts of a split itself (gu, `all`, is then untouched).
+    std::vector<Tensor*> parts = {&g, &u};
+    VI_CHECK(ops::matmul_split_direct(ctx, n, m.gate_up, parts),
+             "swiglu_mlp: gate|up '{}' ({}) has no row views and its device cannot write its halves",
+             m.gate_up.name(), dtype_name(m.gate_up.dtype()));
+    ops::matmul_split(ctx, n, m.gate_up, gu, parts);
+  } else {
+    ops::matmul(ctx, n, m.gate, g);
+    ops::matmul(ctx, n, m.up, u);
+  }
   ops::swiglu(ctx, g, u, g);
   return g;
 }

@@ -26,13 +26,15 @@ struct SwigluWeights {
 // Loads ffn_gate/ffn_up/ffn_down (GGUF names after the prefix g) or mlp.gate_proj/up_proj/
 // down_proj (HF names after h) and stacks gate|up when it can.
 SwigluWeights load_swiglu(WeightLoader& w, const std::string& g, const std::string& h, int64_t d, int64_t d_ff);
-// Moves the weights to ctx's device (to_device); gate and up stay row views of gate_up.
+// Moves the weights to ctx's device (to_device); gate and up stay row views of gate_up, or are
+// left empty where the device keeps gate_up in a layout without row views (ops::MatmulUse::kSwiglu).
 void swiglu_to_device(ops::Context& ctx, SwigluWeights& m);
 
 // Steps of at most this many rows (decode, verify) run gate|up as one matmul over the stack.
 // Longer ones (prefill) run two matmuls into the halves of gu and SwiGLU in place: the same
 // GEMM work, without an [N, d_ff] buffer for the SwiGLU output (71 MB at 2048 rows of a
-// 27B model's d_ff in f16).
+// 27B model's d_ff in f16). Where gate and up have no row views (a device layout that pairs
+// their rows, CUDA's Q4_KTS) the device writes the two halves of one split matmul instead.
 constexpr int64_t kStackedMlpMaxRows = 8;
 
 // The SwiGLU output scratch of a step of N rows: [N, d_ff] where the stacked path runs (N <=

@@ -91,12 +91,21 @@ void to_device(ops::Context& ctx, std::initializer_list<Tensor*> ts) {
   }
 }
 
-void to_device_stacked(ops::Context& ctx, Tensor& stack, std::initializer_list<Tensor*> parts, ops::MatmulInput input) {
+void to_device_stacked(ops::Context& ctx, Tensor& stack, std::initializer_list<Tensor*> parts, ops::MatmulInput input,
+                       ops::MatmulUse use) {
   if (stack.data() == nullptr) return;
   if (ctx.device != Device::CPU) {
     std::vector<int64_t> rows;
     for (const Tensor* t : parts) rows.push_back(t->dim(0));
-    stack = ops::prepare_matmul_weight(ctx, ops::upload(ctx, stack), rows, input);
+    stack = ops::prepare_matmul_weight(ctx, ops::upload(ctx, stack), rows, input, use);
+  }
+  if (dtype_info(stack.dtype()).row_tile == 0) {  // rows out of order: no part is a view
+    for (Tensor* t : parts) {
+      std::string name = t->name();
+      *t = Tensor();
+      t->set_name(std::move(name));
+    }
+    return;
   }
   stacked_views(stack, parts);
 }

@@ -65,8 +65,10 @@ void to_device(ops::Context& ctx, std::initializer_list<Tensor*> ts);
 // to_device for a stack of matmul weights (a loaded stack, skipped if not), then stacked_views
 // of it: the device layout is chosen so that every part stays a row view of it. input: what
 // writes the stack's activations (ops::MatmulInput; kNorm for the projections after a norm).
+// use kSwiglu (a gate|up stack read only whole, ops::MatmulUse): the device may choose a layout
+// without row views; the parts are then left empty (no data), and callers read the stack.
 void to_device_stacked(ops::Context& ctx, Tensor& stack, std::initializer_list<Tensor*> parts,
-                       ops::MatmulInput input = ops::MatmulInput::kAny);
+                       ops::MatmulInput input = ops::MatmulInput::kAny, ops::MatmulUse use = ops::MatmulUse::kRows);
 
 // Sets every byte of t to zero on whatever device it lives (recurrent states at a reset).
 void zero_fill(ops::Context& ctx, Tensor& t);

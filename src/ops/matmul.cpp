@@ -105,6 +105,11 @@ void matmul_split(Context& ctx, const Tensor& x, const Tensor& w, Tensor& all, c
   split_cols(ctx, all, parts);
 }
 
+bool matmul_split_direct(Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts) {
+  if (!matmul_split_table().supports(ctx.device, w.dtype())) return false;
+  return matmul_split_table().get(ctx.device, w.dtype())(ctx, x, w, parts, false);
+}
+
 OpTable<MatmulInputDtypeFn>& matmul_input_dtype_table() {
   static OpTable<MatmulInputDtypeFn> table("matmul_input_dtype");
   return table;

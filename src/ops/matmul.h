@@ -33,6 +33,9 @@ OpTable<MatmulSwigluFn>& matmul_swiglu_table();  // keyed by w dtype; optional
 // parts are whole 16-row tiles) and leave all [T, N] unwritten: for T > 1 the parts are not
 // column views of one row-major product, and the copy was a kernel per call.
 void matmul_split(Context& ctx, const Tensor& x, const Tensor& w, Tensor& all, const std::vector<Tensor*>& parts);
+// Whether a device kernel takes matmul_split(x, w, all, parts) and writes the parts itself, so
+// that `all` is not touched (the caller may then pass a buffer the parts alias).
+bool matmul_split_direct(Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts);
 // run false: whether the kernel takes this call (else matmul + split_cols run); true: runs it.
 using MatmulSplitFn = bool (*)(Context&, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts,
                                bool run);

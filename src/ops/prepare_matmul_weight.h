@@ -21,11 +21,17 @@ namespace vi::ops {
 // int8 blocks (ops::matmul_input_dtype), so with ctx.int8_act a layout for int8 activations may
 // be chosen (CUDA, native profile: Q4_K -> Q4_KI); every matmul op still takes activations of
 // ctx.act.
+// use: how the caller reads the result. kRows: matmul ops on the whole and on the row views at
+// parts. kSwiglu: w is a stacked SwiGLU gate|up [2F, K] (parts empty or {F, F}) that the caller
+// never views: it reads it through matmul_swiglu, matmul_swiglu_deferred, matmul, and
+// matmul_split into its two halves. A device may then store gate and up rows side by side (CUDA,
+// native profile: Q4_K -> Q4_KTS), whose rows no slice can address (dtype_info(t).row_tile == 0).
 enum class MatmulInput { kAny, kNorm };
+enum class MatmulUse { kRows, kSwiglu };
 Tensor prepare_matmul_weight(Context& ctx, const Tensor& w, const std::vector<int64_t>& parts = {},
-                             MatmulInput input = MatmulInput::kAny);
+                             MatmulInput input = MatmulInput::kAny, MatmulUse use = MatmulUse::kRows);
 using PrepareMatmulWeightFn = Tensor (*)(Context&, const Tensor& w, const std::vector<int64_t>& parts,
-                                         MatmulInput input);
+                                         MatmulInput input, MatmulUse use);
 // Keyed by w's dtype; a (device, dtype) without an entry keeps the file layout.
 OpTable<PrepareMatmulWeightFn>& prepare_matmul_weight_table();
 

@@ -12,7 +12,8 @@
 // --shapes: only these N x K; sizes that are no 27B matrix are timed too (labelled "probe").
 // --variants: also time every work shape of the tensor-core GEMVs (gemv_mma: row tiles per warp
 // x blocks per SM; gemv_q4kt and its fused SwiGLU: blocks per SM, super-blocks one at a time or in
-// pairs; the deferred norm's producer and consumer forms;
+// pairs, the SwiGLU also on the paired gate|up tiles (Q4_KTS); the deferred norm's producer and
+// consumer forms;
 // gemv_q4kr, on the same weights in the Q4_KR row layout: kernel x steps in flight x blocks per
 // SM) and count the outputs that differ from the default path's. Bytes are those of the weight
 // as prepared (Q4_KT and Q4_KR: 148 per 256 values, Q4_K's 144 in the file). In the volta
@@ -199,13 +200,18 @@ int main(int argc, char** argv) {
         // Q8_0R). `rows` (the tiled layouts only): the same weights in the row layout, which
         // prepare_matmul_weight keeps where a caller's row views would cut a 16-row tile, for the
         // row-layout kernels' variants.
-        std::vector<Tensor> ws, rows;
+        // `paired` (the gate|up stack, variants): the same weights as a SwiGLU stack the model
+        // reads only whole (ops::MatmulUse::kSwiglu: Q4_KTS in the native profile).
+        std::vector<Tensor> ws, rows, paired;
         for (int c = 0; c < copies; ++c) {
           Tensor w = ops::empty(ctx, dt, {sh.N, sh.K});
           fill_weight(w, 1234u + c, stream);
           ws.push_back(ops::prepare_matmul_weight(ctx, w));
           if (variants && (ws.back().dtype() == DType::Q4_KT || ws.back().dtype() == DType::Q8_0T))
             rows.push_back(ops::prepare_matmul_weight(ctx, w, {8, sh.N - 8}));
+          if (variants && sh.N == 34816)
+            paired.push_back(ops::prepare_matmul_weight(ctx, w, {sh.N / 2, sh.N / 2}, ops::MatmulInput::kNorm,
+                                                        ops::MatmulUse::kSwiglu));
         }
         VI_CUDA_CHECK(cudaDeviceSynchronize());
         for (const std::string& ts : split(tokens)) {
@@ -320,6 +326,30 @@ int main(int argc, char** argv) {
               fused(kind.c_str(), [&](const Tensor& w) { vi::cuda::gemv_q4kt_swiglu(ctx, xt, w, h, v); });
             }
             fused("fused swiglu, q4_kr", [&](const Tensor& w) { vi::cuda::gemv_q4kr_swiglu(ctx, xt, row_layout(w), h); });
+            // The paired gate|up tiles (Q4_KTS): every shape, and whether h is the Q4_KT kernel's.
+            auto on_paired = [&](const Tensor& w) -> const Tensor& {
+              return paired[static_cast<size_t>(&w - ws.data())];
+            };
+            if (!paired.empty() && paired[0].dtype() == DType::Q4_KTS) {
+              vi::cuda::gemv_q4kt_swiglu(ctx, xt, ws[0], h);
+              VI_CUDA_CHECK(cudaStreamSynchronize(stream));
+              const Tensor h_tiles = ops::download(ctx, h);
+              vi::cuda::gemv_q4kt_swiglu(ctx, xt, paired[0], h);
+              VI_CUDA_CHECK(cudaStreamSynchronize(stream));
+              const Tensor h_pairs = ops::download(ctx, h);
+              int64_t diff = 0;
+              for (int64_t i = 0; i < h_pairs.numel(); ++i)
+                diff += h_pairs.ptr<uint16_t>()[i] != h_tiles.ptr<uint16_t>()[i];
+              std::printf("variant swiglu %-20s %7lld %6lld %2lld paired tiles (q4_kts): h values that differ from "
+                          "q4_kt's: %lld\n",
+                          sh.what, (long long)sh.N, (long long)sh.K, (long long)T, (long long)diff);
+              for (vi::cuda::Q4ktShape v : vi::cuda::gemv_q4kt_shapes()) {
+                const std::string kind =
+                    fmt::format("fused swiglu, q4_kts, {}{}", vi::cuda::gemv_q4kt_shape_name(v),
+                                v == vi::cuda::gemv_q4kt_swiglu_default_shape(sh.N) ? " (default)" : "");
+                fused(kind.c_str(), [&](const Tensor& w) { vi::cuda::gemv_q4kt_swiglu(ctx, xt, on_paired(w), h, v); });
+              }
+            }
             // The deferred norm's consumer (ops/deferred_norm.h) on the same weights, u = x and each
             // token's sum of squares K (s = 16): the same loop plus the staged totals and the scales.
             ops::DeferredNorm dn = ops::deferred_norm_scratch(ctx, T, sh.K, 1e-6f);
@@ -331,6 +361,11 @@ int main(int argc, char** argv) {
             if (vi::cuda::gemv_q4kt_deferred_supports(ctx, dn, ws[0], ops::DeferredConsumer::kSwiglu, {}))
               fused("fused swiglu, q4_kt, deferred-norm consumer", [&](const Tensor& w) {
                 vi::cuda::gemv_q4kt_deferred(ctx, dn, w, ops::DeferredConsumer::kSwiglu, {&h});
+              });
+            if (!paired.empty() &&
+                vi::cuda::gemv_q4kt_deferred_supports(ctx, dn, paired[0], ops::DeferredConsumer::kSwiglu, {}))
+              fused("fused swiglu, q4_kts, deferred-norm consumer", [&](const Tensor& w) {
+                vi::cuda::gemv_q4kt_deferred(ctx, dn, on_paired(w), ops::DeferredConsumer::kSwiglu, {&h});
               });
           }
           // The deferred norm's producer (x += y, u and the sums of squares in the epilogue) on the

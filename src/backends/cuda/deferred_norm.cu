@@ -28,6 +28,7 @@ bool deferred_q4kt(ops::Context& ctx, const ops::DeferredNorm& in, const Tensor&
 const bool registered = [] {
   ops::matmul_add_deferred_norm_table().add(Device::CUDA, DType::Q4_KT, add_deferred_norm_q4kt);
   ops::matmul_deferred_table().add(Device::CUDA, DType::Q4_KT, deferred_q4kt);
+  ops::matmul_deferred_table().add(Device::CUDA, DType::Q4_KTS, deferred_q4kt);  // the fused SwiGLU only
   return true;
 }();
 

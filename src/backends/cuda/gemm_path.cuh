@@ -14,5 +14,8 @@ constexpr size_t kDequantTileBytes = size_t(64) << 20;
 
 // x: [T, K] f16; w: [N, K] of any weight dtype with a device decoder; y: [T, N] f16.
 void gemm_path(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y);
+// A Q4_KTS gate|up stack w [2F, K]: gate [T, F] = x · w[0:F]ᵀ and up [T, F] = x · w[F:2F]ᵀ, each
+// the GEMMs gemm_path runs on a [F, K] matrix (so also what gemm_path gives on the whole stack).
+void gemm_path_q4kts_halves(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& gate, Tensor& up);
 
 }  // namespace vi::cuda

@@ -22,17 +22,22 @@
 namespace vi::cuda {
 namespace {
 
-// One warp per unit (tile, super-block): lane L gathers its bytes from the Q4_KR rows.
+// One warp per unit (tile, super-block): lane L gathers its bytes from the Q4_KR rows: rows
+// 16t..16t+15 for tile t, or with PAIRED (Q4_KTS, core/dtype.h) gate rows 8t..8t+7 and up rows
+// F+8t..F+8t+7 of the stacked [2F, K] (F = 8 x the tile count).
+template <bool PAIRED>
 __global__ void q4kt_from_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_bytes, uint8_t* __restrict__ out,
                                       int n_sb, int64_t units) {
   const int64_t unit = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (unit >= units) return;
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int64_t tile = unit / n_sb;
+  const int64_t tile = unit / n_sb, F = 8 * (units / n_sb);
   const int sb = static_cast<int>(unit % n_sb), pos = sb & 3;
   const uint8_t* r[2];
-  for (int h = 0; h < 2; ++h)
-    r[h] = w + static_cast<size_t>(tile * 16 + g + 8 * h) * row_bytes + static_cast<size_t>(sb >> 2) * kQ4krBlkBytes;
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = PAIRED ? h * F + 8 * tile + g : tile * 16 + g + 8 * h;
+    r[h] = w + static_cast<size_t>(row) * row_bytes + static_cast<size_t>(sb >> 2) * kQ4krBlkBytes;
+  }
   uint8_t* u = out + unit * kQ4ktUnitBytes;
   for (int k = 0; k < 4; ++k)
     *reinterpret_cast<uint4*>(u + 512 * k + 16 * lane) =
@@ -159,12 +164,16 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
 // A block of 4 warps per 16-row tile, walking it as q4kt_walk.cuh describes. MINB: blocks per
 // SM the registers are budgeted for. SWIGLU: the fused gate|up + SwiGLU (q4kt_walk.cuh). NORM:
 // the deferred norm's part (above; produce only without SWIGLU). PAIR: super-blocks two at a time.
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false>
+// PAIRED: with SWIGLU, w is Q4_KTS, whose tile b holds the block's gate rows (its rows g) and up
+// rows (g + 8): the block walks one whole tile as the plain GEMV does, and the same sums meet the
+// same SwiGLU epilogue (h equals the Q4_KT kernel's bit for bit).
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
                      int n_sb, int64_t K, uint32_t magic, NormArgs na) {
   static_assert(!(SWIGLU && NORM == kNormProduce), "the producer writes the residual, not h");
-  Q4ktTileWalk<SWIGLU, PAIR> walk(w, x, n_tok, N, n_sb, K, blockIdx.x);
+  static_assert(SWIGLU || !PAIRED, "Q4_KTS is read by the fused SwiGLU only");
+  Q4ktTileWalk<SWIGLU && !PAIRED, PAIR> walk(w, x, n_tok, N, n_sb, K, blockIdx.x);
   walk.start();
   [[maybe_unused]] __shared__ ProduceStage produce;
   [[maybe_unused]] __shared__ ConsumeStage consume;
@@ -186,25 +195,35 @@ __global__ void __launch_bounds__(128, MINB)
   }
 }
 
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false>
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false>
 void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
   const int64_t N = w.dim(0), K = w.dim(1);
   const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR>, dim3(blocks), dim3(128), 0, stream_of(ctx),
-                           w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED>, dim3(blocks), dim3(128), 0,
+                           stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
                            static_cast<int>(K / kQKK), K, kQ4krMagic, na));
 }
 
-template <bool SWIGLU, int NORM = kNormNone>
+template <bool SWIGLU, int NORM = kNormNone, bool PAIRED = false>
 void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, Q4ktShape shape,
                 const NormArgs& na = {}) {
   switch (2 * shape.blocks + (shape.pair ? 1 : 0)) {
-    case 6: launch<3, SWIGLU, NORM>(ctx, x, w, out, na); break;
-    case 8: launch<4, SWIGLU, NORM>(ctx, x, w, out, na); break;
-    case 7: launch<3, SWIGLU, NORM, true>(ctx, x, w, out, na); break;
-    case 9: launch<4, SWIGLU, NORM, true>(ctx, x, w, out, na); break;
+    case 6: launch<3, SWIGLU, NORM, false, PAIRED>(ctx, x, w, out, na); break;
+    case 8: launch<4, SWIGLU, NORM, false, PAIRED>(ctx, x, w, out, na); break;
+    case 7: launch<3, SWIGLU, NORM, true, PAIRED>(ctx, x, w, out, na); break;
+    case 9: launch<4, SWIGLU, NORM, true, PAIRED>(ctx, x, w, out, na); break;
     default: VI_FAIL("gemv_q4kt: no kernel for {}", gemv_q4kt_shape_name(shape));
   }
+}
+
+// The fused SwiGLU on either gate|up layout: Q4_KT (half tiles) or Q4_KTS (paired whole tiles).
+template <int NORM = kNormNone>
+void launch_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, Q4ktShape shape,
+                   const NormArgs& na = {}) {
+  if (w.dtype() == DType::Q4_KTS)
+    launch_for<true, NORM, true>(ctx, x, w, out, shape, na);
+  else
+    launch_for<true, NORM>(ctx, x, w, out, shape, na);
 }
 
 // The consumer's NormArgs for the deferred norm `in`.
@@ -219,7 +238,13 @@ NormArgs consume_args(const ops::DeferredNorm& in) {
 }  // namespace
 
 Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w) {
-  return repack_q4kr_tiles(ctx, w, DType::Q4_KT, q4kt_from_q4kr_kernel);
+  return repack_q4kr_tiles(ctx, w, DType::Q4_KT, q4kt_from_q4kr_kernel<false>);
+}
+
+Tensor q4kts_from_q4kr(ops::Context& ctx, const Tensor& w) {
+  VI_CHECK(w.ndim() == 2 && w.dim(0) % 16 == 0, "Q4_KTS from Q4_KR: needs a stacked gate|up [2F, K] with F % 8 == 0, "
+           "got {}", w.shape_str());
+  return repack_q4kr_tiles(ctx, w, DType::Q4_KTS, q4kt_from_q4kr_kernel<true>);
 }
 
 std::string gemv_q4kt_shape_name(Q4ktShape s) {
@@ -243,11 +268,18 @@ Q4ktShape gemv_q4kt_swiglu_default_shape(int64_t N) {
 
 std::vector<Q4ktShape> gemv_q4kt_shapes() { return {{3, false}, {4, false}, {3, true}, {4, true}}; }
 
-bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
-  if (!sm80_code(ctx) || w.dtype() != DType::Q4_KT) return false;
+namespace {
+// Everything gemv_q4kt's kernels need of a call but the weight's dtype.
+bool q4kt_call_ok(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
+  if (!sm80_code(ctx)) return false;
   if (x.dtype() != DType::F16 || x.rows() < 1 || x.rows() > 8) return false;
   return w.dim(1) < (int64_t(1) << 31) && is_aligned(w.data(), 16) && is_aligned(x.data(), 16) &&
          (x.cols() * 2) % 16 == 0;
+}
+}  // namespace
+
+bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
+  return w.dtype() == DType::Q4_KT && q4kt_call_ok(ctx, x, w);
 }
 
 void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, Q4ktShape shape) {
@@ -268,16 +300,19 @@ void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, 
 }
 
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
-  return gemv_q4kt_supports(ctx, x, w) && w.dim(0) % 32 == 0;
+  const bool layout =
+      (w.dtype() == DType::Q4_KT && w.dim(0) % 32 == 0) || (w.dtype() == DType::Q4_KTS && w.dim(0) % 16 == 0);
+  return layout && q4kt_call_ok(ctx, x, w);
 }
 
 void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h, Q4ktShape shape) {
-  VI_CHECK(w.dim(0) % 32 == 0 && h.cols() * 2 == w.dim(0) && h.rows() == x.rows(),
-           "gemv_q4kt_swiglu: h [{}, {}] does not match x rows {} and a Q4_KT gate|up weight of {} rows "
-           "(a multiple of 32)",
-           h.rows(), h.cols(), x.rows(), w.dim(0));
-  launch_for<true>(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2),
-                   shape.blocks == 0 ? gemv_q4kt_swiglu_default_shape(w.dim(0)) : shape);
+  const int64_t rows_mult = w.dtype() == DType::Q4_KTS ? 16 : 32;  // whole tiles of pairs, or of each half
+  VI_CHECK(w.dim(0) % rows_mult == 0 && h.cols() * 2 == w.dim(0) && h.rows() == x.rows(),
+           "gemv_q4kt_swiglu: h [{}, {}] does not match x rows {} and a {} gate|up weight of {} rows "
+           "(a multiple of {})",
+           h.rows(), h.cols(), x.rows(), dtype_name(w.dtype()), w.dim(0), rows_mult);
+  launch_swiglu(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2),
+                shape.blocks == 0 ? gemv_q4kt_swiglu_default_shape(w.dim(0)) : shape);
 }
 
 bool gemv_q4kt_add_deferred_norm_supports(const ops::Context& ctx, const Tensor& a, const Tensor& w, const Tensor& x) {
@@ -299,11 +334,16 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
 bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
                                  ops::DeferredConsumer kind, const std::vector<Tensor*>& parts) {
   // The totals are staged in 16-byte copies (ss rows of kSsWords u64, 16-byte aligned).
-  if (!gemv_q4kt_supports(ctx, in.u, w) || w.dim(1) != in.u.cols()) return false;
+  if (kind == ops::DeferredConsumer::kSwiglu) {
+    if (!gemv_q4kt_swiglu_supports(ctx, in.u, w)) return false;
+  } else if (!gemv_q4kt_supports(ctx, in.u, w)) {
+    return false;
+  }
+  if (w.dim(1) != in.u.cols()) return false;
   if (in.ss.cols() != kSsWords || !is_aligned(in.ss.data(), 16)) return false;
   switch (kind) {
     case ops::DeferredConsumer::kMatmul: return true;
-    case ops::DeferredConsumer::kSwiglu: return gemv_q4kt_swiglu_supports(ctx, in.u, w);
+    case ops::DeferredConsumer::kSwiglu: return true;
     case ops::DeferredConsumer::kSplit: return parts.empty() || gemv_q4kt_split_supports(ctx, in.u, w, parts);
   }
   return false;
@@ -313,9 +353,10 @@ void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, co
                         ops::DeferredConsumer kind, const std::vector<Tensor*>& outs) {
   const NormArgs na = consume_args(in);
   auto run = [&](auto swiglu, const GemvOut& out) {
-    constexpr bool kSwiglu = decltype(swiglu)::value;
-    const Q4ktShape shape = kSwiglu ? gemv_q4kt_swiglu_default_shape(w.dim(0)) : gemv_q4kt_default_shape(w.dim(0));
-    launch_for<kSwiglu, kNormConsume>(ctx, in.u, w, out, shape, na);
+    if constexpr (decltype(swiglu)::value)
+      launch_swiglu<kNormConsume>(ctx, in.u, w, out, gemv_q4kt_swiglu_default_shape(w.dim(0)), na);
+    else
+      launch_for<false, kNormConsume>(ctx, in.u, w, out, gemv_q4kt_default_shape(w.dim(0)), na);
   };
   switch (kind) {
     case ops::DeferredConsumer::kMatmul:

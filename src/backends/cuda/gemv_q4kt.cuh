@@ -28,6 +28,9 @@ namespace vi::cuda {
 
 // w: Q4_KR [N, K] with N % 16 == 0. Returns the same matrix as Q4_KT.
 Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w);
+// w: a stacked gate|up [2F, K] in Q4_KR with F % 8 == 0. Returns it as Q4_KTS (gate and up rows
+// paired in each tile), which only the fused SwiGLU (and matmul's GEMM path) reads.
+Tensor q4kts_from_q4kr(ops::Context& ctx, const Tensor& w);
 
 // How a launch walks its tiles: `blocks` of 4 warps per SM its registers are budgeted for (3: 147
 // registers, 165-168 in pairs; 4: 126-128), and whether each warp multiplies its super-blocks one
@@ -48,13 +51,14 @@ Q4ktShape gemv_q4kt_default_shape(int64_t N);
 Q4ktShape gemv_q4kt_swiglu_default_shape(int64_t N);
 std::vector<Q4ktShape> gemv_q4kt_shapes();  // every compiled shape, for the tests and the benchmark
 
-// Whether gemv_q4kt can take this call (profile, device, dtypes, T, alignment).
+// Whether gemv_q4kt can take this call (profile, device, dtypes, T, alignment). Not on Q4_KTS,
+// whose rows are not in order.
 bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
 // x: [T, K] f16, T <= 8; w: [N, K] Q4_KT; y: [T, N] f16.
 void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, Q4ktShape shape = {});
 // h[T, F] = silu(x · w[0:F]ᵀ) ⊙ (x · w[F:2F]ᵀ) for a stacked gate|up w [2F, K] in Q4_KT with
-// F % 16 == 0 (where gemv_q4kt_supports(x, w)): the sums, roundings and SwiGLU of
-// gemv_q4kr_swiglu, so h equals its h bit for bit.
+// F % 16 == 0, or in Q4_KTS (each block then reads one whole tile): the sums, roundings and
+// SwiGLU of gemv_q4kr_swiglu, so h equals its h bit for bit in both layouts.
 // matmul_split on Q4_KT: the kernel writes each part's rows into the part's own [T, w] tensor
 // (parts of whole 16-row tiles, at most kSplitMaxParts).
 bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w,

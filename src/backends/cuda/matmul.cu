@@ -49,9 +49,11 @@ void matmul_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y)
   });
 }
 
-// The tiled layouts Q4_KT and Q8_0T, made only for the native profile with f16 activations on
-// sm_80+ code (prepare_matmul_weight.cu): the tensor-core GEMV up to 8 tokens, dequantized tiles
-// and a GEMM beyond (and where the GEMV cannot take a call).
+// The tiled layouts Q4_KT, Q8_0T and Q4_KTS, made only for the native profile with f16
+// activations on sm_80+ code (prepare_matmul_weight.cu): the tensor-core GEMV up to 8 tokens,
+// dequantized tiles and a GEMM beyond (and where the GEMV cannot take a call: always on Q4_KTS,
+// whose rows the GEMV would write out of order; the model reads it through matmul_swiglu and the
+// halves of matmul_split).
 void matmul_tiled(ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   if (x.rows() == 0 || w.dim(0) == 0) return;
   if (gemv_q4kt_supports(ctx, x, w)) {
@@ -109,7 +111,7 @@ bool matmul_swiglu_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Ten
     if (h != nullptr) gemv_q4ki_swiglu(ctx, q8kx_of(ctx, x), w, *h);
     return true;
   }
-  if (w.dtype() == DType::Q4_KT) {
+  if (w.dtype() == DType::Q4_KT || w.dtype() == DType::Q4_KTS) {
     if (!gemv_q4kt_swiglu_supports(ctx, x, w)) return false;
     if (h != nullptr) gemv_q4kt_swiglu(ctx, x, w, *h);
     return true;
@@ -125,9 +127,19 @@ bool matmul_swiglu_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, Ten
   return false;
 }
 
-// A stacked Q4_KT projection whose parts the decode GEMV writes straight into their tensors.
+// A stacked Q4_KT projection whose parts the decode GEMV writes straight into their tensors; the
+// two halves of a Q4_KTS gate|up stack (the prefill of an MLP whose gate and up have no row
+// views), each by the GEMMs a matmul of its view runs.
 bool matmul_split_cuda(ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts,
                        bool run) {
+  if (w.dtype() == DType::Q4_KTS) {
+    const int64_t F = w.dim(0) / 2;
+    if (x.dtype() != DType::F16 || x.rows() == 0 || parts.size() != 2 || parts[0]->dim(1) != F ||
+        parts[1]->dim(1) != F)
+      return false;
+    if (run) gemm_path_q4kts_halves(ctx, x, w, *parts[0], *parts[1]);
+    return true;
+  }
   if (w.dtype() == DType::Q4_KI) {
     const bool tiles = std::all_of(parts.begin(), parts.end(),
                                    [](const Tensor* p) { return p->dim(1) % kTiledRows == 0 && p->dim(1) > 0; });
@@ -157,13 +169,15 @@ const bool registered = [] {
   add_matmul<DType::Q6_K>();
   add_matmul<DType::Q8_0R>();
   add_matmul<DType::Q4_KR>();
-  for (DType t : {DType::Q4_KT, DType::Q8_0T}) ops::matmul_table().add(Device::CUDA, t, matmul_tiled);
+  for (DType t : {DType::Q4_KT, DType::Q8_0T, DType::Q4_KTS})
+    ops::matmul_table().add(Device::CUDA, t, matmul_tiled);
   ops::matmul_split_table().add(Device::CUDA, DType::Q4_KT, matmul_split_cuda);
+  ops::matmul_split_table().add(Device::CUDA, DType::Q4_KTS, matmul_split_cuda);
   ops::matmul_table().add(Device::CUDA, DType::Q4_KI, matmul_q4ki);
   ops::matmul_split_table().add(Device::CUDA, DType::Q4_KI, matmul_split_cuda);
   ops::matmul_input_dtype_table().add(Device::CUDA, DType::Q4_KI, matmul_input_dtype_q4ki);
-  for (DType t : {DType::Q4_KI, DType::Q4_KT, DType::Q4_KR, DType::Q8_0T, DType::Q8_0R, DType::Q4_K, DType::Q5_K,
-                  DType::F16})
+  for (DType t : {DType::Q4_KI, DType::Q4_KT, DType::Q4_KTS, DType::Q4_KR, DType::Q8_0T, DType::Q8_0R, DType::Q4_K,
+                  DType::Q5_K, DType::F16})
     ops::matmul_swiglu_table().add(Device::CUDA, t, matmul_swiglu_cuda);
   return true;
 }();

@@ -9,7 +9,9 @@
 //    contiguous loads for each warp, 10-14% faster GEMVs at the 27B shapes.
 //    Where add_rms_norm writes the weight's input (MatmulInput::kNorm) and the context asks for
 //    int8 activations, -> Q4_KI instead: the same bytes for the int8-activation GEMV
-//    (gemv_q4ki.cu), ~10% faster again.
+//    (gemv_q4ki.cu), ~10% faster again. A SwiGLU gate|up stack no caller views
+//    (MatmulUse::kSwiglu) -> Q4_KTS instead of Q4_KT: gate and up rows paired in each tile, so
+//    the fused SwiGLU reads one contiguous unit a block (docs/notes/gemv.md run 33).
 //  Q8_0 -> Q8_0R -> Q8_0T likewise, for gemv_mma's step kernel.
 //  F16 is read in its file layout.
 #include <algorithm>
@@ -18,6 +20,7 @@
 
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device.cuh"
+#include "backends/cuda/env_switch.h"
 #include "backends/cuda/gemv_q4ki.cuh"
 #include "backends/cuda/gemv_q4kt.cuh"
 #include "backends/cuda/quant.cuh"
@@ -77,7 +80,8 @@ bool tiled_ok(const ops::Context& ctx, int64_t N, const std::vector<int64_t>& pa
 // int8 activations (ops::Context::int8_act, --int8-activations).
 bool int8_act_ok(const ops::Context& ctx) { return ctx.int8_act && ctx.act == DType::F16; }
 
-Tensor prepare_q8_0(ops::Context& ctx, const Tensor& w, const std::vector<int64_t>& parts, ops::MatmulInput) {
+Tensor prepare_q8_0(ops::Context& ctx, const Tensor& w, const std::vector<int64_t>& parts, ops::MatmulInput,
+                    ops::MatmulUse) {
   const int64_t N = w.dim(0), K = w.dim(1);
   if (K % (8 * kQK) != 0) return w;  // rows would not be whole Q8_0R groups: keep Q8_0
   Tensor out = ops::empty(ctx, DType::Q8_0R, {N, K});
@@ -132,7 +136,15 @@ __global__ void repack_q4_kr_kernel(const BlockQ4_K* __restrict__ in, BlockQ4_KR
   out[i] = r;
 }
 
-Tensor prepare_q4_k(ops::Context& ctx, const Tensor& w, const std::vector<int64_t>& parts, ops::MatmulInput input) {
+// Q4_KTS (the paired gate|up tiles) for a SwiGLU stack that no caller views, where Q4_KT would
+// be made; VI_SWIGLU_PAIRED=0 keeps Q4_KT (A/B runs).
+bool paired_ok(ops::MatmulUse use, int64_t N) {
+  static const bool on = env_switch_on("VI_SWIGLU_PAIRED");
+  return on && use == ops::MatmulUse::kSwiglu && N % 16 == 0;
+}
+
+Tensor prepare_q4_k(ops::Context& ctx, const Tensor& w, const std::vector<int64_t>& parts, ops::MatmulInput input,
+                    ops::MatmulUse use) {
   const int64_t N = w.dim(0), K = w.dim(1);
   if (K % (4 * kQKK) != 0) return w;  // rows would not be whole Q4_KR blocks: keep Q4_K
   Tensor out = ops::empty(ctx, DType::Q4_KR, {N, K});
@@ -143,8 +155,11 @@ Tensor prepare_q4_k(ops::Context& ctx, const Tensor& w, const std::vector<int64_
         w.ptr<BlockQ4_K>(), out.ptr<BlockQ4_KR>(), n);
     VI_CUDA_LAUNCH_CHECK();
   }
-  if (tiled_ok(ctx, N, parts))
-    out = input == ops::MatmulInput::kNorm && int8_act_ok(ctx) ? q4ki_from_q4kr(ctx, out) : q4kt_from_q4kr(ctx, out);
+  const bool int8 = input == ops::MatmulInput::kNorm && int8_act_ok(ctx);
+  if (!int8 && paired_ok(use, N) && tiled_ok(ctx, N, {}))  // no views taken: any whole tiles of pairs
+    out = q4kts_from_q4kr(ctx, out);
+  else if (tiled_ok(ctx, N, parts))
+    out = int8 ? q4ki_from_q4kr(ctx, out) : q4kt_from_q4kr(ctx, out);
   VI_LOG_DEBUG("{} [{}, {}]: q4_k -> {}", w.name(), N, K, dtype_name(out.dtype()));
   return out;
 }

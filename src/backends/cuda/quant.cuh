@@ -194,6 +194,14 @@ __device__ __forceinline__ void dq8_q4kt(const uint8_t* w, int64_t n_sb, int64_t
   for (int k = 0; k < 8; ++k) out[k] = dl * static_cast<float>((wq >> (4 * ((k >> 1) + 4 * (k & 1)))) & 0xF) - ml;
 }
 
+// The same of logical row r of a Q4_KTS stacked gate|up [2F, K] (core/dtype.h): gate row r < F is
+// row r % 8 of tile r / 8, up row F + i row 8 + i % 8 of tile i / 8.
+__device__ __forceinline__ void dq8_q4kts(const uint8_t* w, int64_t n_sb, int64_t F, int64_t r, int64_t k0,
+                                          float out[8]) {
+  const int64_t i = r < F ? r : r - F;
+  dq8_q4kt(w, n_sb, 16 * (i / 8) + (r < F ? 0 : 8) + i % 8, k0, out);
+}
+
 // Values k0 .. k0 + 7 (k0 % 8 == 0) of row r of a Q4_KI matrix w (core/dtype.h; n_sb
 // super-blocks per row): d·sc·q − dmin·m of Q4_K, from the words of lanes 4g + c and 4g + c + 1.
 __device__ __forceinline__ void dq8_q4ki(const uint8_t* w, int64_t n_sb, int64_t r, int64_t k0, float out[8]) {

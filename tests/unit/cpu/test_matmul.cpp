@@ -134,8 +134,8 @@ TEST(CpuMatmul, ErrorsNameOpShapesAndDtype) {
 }
 
 // prepare_matmul_weight on the CPU keeps the file layout (the same tensor); the row counts of the
-// caller's views must add up to the weight's rows. The tiled device layouts have no CPU kernel:
-// a matmul on one says so.
+// caller's views must add up to the weight's rows (a SwiGLU stack's: two halves). The tiled
+// device layouts have no CPU kernel: a matmul on one says so.
 TEST(CpuMatmul, PrepareKeepsTheFileLayoutAndChecksTheViews) {
   ops::Context ctx;
   Tensor w = Tensor::empty(DType::Q4_K, {48, 1024});
@@ -147,8 +147,14 @@ TEST(CpuMatmul, PrepareKeepsTheFileLayoutAndChecksTheViews) {
   EXPECT_NE(msg.find("32"), std::string::npos) << msg;
   msg = test::error_of([&] { ops::prepare_matmul_weight(ctx, w, {64, -16}); });
   EXPECT_NE(msg.find("-16"), std::string::npos) << msg;
+  // A SwiGLU stack (read only whole) keeps its layout here too; its views must be two halves.
+  p = ops::prepare_matmul_weight(ctx, w, {24, 24}, ops::MatmulInput::kNorm, ops::MatmulUse::kSwiglu);
+  EXPECT_EQ(p.data(), w.data());
+  msg = test::error_of(
+      [&] { ops::prepare_matmul_weight(ctx, w, {16, 32}, ops::MatmulInput::kAny, ops::MatmulUse::kSwiglu); });
+  EXPECT_NE(msg.find("gate|up"), std::string::npos) << msg;
 
-  for (DType t : {DType::Q4_KT, DType::Q8_0T}) {
+  for (DType t : {DType::Q4_KT, DType::Q8_0T, DType::Q4_KTS}) {
     Tensor x = Tensor::empty(DType::F32, {1, 1024}), y = Tensor::empty(DType::F32, {1, 48});
     Tensor wt = Tensor::empty(t, {48, 1024});
     msg = test::error_of([&] { ops::matmul(ctx, x, wt, y); });

@@ -6,7 +6,8 @@
 // double sum of the GPU's own residual, with rows reaching f16's range (both words). Outputs are
 // poisoned with NaN first; every GPU result is also recomputed and must repeat bit for bit (the
 // sums are integers, added in any order), and a second producer into one set of sums adds to it
-// exactly. Where the device does
+// exactly. The SwiGLU consumer also runs on the paired gate|up layout (Q4_KTS) and must give the
+// Q4_KT kernel's h bit for bit. Where the device does
 // not fuse both sides (volta profile, f32 activations), ops::deferred_norm_fused must say so and
 // the ops must fail with the op named rather than run something else.
 #include <gtest/gtest.h>
@@ -45,6 +46,8 @@ class DeferredNormGpu : public CudaOpTest {
     wi = rand_weight(DType::Q4_K, kSplitRows, kD, 0.5f);
     dwp = ops::prepare_matmul_weight(g, ops::upload(g, wp));
     dwg = ops::prepare_matmul_weight(g, ops::upload(g, wg));
+    dwgs = ops::prepare_matmul_weight(g, ops::upload(g, wg), {kF, kF}, ops::MatmulInput::kNorm,
+                                      ops::MatmulUse::kSwiglu);  // Q4_KTS where Q4_KT is made
     dwi = ops::prepare_matmul_weight(g, ops::upload(g, wi));
     nw = rand_f32({kD}, DType::F32, -0.5f, 0.5f);
     dnw = ops::upload(g, nw);
@@ -76,7 +79,7 @@ class DeferredNormGpu : public CudaOpTest {
 
   void TearDown() override { ops::set_deferred_norm_allowed(-1); }
 
-  Tensor wp, wg, wi, dwp, dwg, dwi, nw, dnw;
+  Tensor wp, wg, wi, dwp, dwg, dwgs, dwi, nw, dnw;
 };
 
 TEST_P(DeferredNormGpu, FusedGemvsMatchTheCpu) {
@@ -166,6 +169,13 @@ TEST_P(DeferredNormGpu, FusedGemvsMatchTheCpu) {
     const Tensor h = run_swiglu();
     EXPECT_CLOSE(h, href, 4e-3, "matmul_swiglu_deferred " + at);
     EXPECT_TRUE(same_bits(h, run_swiglu())) << "matmul_swiglu_deferred not repeatable, " << at;
+    // The same consumer on the paired gate|up tiles: the same h, bit for bit.
+    if (dwgs.dtype() == DType::Q4_KTS) {
+      ASSERT_TRUE(ops::deferred_norm_fused(g, dwp, dwgs, ops::DeferredConsumer::kSwiglu, T)) << at;
+      Tensor dgu = up(nan_f32({T, 2 * kF})), dh = up(nan_f32({T, kF}));
+      ops::matmul_swiglu_deferred(g, p.dev, dwgs, dgu, dh);
+      EXPECT_TRUE(same_bits(down(dh), h)) << "matmul_swiglu_deferred on Q4_KTS differs from Q4_KT, " << at;
+    }
   }
 }
 

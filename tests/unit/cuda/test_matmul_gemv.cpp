@@ -350,6 +350,50 @@ TEST_P(MatmulGemv, Q4KTiledFusedGateUpSwiglu) {
   }
 }
 
+// A gate|up stack prepared for a SwiGLU that reads it only whole (ops::MatmulUse::kSwiglu) becomes
+// Q4_KTS where Q4_KT would be made (native profile, f16, sm_80+), else what the stack would be
+// anyway: through ops::matmul_swiglu (the fused GEMV up to 8 tokens, the GEMM path's dequantized
+// tiles + swiglu_halves beyond) and ops::matmul (the GEMM path: its rows in logical order) against
+// the CPU on the Q4_K original, and the fused GEMV's h bit for bit the Q4_KT kernel's in every
+// shape (each row's bytes and products are the same; only where they lie differs). F = 96 has 12
+// tiles of pairs; F = 4104 (= 8 x 513) more blocks than a wave, and no whole 16-row halves, so
+// only the paired layout tiles it; F = 100 cannot be paired and stays a row layout.
+TEST_P(MatmulGemv, Q4KPairedGateUpTiles) {
+  for (int64_t F : {96, 4104, 100}) {
+    const int64_t K = F == 4104 ? 1024 : 3072;
+    Tensor w = rand_weight(DType::Q4_K, 2 * F, K, F == 96 ? 0.02f : 1.0f);
+    Tensor dp = ops::prepare_matmul_weight(g, ops::upload(g, w), {F, F}, ops::MatmulInput::kAny,
+                                           ops::MatmulUse::kSwiglu);
+    Tensor dt = ops::prepare_matmul_weight(g, ops::upload(g, w));  // Q4_KT where the setting and shape allow
+    if (dt.dtype() != DType::Q4_KT) {  // volta profile, f32 activations, or 2F not whole tiles (F = 100)
+      EXPECT_NE(dp.dtype(), DType::Q4_KTS) << "F=" << F << ": paired only where the tiled layouts are made";
+      continue;
+    }
+    ASSERT_EQ(dp.dtype(), DType::Q4_KTS) << "F=" << F;
+    EXPECT_EQ(dp.nbytes(), ops::prepare_matmul_weight(g, ops::upload(g, w), {F, F}).nbytes());
+    EXPECT_THROW(dp.slice_rows(0, F), Error) << "no row views of a paired stack";
+    for (int64_t T : {1, 2, 3, 5, 8, 9}) check_swiglu(w, dp, T, "q4_kts");
+    for (int64_t T : {1, 9}) check(w, dp, T, 2.0f, fmt::format("q4_kts matmul F={}", F));
+    if (F % 16 != 0) continue;  // F = 4104: no fused Q4_KT kernel (its blocks take halves of 16-row tiles)
+    for (int64_t T : {1, 4, 8}) {
+      Tensor dx = up(rand_f32({T, K}, act(), -2.0f, 2.0f));
+      ASSERT_TRUE(cuda::gemv_q4kt_swiglu_supports(g, dx, dp));
+      EXPECT_FALSE(cuda::gemv_q4kt_supports(g, dx, dp)) << "the plain GEMV would write rows out of order";
+      Tensor nan = nan_f32({T, F});
+      for (cuda::Q4ktShape shape : cuda::gemv_q4kt_shapes()) {
+        Tensor ht = up(nan), hp = up(nan);
+        cuda::gemv_q4kt_swiglu(g, dx, dt, ht, shape);
+        cuda::gemv_q4kt_swiglu(g, dx, dp, hp, shape);
+        const Tensor a = down(ht), b = down(hp);
+        int64_t differ = 0;
+        for (int64_t i = 0; i < a.numel(); ++i) differ += !(a.ptr<float>()[i] == b.ptr<float>()[i]);
+        EXPECT_EQ(differ, 0) << "fused swiglu F=" << F << " T=" << T << " " << cuda::gemv_q4kt_shape_name(shape)
+                             << ": outputs of Q4_KTS and Q4_KT that differ";
+      }
+    }
+  }
+}
+
 // Q8_0 rows of whole 256-value groups and whole 16-row tiles become Q8_0T where the tensor-core
 // GEMV reads it (native profile, sm_80+, f16 activations; Q8_0R elsewhere, and where a view of 8
 // rows cuts a tile): every path through ops::matmul against the CPU on the Q8_0 original, and the
