@@ -10,11 +10,11 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 
 #include "backends/cuda/attention_decode.cuh"
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device.cuh"
+#include "backends/cuda/env_switch.h"
 #include "backends/cuda/kv_quant.cuh"
 #include "backends/cuda/pdl.cuh"
 #include "backends/cuda/workspace.cuh"
@@ -419,12 +419,9 @@ namespace {
 // DecodeTuning: all on unless VI_DECODE_TUNING=0; VI_DECODE_NARROW=0 turns narrow_rows off
 // alone, VI_DECODE_PRE_WAIT=0 pre_wait_copies (read once, at the first use).
 DecodeTuning initial_tuning() {
-  auto off = [](const char* name) {
-    const char* e = std::getenv(name);
-    return e && std::strcmp(e, "0") == 0;
-  };
-  const bool on = !off("VI_DECODE_TUNING");
-  return DecodeTuning{on, on, on, on, on && !off("VI_DECODE_NARROW"), on && !off("VI_DECODE_PRE_WAIT")};
+  const bool on = env_switch_on("VI_DECODE_TUNING");
+  return DecodeTuning{on, on, on, on, on && env_switch_on("VI_DECODE_NARROW"),
+                      on && env_switch_on("VI_DECODE_PRE_WAIT")};
 }
 uint8_t tuning_to_bits(const DecodeTuning& t) {
   return static_cast<uint8_t>(t.balanced_splits | (t.fast_combine << 1) | (t.pdl << 2) | (t.lean_share_step << 3) |

@@ -2,8 +2,7 @@
 // Compiled in every build; without cuBLAS (VI_CUBLAS=0) the entry point only reports that.
 #include "backends/cuda/gemm_cublas.cuh"
 
-#include <cstdlib>
-#include <string>
+#include "backends/cuda/env_switch.h"
 
 #if VI_CUBLAS
 #include <climits>
@@ -13,10 +12,7 @@
 namespace vi::cuda {
 
 bool cublas_allowed_by_env() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("VOLTINFER_CUBLAS");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool allowed = env_switch_on("VOLTINFER_CUBLAS");
   return allowed;
 }
 

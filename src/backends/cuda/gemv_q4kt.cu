@@ -1,12 +1,11 @@
 // Tensor-core decode GEMV on Q4_KT weights: see gemv_q4kt.cuh for the plan, core/dtype.h for the
 // layout and q4kr_mma.cuh for the arithmetic.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "backends/cuda/cp_async.cuh"
 #include "backends/cuda/device.cuh"
+#include "backends/cuda/env_switch.h"
 #include "backends/cuda/gemv_out.cuh"
 #include "backends/cuda/gemv_q4kt.cuh"
 #include "backends/cuda/mma_f16.cuh"
@@ -259,10 +258,7 @@ Q4ktShape gemv_q4kt_default_shape(int64_t N) {
 }
 
 Q4ktShape gemv_q4kt_swiglu_default_shape(int64_t N) {
-  static const bool pair = [] {
-    const char* v = std::getenv("VI_Q4KT_PAIR");
-    return !(v != nullptr && std::strcmp(v, "0") == 0);
-  }();
+  static const bool pair = env_switch_on("VI_Q4KT_PAIR");
   return Q4ktShape{gemv_q4kt_default_shape(N).blocks, pair};
 }
 

@@ -2,11 +2,10 @@
 #include "backends/cuda/pdl.cuh"
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 #include "backends/cuda/device.cuh"
+#include "backends/cuda/env_switch.h"
 #include "core/log.h"
 
 namespace vi::cuda {
@@ -16,10 +15,7 @@ std::atomic<bool> g_allowed{true};
 
 // VI_PDL=0 turns it off, so a run can be compared with and without it.
 bool env_allows() {
-  static const bool on = [] {
-    const char* v = std::getenv("VI_PDL");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = env_switch_on("VI_PDL");
   return on;
 }
 

@@ -15,8 +15,6 @@
 //  Q8_0 -> Q8_0R -> Q8_0T likewise, for gemv_mma's step kernel.
 //  F16 is read in its file layout.
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device.cuh"
@@ -68,10 +66,7 @@ __global__ void repack_q8_0t_kernel(const BlockQ8_0R* __restrict__ in, uint8_t* 
 // code, f16 activations) and every row view the caller takes (parts) is whole 16-row tiles;
 // VI_TILED=0 keeps the row layouts (A/B runs).
 bool tiled_ok(const ops::Context& ctx, int64_t N, const std::vector<int64_t>& parts) {
-  static const bool off = [] {
-    const char* e = std::getenv("VI_TILED");
-    return e != nullptr && std::string(e) == "0";
-  }();
+  static const bool off = !env_switch_on("VI_TILED");
   if (off || !sm80_code(ctx) || ctx.act != DType::F16 || N % kTiledRows != 0) return false;
   return std::all_of(parts.begin(), parts.end(), [](int64_t rows) { return rows % kTiledRows == 0; });
 }
