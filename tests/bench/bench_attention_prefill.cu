@@ -33,31 +33,9 @@ using vi::DType;
 using vi::Tensor;
 namespace ops = vi::ops;
 
+using vi::benchutil::event_ms;
 using vi::benchutil::fill_tensor;
-using vi::benchutil::median;
 using vi::benchutil::parse_list;
-
-// Median ms per call of `reps` calls, each timed alone, after one warm-up call.
-template <class F>
-float time_ms(cudaStream_t s, int reps, F&& call) {
-  call();
-  cudaEvent_t e0, e1;
-  VI_CUDA_CHECK(cudaEventCreate(&e0));
-  VI_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    VI_CUDA_CHECK(cudaEventRecord(e0, s));
-    call();
-    VI_CUDA_CHECK(cudaEventRecord(e1, s));
-    VI_CUDA_CHECK(cudaEventSynchronize(e1));
-    float m = 0;
-    VI_CUDA_CHECK(cudaEventElapsedTime(&m, e0, e1));
-    ms.push_back(m);
-  }
-  VI_CUDA_CHECK(cudaEventDestroy(e0));
-  VI_CUDA_CHECK(cudaEventDestroy(e1));
-  return median(ms);
-}
 
 double rel_l2_f16(ops::Context& g, const Tensor& got, const Tensor& ref) {
   Tensor a = ops::download(g, got), b = ops::download(g, ref);
@@ -144,8 +122,8 @@ int main(int argc, char** argv) {
       a.D = D;
       a.scale = scale;
       a.out = out_new.data();
-      const float ms_new = time_ms(stream, reps, [&] { vi::cuda::prefill_attention(g, a); });
-      const float ms_old = time_ms(stream, old_reps, [&] {
+      const float ms_new = event_ms(stream, 1, reps, [&] { vi::cuda::prefill_attention(g, a); });
+      const float ms_old = event_ms(stream, 1, old_reps, [&] {
         ops::paged_attention(g, q, k, v, table, bs, 0, scale, out_old);
       });
       VI_CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -28,6 +28,7 @@
 #include "ops/gdn.h"
 #include "ops/matmul.h"
 #include "ops/memory.h"
+#include "bench_cuda_util.cuh"
 
 namespace {
 
@@ -87,29 +88,6 @@ Tensor host_f32(const std::vector<int64_t>& shape, Rand& r, float lo, float hi) 
   return t;
 }
 
-// Median milliseconds of f() over 7 calls after 2 warm-ups, CUDA events on `s`.
-template <class F>
-float time_ms(cudaStream_t s, F&& f) {
-  cudaEvent_t e0, e1;
-  VI_CUDA_CHECK(cudaEventCreate(&e0));
-  VI_CUDA_CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 2; ++i) f();
-  std::vector<float> t;
-  for (int i = 0; i < 7; ++i) {
-    VI_CUDA_CHECK(cudaEventRecord(e0, s));
-    f();
-    VI_CUDA_CHECK(cudaEventRecord(e1, s));
-    VI_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    VI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  VI_CUDA_CHECK(cudaEventDestroy(e0));
-  VI_CUDA_CHECK(cudaEventDestroy(e1));
-  return t[t.size() / 2];
-}
-
 struct Shape {
   const char* name;
   int64_t N, K;
@@ -159,7 +137,7 @@ int main(int argc, char** argv) {
         Tensor dy = ops::empty(ctx, DType::F16, {T, sh.N});
         for (const std::string& pn : split(profiles)) {
           ctx.profile = pn == "volta" ? ops::KernelProfile::kVolta : ops::KernelProfile::kNative;
-          const float ms = time_ms(stream, [&] { ops::matmul(ctx, dx, dw, dy); });
+          const float ms = vi::benchutil::event_ms(stream, 2, 7, [&] { ops::matmul(ctx, dx, dw, dy); });
           const double tf = 2.0 * T * sh.N * sh.K / (ms * 1e-3) / 1e12;
           std::printf("%-7s %-5s %-9s %6lld %6lld %6lld %9.3f %8.1f\n", pn.c_str(), vi::dtype_name(wt), sh.name,
                       (long long)T, (long long)sh.N, (long long)sh.K, ms, tf);
@@ -188,7 +166,7 @@ int main(int argc, char** argv) {
       ctx.profile = pn == "volta" ? ops::KernelProfile::kVolta : ops::KernelProfile::kNative;
       for (auto form : {ops::DeltaRuleForm::kChunked, ops::DeltaRuleForm::kRecurrent}) {
         if (form == ops::DeltaRuleForm::kRecurrent && T > 8192) continue;  // seconds, and not the prefill path
-        const float ms = time_ms(stream, [&] {
+        const float ms = vi::benchutil::event_ms(stream, 2, 7, [&] {
           ops::gated_delta_rule(ctx, dq, dkk, dvv, dg, db, ds, ops::GvaLayout::kGrouped, form, dout);
         });
         const bool chunked = form == ops::DeltaRuleForm::kChunked;

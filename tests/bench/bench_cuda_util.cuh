@@ -1,7 +1,7 @@
 // What the CUDA micro-benchmarks share: a counter-based hash for filling buffers on the
 // device (and the fill of K/V-like tensors), the median, comma lists, the copy bandwidth
-// (hwcheck's own measurement, so every "% of copy" means the same thing), and the time per
-// call of calls replayed from a captured graph.
+// (hwcheck's own measurement, so every "% of copy" means the same thing), the time of one call
+// between CUDA events, and the time per call of calls replayed from a captured graph.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -65,6 +65,31 @@ inline double copy_bandwidth() {
   int dev = 0;
   VI_CUDA_CHECK(cudaGetDevice(&dev));
   return vi::cuda::measure_copy_gbs(dev, size_t(1) << 30, 9).median;
+}
+
+// Median milliseconds of call() over `reps` calls, each timed alone between CUDA events on `s`,
+// after `warmups` untimed calls. Throws vi::Error on a failed launch.
+template <class Call>
+float event_ms(cudaStream_t s, int warmups, int reps, Call&& call) {
+  for (int i = 0; i < warmups; ++i) call();
+  VI_CUDA_CHECK(cudaGetLastError());
+  cudaEvent_t e0, e1;
+  VI_CUDA_CHECK(cudaEventCreate(&e0));
+  VI_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int r = 0; r < reps; ++r) {
+    VI_CUDA_CHECK(cudaEventRecord(e0, s));
+    call();
+    VI_CUDA_CHECK(cudaEventRecord(e1, s));
+    VI_CUDA_CHECK(cudaEventSynchronize(e1));
+    VI_CUDA_CHECK(cudaGetLastError());
+    float m = 0;
+    VI_CUDA_CHECK(cudaEventElapsedTime(&m, e0, e1));
+    ms.push_back(m);
+  }
+  VI_CUDA_CHECK(cudaEventDestroy(e0));
+  VI_CUDA_CHECK(cudaEventDestroy(e1));
+  return median(ms);
 }
 
 // launch(i) for i in [0, calls) captured once into a graph; after one warm-up replay, `reps`

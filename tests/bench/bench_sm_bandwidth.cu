@@ -24,8 +24,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,7 +32,7 @@
 
 namespace {
 
-using vi::benchutil::median;
+using vi::benchutil::event_ms;
 using vi::benchutil::parse_list;
 
 // Shared memory that a block asks for so that no second block fits on its SM (the H200 offers
@@ -50,7 +48,8 @@ __global__ void read_ldg(const uint4* __restrict__ p, int64_t n16, uint32_t* __r
   uint4 a[U], b[U];
   int64_t i = threadIdx.x;
 #pragma unroll
-  for (int u = 0; u < U; ++u) a[u] = i + u * blockDim.x < n16 ? __ldcs(base + i + u * blockDim.x) : make_uint4(0, 0, 0, 0);
+  for (int u = 0; u < U; ++u)
+    a[u] = i + u * blockDim.x < n16 ? __ldcs(base + i + u * blockDim.x) : make_uint4(0, 0, 0, 0);
   for (; i < n16; i += (TWICE ? 2 : 1) * step) {
     if constexpr (TWICE) {
 #pragma unroll
@@ -77,7 +76,9 @@ __global__ void read_ldg(const uint4* __restrict__ p, int64_t n16, uint32_t* __r
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define VI_BENCH_BULK 1
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
 #endif
 
 // One thread keeps `stages` bulk copies of `chunk` bytes in flight; each lands in its slot,
@@ -123,33 +124,11 @@ __global__ void read_bulk(const uint8_t* __restrict__ p, int64_t bytes, int chun
 #endif
 }
 
-float time_launch(const std::function<void()>& launch) {
-  cudaEvent_t e0, e1;
-  VI_CUDA_CHECK(cudaEventCreate(&e0));
-  VI_CUDA_CHECK(cudaEventCreate(&e1));
-  launch();  // warm-up
-  VI_CUDA_CHECK(cudaGetLastError());
-  std::vector<float> ms;
-  for (int r = 0; r < 5; ++r) {
-    VI_CUDA_CHECK(cudaEventRecord(e0));
-    launch();
-    VI_CUDA_CHECK(cudaEventRecord(e1));
-    VI_CUDA_CHECK(cudaEventSynchronize(e1));
-    VI_CUDA_CHECK(cudaGetLastError());
-    float t = 0;
-    VI_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  VI_CUDA_CHECK(cudaEventDestroy(e0));
-  VI_CUDA_CHECK(cudaEventDestroy(e1));
-  return median(ms);
-}
-
 template <int U, bool TWICE>
 float run_ldg(const uint8_t* buf, int64_t bytes_per_block, int sms, int threads, uint32_t* sink) {
   auto k = read_ldg<U, TWICE>;
   VI_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kOneBlockSmem));
-  return time_launch([&] {
+  return event_ms(nullptr, 1, 5, [&] {
     k<<<sms, threads, kOneBlockSmem>>>(reinterpret_cast<const uint4*>(buf), bytes_per_block / 16, sink);
   });
 }
@@ -204,7 +183,8 @@ int main(int argc, char** argv) {
         for (int stages : {2, 4, 8, 12}) {
           const int smem = std::max(chunk * stages, kOneBlockSmem);
           if (chunk * stages > 200 * 1024) continue;
-          const float ms = time_launch([&] { read_bulk<<<sms, 32, smem>>>(buf, per_block, chunk, stages, sink); });
+          const float ms =
+              event_ms(nullptr, 1, 5, [&] { read_bulk<<<sms, 32, smem>>>(buf, per_block, chunk, stages, sink); });
           row(chunk == 4096 ? "bulk 4 KB" : "bulk 16 KB", sms, 1, chunk * stages / 1024.0, ms);
         }
       }
