@@ -28,8 +28,8 @@
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/gdn.h"
-#include "ops/gdn_conv_decode_step.h"
 #include "ops/gdn_conv_step.h"
+#include "ops/gdn_decode_step.h"
 #include "ops/matmul.h"
 #include "ops/memory.h"
 #include "ops/norm.h"
@@ -472,13 +472,12 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
   // Every sequence brings the same T tokens, 1 <= T <= kMaxFusedGdnRows (a decode round: 1;
-  // a verify round: the draft tokens): the GDN layers take the fused step op
-  // (gdn_conv_decode_step: one kernel where the device fuses it, else gdn_conv_step and
-  // gdn_decode_step), whose core holds the sequences' recurrent states in gdn_states ([Hv, dk,
-  // dv] f32 each) and needs no gate or core scratch. A verify round otherwise ran ~8 kernels
-  // per layer (gates, 3 convs, 2 norms, the chunked delta rule, the gated norm). Steps with a
-  // prefill chunk or with sequences of different T keep the unfused core (gdn_decode_step takes
-  // one T); their sequences of at most kMaxFusedGdnRows rows still take the fused conv step.
+  // a verify round: the draft tokens): the GDN layers take the fused step ops, whose core
+  // holds the sequences' recurrent states in gdn_states ([Hv, dk, dv] f32 each) and needs no
+  // gate or core scratch. A verify round otherwise ran ~8 kernels per layer (gates, 3 convs,
+  // 2 norms, the chunked delta rule, the gated norm) instead of 2. Steps with a prefill chunk
+  // or with sequences of different T keep the unfused core (gdn_decode_step takes one T);
+  // their sequences of at most kMaxFusedGdnRows rows still take the fused conv step.
   bool fused_core = !items.empty();
   for (size_t i = 0; i < items.size(); ++i) {
     const int64_t T = plan.rows_of(i);
@@ -585,44 +584,39 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
         ops::matmul(ctx, *in, G.wb, lb);
         ops::matmul(ctx, *in, G.wa, la);
       }
-      if (fused_core) {  // conv, norms, gates, recurrent delta rule and output norm of every sequence: one op
-        ops::GdnConvIn cin{lq.reshape({N, Hk, dk}), lk.reshape({N, Hk, dk}), lv.reshape({N, Hv, dv}),
-                           G.conv_q, G.conv_k, G.conv_v, {}, cq.reshape({N, Hk, dk}), ck.reshape({N, Hk, dk}),
-                           cv.reshape({N, Hv, dv}), 1e-6f, q_scale};
-        gdn_states.clear();
-        for (const BatchItem& it : items) {
-          auto& seq = static_cast<Qwen35State&>(*it.seq);
-          cin.windows.push_back(ops::GdnConvWindows{seq.conv_q[l], seq.conv_k[l], seq.conv_v[l]});
+      if (!fused_core) ops::gdn_gates(ctx, la, lb, G.neg_exp_A, G.dt_bias, g, beta);
+      gdn_states.clear();
+      for (size_t i = 0; i < items.size(); ++i) {
+        auto& seq = static_cast<Qwen35State&>(*items[i].seq);
+        const int64_t r0 = plan.row0[i], T = plan.rows_of(i), r1 = r0 + T;
+        Tensor cqi = cq.slice_rows(r0, r1), cki = ck.slice_rows(r0, r1), cvi = cv.slice_rows(r0, r1);
+        if (T >= 1 && T <= ops::kMaxFusedGdnRows) {  // decode or verify tokens: the five steps below in one op
+          ops::gdn_conv_step(ctx, ops::ConvGroup{lq.slice_rows(r0, r1), G.conv_q, seq.conv_q[l], cqi},
+                             ops::ConvGroup{lk.slice_rows(r0, r1), G.conv_k, seq.conv_k[l], cki},
+                             ops::ConvGroup{lv.slice_rows(r0, r1), G.conv_v, seq.conv_v[l], cvi}, dk, 1e-6f, q_scale);
+        } else {
+          ops::conv1d_causal(ctx, lq.slice_rows(r0, r1), G.conv_q, seq.conv_q[l], /*silu=*/true, cqi);
+          ops::conv1d_causal(ctx, lk.slice_rows(r0, r1), G.conv_k, seq.conv_k[l], true, cki);
+          ops::conv1d_causal(ctx, lv.slice_rows(r0, r1), G.conv_v, seq.conv_v[l], true, cvi);
+          Tensor qn = cqi.reshape({T * Hk, dk}), kn = cki.reshape({T * Hk, dk});
+          ops::l2_norm(ctx, qn, 1e-6f, q_scale, qn);
+          ops::l2_norm(ctx, kn, 1e-6f, 1.0f, kn);
+        }
+        if (fused_core) {  // the delta rule runs for all sequences at once below
           gdn_states.push_back(seq.ssm[l]);
+          continue;
         }
+        // HF's split: the chunked form for multi-token calls, the recurrent one per token.
+        const auto form = T > 1 ? ops::DeltaRuleForm::kChunked : ops::DeltaRuleForm::kRecurrent;
+        Tensor core_i = core.slice_rows(r0, r1).reshape({T, Hv, dv});
+        ops::gated_delta_rule(ctx, cqi.reshape({T, Hk, dk}), cki.reshape({T, Hk, dk}), cvi.reshape({T, Hv, dv}),
+                              g.slice_rows(r0, r1), beta.slice_rows(r0, r1), seq.ssm[l], gva_, form, core_i);
+      }
+      if (fused_core) {  // gates, recurrent delta rule and output norm of every sequence's T rows: one op
         Tensor y3 = y.reshape({N, Hv, dv});
-        ops::gdn_conv_decode_step(ctx, cin, la, lb, G.neg_exp_A, G.dt_bias, lz.reshape({N, Hv, dv}), G.norm, eps,
-                                  gdn_states, gva_, y3);
+        ops::gdn_decode_step(ctx, cq.reshape({N, Hk, dk}), ck.reshape({N, Hk, dk}), cv.reshape({N, Hv, dv}), la, lb,
+                             G.neg_exp_A, G.dt_bias, lz.reshape({N, Hv, dv}), G.norm, eps, gdn_states, gva_, y3);
       } else {
-        ops::gdn_gates(ctx, la, lb, G.neg_exp_A, G.dt_bias, g, beta);
-        for (size_t i = 0; i < items.size(); ++i) {
-          auto& seq = static_cast<Qwen35State&>(*items[i].seq);
-          const int64_t r0 = plan.row0[i], T = plan.rows_of(i), r1 = r0 + T;
-          Tensor cqi = cq.slice_rows(r0, r1), cki = ck.slice_rows(r0, r1), cvi = cv.slice_rows(r0, r1);
-          if (T >= 1 && T <= ops::kMaxFusedGdnRows) {  // a few tokens: conv, SiLU and norms in one op
-            ops::gdn_conv_step(ctx, ops::ConvGroup{lq.slice_rows(r0, r1), G.conv_q, seq.conv_q[l], cqi},
-                               ops::ConvGroup{lk.slice_rows(r0, r1), G.conv_k, seq.conv_k[l], cki},
-                               ops::ConvGroup{lv.slice_rows(r0, r1), G.conv_v, seq.conv_v[l], cvi}, dk, 1e-6f,
-                               q_scale);
-          } else {
-            ops::conv1d_causal(ctx, lq.slice_rows(r0, r1), G.conv_q, seq.conv_q[l], /*silu=*/true, cqi);
-            ops::conv1d_causal(ctx, lk.slice_rows(r0, r1), G.conv_k, seq.conv_k[l], true, cki);
-            ops::conv1d_causal(ctx, lv.slice_rows(r0, r1), G.conv_v, seq.conv_v[l], true, cvi);
-            Tensor qn = cqi.reshape({T * Hk, dk}), kn = cki.reshape({T * Hk, dk});
-            ops::l2_norm(ctx, qn, 1e-6f, q_scale, qn);
-            ops::l2_norm(ctx, kn, 1e-6f, 1.0f, kn);
-          }
-          // HF's split: the chunked form for multi-token calls, the recurrent one per token.
-          const auto form = T > 1 ? ops::DeltaRuleForm::kChunked : ops::DeltaRuleForm::kRecurrent;
-          Tensor core_i = core.slice_rows(r0, r1).reshape({T, Hv, dv});
-          ops::gated_delta_rule(ctx, cqi.reshape({T, Hk, dk}), cki.reshape({T, Hk, dk}), cvi.reshape({T, Hv, dv}),
-                                g.slice_rows(r0, r1), beta.slice_rows(r0, r1), seq.ssm[l], gva_, form, core_i);
-        }
         Tensor yr = y.reshape({N * Hv, dv});
         ops::gated_rms_norm(ctx, core.reshape({N * Hv, dv}), lz.reshape({N * Hv, dv}), G.norm, eps, yr);
       }

@@ -12,8 +12,8 @@ OpTable<GdnConvStepFn>& gdn_conv_step_table() {
   return table;
 }
 
-double check_gdn_conv_step(const Context& ctx, const ConvGroup& q, const ConvGroup& k, const ConvGroup& v,
-                           int64_t head_dim) {
+void gdn_conv_step(Context& ctx, const ConvGroup& q, const ConvGroup& k, const ConvGroup& v, int64_t head_dim,
+                   float eps, float q_scale) {
   const int64_t K = q.w.ndim() == 2 ? q.w.dim(1) : 0;
   const int64_t T = q.x.ndim() == 2 ? q.x.dim(0) : 0;  // tokens of the sequence
   double bytes = 0;
@@ -34,13 +34,6 @@ double check_gdn_conv_step(const Context& ctx, const ConvGroup& q, const ConvGro
   }
   VI_CHECK(head_dim > 0 && q.x.dim(1) % head_dim == 0 && k.x.dim(1) % head_dim == 0,
            "op 'gdn_conv_step': q {} and k {} must be whole heads of {}", describe(q.x), describe(k.x), head_dim);
-  return bytes;
-}
-
-void gdn_conv_step(Context& ctx, const ConvGroup& q, const ConvGroup& k, const ConvGroup& v, int64_t head_dim,
-                   float eps, float q_scale) {
-  const double bytes = check_gdn_conv_step(ctx, q, k, v, head_dim);
-  const int64_t K = q.w.dim(1), T = q.x.dim(0);
   VI_OP_SCOPE(ctx, "gdn_conv_step", q.x.dtype(), bytes, "T{} q{} k{} v{} K{}", T, q.x.dim(1), k.x.dim(1), v.x.dim(1),
               K);
   gdn_conv_step_table().get(ctx.device, q.x.dtype())(ctx, q, k, v, head_dim, eps, q_scale);

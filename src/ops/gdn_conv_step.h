@@ -38,9 +38,4 @@ using GdnConvStepFn = void (*)(Context&, const ConvGroup& q, const ConvGroup& k,
                                int64_t head_dim, float eps, float q_scale);
 OpTable<GdnConvStepFn>& gdn_conv_step_table();  // keyed by x dtype
 
-// gdn_conv_step's argument checks (VI_CHECK), for ops that run its math inside a larger one
-// (gdn_conv_decode_step); returns the bytes the op moves (for its profiler scope).
-double check_gdn_conv_step(const Context& ctx, const ConvGroup& q, const ConvGroup& k, const ConvGroup& v,
-                           int64_t head_dim);
-
 }  // namespace vi::ops

@@ -15,10 +15,9 @@ OpTable<GdnDecodeStepFn>& gdn_decode_step_table() {
   return table;
 }
 
-void check_gdn_decode_step(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
-                           const Tensor& b, const Tensor& neg_exp_A, const Tensor& dt_bias, const Tensor& z,
-                           const Tensor& norm_w, float eps, const std::vector<Tensor>& states, GvaLayout layout,
-                           const Tensor& y) {
+void gdn_decode_step(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
+                     const Tensor& b, const Tensor& neg_exp_A, const Tensor& dt_bias, const Tensor& z,
+                     const Tensor& norm_w, float eps, const std::vector<Tensor>& states, GvaLayout layout, Tensor& y) {
   check_same_device("gdn_decode_step", ctx, {&q, &k, &v, &a, &b, &neg_exp_A, &dt_bias, &z, &norm_w, &y});
   const DType t = q.dtype();
   VI_CHECK(t == DType::F32 || t == DType::F16 || t == DType::BF16,
@@ -54,15 +53,6 @@ void check_gdn_decode_step(const Context& ctx, const Tensor& q, const Tensor& k,
   }
   VI_CHECK(layout == GvaLayout::kGrouped || layout == GvaLayout::kTiled,
            "op 'gdn_decode_step': unknown GVA layout {}", static_cast<int>(layout));
-}
-
-void gdn_decode_step(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
-                     const Tensor& b, const Tensor& neg_exp_A, const Tensor& dt_bias, const Tensor& z,
-                     const Tensor& norm_w, float eps, const std::vector<Tensor>& states, GvaLayout layout, Tensor& y) {
-  check_gdn_decode_step(ctx, q, k, v, a, b, neg_exp_A, dt_bias, z, norm_w, eps, states, layout, y);
-  const DType t = q.dtype();
-  const int64_t R = q.dim(0), n_seq = static_cast<int64_t>(states.size());
-  const int64_t Hv = v.dim(1), dk = q.dim(2), dv = v.dim(2);
   // The states are read and written once per step (CUDA) however many tokens it takes.
   const double state_bytes = static_cast<double>(n_seq) * Hv * dk * dv * 4;
   VI_OP_SCOPE_F(ctx, "gdn_decode_step", t,

@@ -36,11 +36,4 @@ using GdnDecodeStepFn = void (*)(Context&, const Tensor& q, const Tensor& k, con
                                  Tensor& y);
 OpTable<GdnDecodeStepFn>& gdn_decode_step_table();  // keyed by q dtype
 
-// gdn_decode_step's argument checks (VI_CHECK: an Error naming the op and the bad argument),
-// for ops that run its math inside a larger one (gdn_conv_decode_step).
-void check_gdn_decode_step(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
-                           const Tensor& b, const Tensor& neg_exp_A, const Tensor& dt_bias, const Tensor& z,
-                           const Tensor& norm_w, float eps, const std::vector<Tensor>& states, GvaLayout layout,
-                           const Tensor& y);
-
 }  // namespace vi::ops

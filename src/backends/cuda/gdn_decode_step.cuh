@@ -30,9 +30,6 @@ constexpr int kDecodeClusterBlocks = 4;
 // above, and not turned off (environment VI_GDN_CLUSTER=0, read once, or the setter below).
 // Otherwise it runs one block per (value head, sequence).
 bool gdn_decode_uses_cluster(const ops::Context& ctx, int64_t dv);
-// Whether the cluster path takes the lean kernels for this head shape (dk = dv = 128, not turned
-// off by VI_GDN_LEAN=0); the fused conv + decode step (gdn_conv_decode_step.cu) runs only there.
-bool gdn_decode_uses_lean(const ops::Context& ctx, int64_t dk, int64_t dv);
 // Tests and A/B runs: false forces the one-block-per-head kernel in this process; true returns
 // to the default (still off where the cluster kernel does not apply). Process-wide.
 void set_gdn_decode_cluster_allowed(bool allowed);
