@@ -39,10 +39,7 @@ struct Seg {
     } else if constexpr (sizeof(TKV) == 2) {
       return __half2float(__ushort_as_half(static_cast<unsigned short>(w[i / 2] >> (16 * (i % 2)))));
     } else {
-      // Byte-permute the value (offset by 128) into the mantissa of 2^23 and subtract:
-      // two cheap instructions instead of an int-to-float conversion.
-      const uint32_t x = w[i / 4] ^ 0x80808080u;
-      return __uint_as_float(__byte_perm(x, 0x4B000000u, 0x7540u + (i % 4))) - 8388736.0f;
+      return s8_biased_to_f32(w[i / 4] ^ 0x80808080u, i % 4);
     }
   }
   __device__ __forceinline__ void zero() {

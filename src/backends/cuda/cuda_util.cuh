@@ -43,6 +43,12 @@ __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2hal
 
 // Raw fp16 bits (ggml block scales) to fp32.
 __device__ __forceinline__ float half_bits_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+// Byte k (0..3) of a word of int8 values as a float without I2F (a quarter-rate conversion): with
+// the word's sign bits flipped first (biased = word ^ 0x80808080), byte q + 128 is the low byte of
+// the float 2^23 + q + 128, and subtracting 2^23 + 128 is exact.
+__device__ __forceinline__ float s8_biased_to_f32(uint32_t biased, int k) {
+  return __uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7540u + k)) - 8388736.0f;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -113,18 +113,13 @@ __device__ __forceinline__ void dq8(const uint8_t* row, int64_t i0, float* out) 
     const BlockQ8_0R* b = reinterpret_cast<const BlockQ8_0R*>(row) + i0 / (8 * kQK);
     const int v0 = static_cast<int>(i0 % (8 * kQK));
     const float d = half_bits_to_f32(b->d[v0 / kQK]);
-    // Eight int8 values on an 8-byte boundary: one load. Each becomes a float without I2F, which
-    // runs on a quarter-rate pipe: its byte with the sign bit flipped, q + 128, is the low byte of
-    // the float 2^23 + q + 128, and subtracting 2^23 + 128 is exact, so out[k] is d * q[k] as
-    // before, bit for bit (H200, volta profile: the Q8_0R GEMVs 3-6% faster at one token, the
-    // same at four; docs/PERFORMANCE.md).
+    // Eight int8 values on an 8-byte boundary: one load; converted without I2F (s8_biased_to_f32,
+    // exact, so out[k] is d * q[k] bit for bit; H200, volta profile: the Q8_0R GEMVs 3-6% faster
+    // at one token, the same at four; docs/PERFORMANCE.md).
     const int2 q = *reinterpret_cast<const int2*>(b->qs + v0);
     const uint32_t w[2] = {static_cast<uint32_t>(q.x) ^ 0x80808080u, static_cast<uint32_t>(q.y) ^ 0x80808080u};
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const uint32_t bits = __byte_perm(w[k >> 2], 0x4B000000u, 0x7440u | static_cast<uint32_t>(k & 3));
-      out[k] = d * (__uint_as_float(bits) - 8388736.0f);
-    }
+    for (int k = 0; k < 8; ++k) out[k] = d * s8_biased_to_f32(w[k >> 2], k & 3);
   } else if constexpr (W == DType::Q4_KR) {
     // Eight values = one aligned 32-bit word.
     const BlockQ4_KR* b = reinterpret_cast<const BlockQ4_KR*>(row) + i0 / (4 * kQKK);
