@@ -76,6 +76,7 @@ DeferredNorm deferred_norm_scratch(Context& ctx, int64_t T, int64_t d, float eps
   n.ss = empty(ctx, DType::I64, {sites * T, 2 * kDeferredNormSlots});
   zero(ctx, n.ss);
   n.eps = eps;
+  if (d % 256 == 0) n.sums16 = empty(ctx, DType::F16, {T, d / 8});  // written whole with u: one set, as u
   return n;
 }
 
@@ -85,6 +86,7 @@ DeferredNorm deferred_norm_site(const DeferredNorm& scratch, int64_t i) {
            scratch.ss.rows() / T);
   DeferredNorm n = scratch;
   n.ss = scratch.ss.slice_rows(i * T, (i + 1) * T);
+  n.sums_written = false;
   return n;
 }
 
@@ -117,12 +119,19 @@ void matmul_add_deferred_norm(Context& ctx, const Tensor& a, const Tensor& w, Te
            describe(x), describe(out.u));
   VI_CHECK(norm_w.dtype() == DType::F32 && norm_w.ndim() == 1 && norm_w.dim(0) == x.cols(),
            "op 'matmul_add_deferred_norm': norm weight {} must be [{}] f32", describe(norm_w), x.cols());
+  VI_CHECK(out.sums16.data() == nullptr ||
+               (out.sums16.dtype() == DType::F16 && out.sums16.ndim() == 2 && out.sums16.rows() == x.rows() &&
+                x.cols() % 256 == 0 && out.sums16.cols() == x.cols() / 8),
+           "op 'matmul_add_deferred_norm': sums16 {} must be [{}, {}] f16 for x {}", describe(out.sums16), x.rows(),
+           x.cols() / 8, describe(x));
+  out.sums_written = false;  // until a kernel below writes them
   if (matmul_add_deferred_norm_table().supports(ctx.device, w.dtype())) {
     const MatmulAddDeferredNormFn fn = matmul_add_deferred_norm_table().get(ctx.device, w.dtype());
     if (fn(ctx, a, w, x, norm_w, w_offset, nullptr)) {
-      // Reads a, w, x, norm_w; writes x, u, ss.
+      // Reads a, w, x, norm_w; writes x, u, ss (and sums16 where the kernel can).
       VI_OP_SCOPE_F(ctx, "matmul_add_deferred_norm", w.dtype(),
-                    a.nbytes() + weight_bytes(w) + 2 * x.nbytes() + norm_w.nbytes() + out.u.nbytes() + out.ss.nbytes(),
+                    a.nbytes() + weight_bytes(w) + 2 * x.nbytes() + norm_w.nbytes() + out.u.nbytes() + out.ss.nbytes() +
+                        (out.sums16.data() != nullptr ? out.sums16.nbytes() : 0),
                     2.0 * w.dim(0) * w.dim(1) * a.rows(), "{}x{} T={}", w.dim(0), w.dim(1), a.rows());
       fn(ctx, a, w, x, norm_w, w_offset, &out);
       return;

@@ -45,23 +45,41 @@ constexpr float kDeferredNormFineScale = 4294967296.0f;      // 2^32
 constexpr float kDeferredNormCoarseScale = 16.0f;            // 2^4
 constexpr float kDeferredNormClamp = 4294967296.0f;          // 2^32: v = min(x², this)
 
+// sums16 (optional; empty where d % 256 != 0): for each 16 consecutive values of u as rounded,
+// their sum (f32, in an order of the producer's choosing) / 16 as an f16 pair (hi, lo), hi + lo
+// within 2^-22 of it, at deferred_norm_sums_index. A consumer multiplying Q4_K weights needs Σ u
+// per 32-value sub-block for the mins' term; a producer kernel that can write these in its
+// epilogue sets sums_written, and a consumer may then read them instead of summing u itself.
+// Nothing else writes them; a consumer must not read them unless sums_written.
 struct DeferredNorm {
   Tensor u;   // [T, d] activation dtype
   Tensor ss;  // [T, 2 * kDeferredNormSlots] i64 (unsigned): (fine, coarse) per slot; zero before the producer
   float eps = 0.0f;
+  Tensor sums16;              // [T, d / 8] f16, or empty
+  bool sums_written = false;  // set by the producer op that wrote sums16 for this u
 };
 
-// Scratch for T rows of width d on ctx's device: u and `sites` zeroed sets of sums, one per norm
-// the caller defers (deferred_norm_site picks one). A set is used once: its producer adds to it.
+// Where group i (u's values 16 i .. 16 i + 15) keeps its hi in a row of sums16 (lo follows): per
+// 256-value super-block s, 32 halves ordered (c, j / 4, half, hi / lo) for sub-block j = 4 (j / 4)
+// + c of 32 values, so the lane of the Q4_K decode GEMV that holds sub-blocks c and 4 + c reads
+// its four pairs with one 16-byte load.
+constexpr int64_t deferred_norm_sums_index(int64_t i) {
+  return 32 * (i >> 4) + 8 * ((i >> 1) & 3) + 4 * ((i >> 3) & 1) + 2 * (i & 1);
+}
+
+// Scratch for T rows of width d on ctx's device: u, sums16 (where d % 256 == 0) and `sites` zeroed
+// sets of sums of squares, one per norm the caller defers (deferred_norm_site picks one). A set is
+// used once: its producer adds to it. u and sums16 are overwritten whole by each producer.
 DeferredNorm deferred_norm_scratch(Context& ctx, int64_t T, int64_t d, float eps, int64_t sites = 1);
-// The DeferredNorm of site i of a scratch from deferred_norm_scratch (the same u).
+// The DeferredNorm of site i of a scratch from deferred_norm_scratch (the same u and sums16).
 DeferredNorm deferred_norm_site(const DeferredNorm& scratch, int64_t i);
 // The sum of squares of row t that ss holds, as every backend computes it (f32: the fine and
 // coarse words added over the slots, each converted once and scaled). Host tensors only.
 float deferred_norm_total(const Tensor& ss_host, int64_t t);
 
 // x += a · wᵀ (each sum rounded to x's dtype, then the add rounded: matmul then add_rms_norm's
-// x), then out = the deferred norm of the new x with norm weight norm_w [d] f32.
+// x), then out = the deferred norm of the new x with norm weight norm_w [d] f32. out.sums_written
+// says afterwards whether out.sums16 was written too (only by a fused kernel that can).
 // a: [T, K]; w: [d, K]; x: [T, d] activation dtype.
 void matmul_add_deferred_norm(Context& ctx, const Tensor& a, const Tensor& w, Tensor& x, const Tensor& norm_w,
                               float w_offset, DeferredNorm& out);

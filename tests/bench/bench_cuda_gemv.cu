@@ -367,6 +367,21 @@ int main(int argc, char** argv) {
               fused("fused swiglu, q4_kts, deferred-norm consumer", [&](const Tensor& w) {
                 vi::cuda::gemv_q4kt_deferred(ctx, dn, on_paired(w), ops::DeferredConsumer::kSwiglu, {&h});
               });
+            // The same consumers taking the mins' term from the producer's sums of u (zeroed here:
+            // the time does not depend on their values), as the rounds do unless VI_DEFER_SUMS=0.
+            if (dn.sums16.data() != nullptr) {
+              ops::zero(ctx, dn.sums16);
+              dn.sums_written = true;
+              if (vi::cuda::gemv_q4kt_deferred_supports(ctx, dn, ws[0], ops::DeferredConsumer::kSwiglu, {}))
+                fused("fused swiglu, q4_kt, deferred-norm consumer, mins from sums16", [&](const Tensor& w) {
+                  vi::cuda::gemv_q4kt_deferred(ctx, dn, w, ops::DeferredConsumer::kSwiglu, {&h});
+                });
+              if (!paired.empty() &&
+                  vi::cuda::gemv_q4kt_deferred_supports(ctx, dn, paired[0], ops::DeferredConsumer::kSwiglu, {}))
+                fused("fused swiglu, q4_kts, deferred-norm consumer, mins from sums16", [&](const Tensor& w) {
+                  vi::cuda::gemv_q4kt_deferred(ctx, dn, on_paired(w), ops::DeferredConsumer::kSwiglu, {&h});
+                });
+            }
           }
           // The deferred norm's producer (x += y, u and the sums of squares in the epilogue) on the
           // 5120-row matrices, against the plain GEMV above.

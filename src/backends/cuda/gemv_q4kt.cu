@@ -54,22 +54,27 @@ __global__ void q4kt_from_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_
 }
 
 // The deferred norm's part in a launch (ops/deferred_norm.h): kNormConsume scales each token's
-// sums by s[t] before they are rounded; kNormProduce ends the GEMV with the residual add, u and
-// the tile's sums of squares (added to the token's fixed-point total by atomics) instead of
-// writing y. What either needs beyond the GEMV's own operands (the totals; the residual and
-// norm-weight rows of the tile) is copied into shared memory by cp.async when the block starts
-// and read at its end (read from L2 after the loop it cost a round trip per block).
-enum : int { kNormNone = 0, kNormConsume = 1, kNormProduce = 2 };
+// sums by s[t] before they are rounded; kNormConsumeSums does too and takes the mins' term from
+// the producer's sums of u (XSUM in q4kt_walk.cuh); kNormProduce ends the GEMV with the residual
+// add, u, the tile's sums of squares (added to the token's fixed-point total by atomics) and, if
+// asked, the tile's sum of u per token, instead of writing y. What either needs beyond the GEMV's
+// own operands (the totals; the residual and norm-weight rows of the tile) is copied into shared
+// memory by cp.async when the block starts and read at its end (read from L2 after the loop it
+// cost a round trip per block).
+enum : int { kNormNone = 0, kNormConsume = 1, kNormProduce = 2, kNormConsumeSums = 3 };
+constexpr bool consumes(int norm) { return norm == kNormConsume || norm == kNormConsumeSums; }
 constexpr int kSsWords = 2 * ops::kDeferredNormSlots;  // u64 words per token
 static_assert(kSsWords == 4, "a token's words are two 16-byte copies");
 struct NormArgs {
   const unsigned long long* ss_in;  // consume: [T, kSsWords] the totals
   float inv_d, eps;                 // consume: 1 / d, the norm's eps
+  const __half* sums_in;            // consume with sums: [T, K / 8] u's sums16 (ops/deferred_norm.h)
   __half* x;                        // produce: the residual [T, N], read and written
   const float* w;                   // produce: norm weight [N] f32
   float w_offset;                   // produce
   __half* u;                        // produce: [T, N]
   unsigned long long* ss;           // produce: [T, kSsWords], added to
+  __half* sums;                     // produce: [T, N / 8] u's sums16, or null
 };
 
 // Consume. A thread's sums at the end are for tokens of its warp's parity (store_tile_sums and
@@ -123,25 +128,42 @@ __device__ __forceinline__ void stage_residual(const NormArgs& na, int64_t N, in
 // x[t, n] = f16(x + o) as add_rms_norm rounds it, u = f16(x · (w_offset + w) / unit), and each
 // x² in fixed point (ops/deferred_norm.h) added over the 8 rows a warp holds of one token (lanes
 // 4g + c, g the row: three shuffles) and to slot `half` of the token's total by one atomic per
-// word. Integer sums: any order of blocks gives the same bits. Every thread of the block calls it.
+// word. Integer sums: any order of blocks gives the same bits. With na.sums, each thread also
+// computes the u of the row 8 away (the same code as the thread that owns it, so the same bits),
+// and the 16 rows' u of each token are added in a fixed order (the pair, then three shuffles)
+// and written once as sums16's (hi, lo) pair: no barrier, no atomics. Every thread of the block
+// calls it.
 __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const NormArgs& na, const ProduceStage& st,
                                                      int64_t N, int n_tok) {
   __shared__ float red[4][4][32];
   cp_async_wait<0>();  // the staged rows: visible to every thread after stash_tile_sums' barrier
   stash_tile_sums(acc, red);
   const int i = threadIdx.x / 32, l = threadIdx.x % 32;
-  float sum = 0.0f;
-#pragma unroll
-  for (int wv = 0; wv < 4; ++wv) sum += red[wv][i][l];
   const int r = (l >> 2) + 8 * (i >> 1), tok = 2 * (l & 3) + (i & 1);
+  // Row rr's new residual value xn and its u, from accumulator slot ii of lane l (ii: this
+  // thread's slot i, or i ^ 2 for row r ^ 8 of the same token).
+  auto row_u = [&](int ii, int rr, __half& xn) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int wv = 0; wv < 4; ++wv) sum += red[wv][ii][l];
+    const float o = __half2float(__float2half_rn(sum));
+    xn = __float2half_rn(__half2float(st.x[tok][rr]) + o);
+    return __float2half_rn(__half2float(xn) * (st.w[rr] + na.w_offset) * (1.0f / ops::kDeferredNormUnit));
+  };
   const int64_t at = static_cast<int64_t>(tok) * N + int64_t(blockIdx.x) * 16 + r;
   unsigned long long fine = 0, coarse = 0;
+  float u16 = 0.0f;  // with na.sums: u of rows r and r ^ 8
   if (tok < n_tok) {
-    const float o = __half2float(__float2half_rn(sum));
-    const __half xn = __float2half_rn(__half2float(st.x[tok][r]) + o);
+    __half xn;
+    const __half un = row_u(i, r, xn);
     na.x[at] = xn;
+    na.u[at] = un;
+    if (na.sums != nullptr) {
+      __half xn8;
+      const __half u8 = row_u(i ^ 2, r ^ 8, xn8);
+      u16 = __half2float(un) + __half2float(u8);  // the partner adds the same two: one sum, commutative
+    }
     const float xf = __half2float(xn);
-    na.u[at] = __float2half_rn(xf * (st.w[r] + na.w_offset) * (1.0f / ops::kDeferredNormUnit));
     const float v = fminf(xf * xf, ops::kDeferredNormClamp);  // a NaN square becomes the clamp too
     if (v < ops::kDeferredNormFineLimit)
       fine = __float2ull_rn(v * ops::kDeferredNormFineScale);
@@ -158,6 +180,17 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
     if (fine) atomicAdd(w, fine);
     if (coarse) atomicAdd(w + 1, coarse);
   }
+  if (na.sums != nullptr) {  // warps i and i ^ 2 hold the same sums: i < 2 writes them
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) u16 += __shfl_xor_sync(0xffffffffu, u16, o);
+    if ((l >> 2) == 0 && i < 2 && tok < n_tok) {
+      const float v = u16 * (1.0f / 16.0f);  // exact; keeps hi inside f16 for any 16 f16 values
+      const __half hi = __float2half_rn(v);
+      *reinterpret_cast<__half2*>(na.sums + static_cast<int64_t>(tok) * (N / 8) +
+                                  ops::deferred_norm_sums_index(blockIdx.x)) =
+          __halves2half2(hi, __float2half_rn(v - __half2float(hi)));
+    }
+  }
 }
 
 // A block of 4 warps per 16-row tile, walking it as q4kt_walk.cuh describes. MINB: blocks per
@@ -172,7 +205,8 @@ __global__ void __launch_bounds__(128, MINB)
                      int n_sb, int64_t K, uint32_t magic, NormArgs na) {
   static_assert(!(SWIGLU && NORM == kNormProduce), "the producer writes the residual, not h");
   static_assert(SWIGLU || !PAIRED, "Q4_KTS is read by the fused SwiGLU only");
-  Q4ktTileWalk<SWIGLU && !PAIRED, PAIR> walk(w, x, n_tok, N, n_sb, K, blockIdx.x);
+  Q4ktTileWalk<SWIGLU && !PAIRED, PAIR, NORM == kNormConsumeSums> walk(w, x, n_tok, N, n_sb, K, blockIdx.x,
+                                                                       na.sums_in);
   walk.start();
   [[maybe_unused]] __shared__ ProduceStage produce;
   [[maybe_unused]] __shared__ ConsumeStage consume;
@@ -180,12 +214,12 @@ __global__ void __launch_bounds__(128, MINB)
   pdl_wait();
   pdl_trigger();
   if constexpr (NORM == kNormProduce) stage_residual(na, N, n_tok, produce);
-  if constexpr (NORM == kNormConsume) stage_totals(na, n_tok, consume);
+  if constexpr (consumes(NORM)) stage_totals(na, n_tok, consume);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   walk.run(magic, acc);
   if constexpr (NORM == kNormProduce) {
     finish_deferred_tile(acc, na, produce, N, n_tok);
-  } else if constexpr (NORM == kNormConsume) {
+  } else if constexpr (consumes(NORM)) {
     __shared__ float s_warp[4][8];
     warp_scales(na, n_tok, consume, s_warp[threadIdx.x >> 5]);
     finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok, s_warp[threadIdx.x >> 5]);
@@ -225,13 +259,23 @@ void launch_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, co
     launch_for<true, NORM>(ctx, x, w, out, shape, na);
 }
 
-// The consumer's NormArgs for the deferred norm `in`.
+// The consumer's NormArgs for the deferred norm `in`; sums_in set where the producer wrote sums16.
 NormArgs consume_args(const ops::DeferredNorm& in) {
   NormArgs na{};
   na.ss_in = in.ss.ptr<unsigned long long>();
   na.inv_d = 1.0f / static_cast<float>(in.u.cols());
   na.eps = in.eps;
+  const bool sums = in.sums_written && in.sums16.data() != nullptr && in.sums16.dtype() == DType::F16 &&
+                    in.sums16.ndim() == 2 && in.sums16.rows() == in.u.rows() && in.u.cols() % 256 == 0 &&
+                    in.sums16.cols() == in.u.cols() / 8 && is_aligned(in.sums16.data(), 16);
+  na.sums_in = sums ? in.sums16.ptr<__half>() : nullptr;
   return na;
+}
+
+// VI_DEFER_SUMS=0: producers write no sums16, so consumers run the mins' 16 mmas (A/B runs).
+bool sums_on() {
+  static const bool on = env_switch_on("VI_DEFER_SUMS");
+  return on;
 }
 
 }  // namespace
@@ -324,7 +368,13 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
   na.w_offset = w_offset;
   na.u = out.u.ptr<__half>();
   na.ss = out.ss.ptr<unsigned long long>();
+  const Tensor& s16 = out.sums16;
+  const bool sums = sums_on() && s16.data() != nullptr && s16.dtype() == DType::F16 && s16.ndim() == 2 &&
+                    s16.rows() == a.rows() && w.dim(0) % 256 == 0 && s16.cols() == w.dim(0) / 8 &&
+                    is_aligned(s16.data(), 4);
+  na.sums = sums ? s16.ptr<__half>() : nullptr;
   launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, gemv_q4kt_default_shape(w.dim(0)), na);
+  out.sums_written = sums;
 }
 
 bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
@@ -349,10 +399,17 @@ void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, co
                         ops::DeferredConsumer kind, const std::vector<Tensor*>& outs) {
   const NormArgs na = consume_args(in);
   auto run = [&](auto swiglu, const GemvOut& out) {
-    if constexpr (decltype(swiglu)::value)
+    constexpr bool kSwiglu = decltype(swiglu)::value;
+    if (na.sums_in != nullptr) {
+      if constexpr (kSwiglu)
+        launch_swiglu<kNormConsumeSums>(ctx, in.u, w, out, gemv_q4kt_swiglu_default_shape(w.dim(0)), na);
+      else
+        launch_for<false, kNormConsumeSums>(ctx, in.u, w, out, gemv_q4kt_default_shape(w.dim(0)), na);
+    } else if constexpr (kSwiglu) {
       launch_swiglu<kNormConsume>(ctx, in.u, w, out, gemv_q4kt_swiglu_default_shape(w.dim(0)), na);
-    else
+    } else {
       launch_for<false, kNormConsume>(ctx, in.u, w, out, gemv_q4kt_default_shape(w.dim(0)), na);
+    }
   };
   switch (kind) {
     case ops::DeferredConsumer::kMatmul:

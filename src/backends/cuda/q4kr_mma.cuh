@@ -65,8 +65,9 @@ __device__ __forceinline__ void load_scales(const uint8_t* sm0, const uint8_t* s
 // P super-blocks at once (P = 2: their halves of the same index, mma_half_pair): the steps of the P
 // interleaved, so a warp has 2P independent mma chains; each super-block's t and u get the same
 // products in the same order as alone, so the sums are the same bits. scw[p], mnw[p]: super-block
-// p's scale and min words of rows g, g + 8.
-template <bool FIRST, int P>
+// p's scale and min words of rows g, g + 8. MINS false: t only (u untouched; mins_from_sums
+// computes it once per super-block from the activations' sums).
+template <bool FIRST, int P, bool MINS = true>
 __device__ __forceinline__ void mma_halves(const HalfSb* const st[P], const uint32_t scw[P][2],
                                            const uint32_t mnw[P][2], const __half* const xs[P], uint32_t sel,
                                            uint32_t sel_mn, uint32_t magic, float t[P][4], float u[P][4]) {
@@ -85,7 +86,7 @@ __device__ __forceinline__ void mma_halves(const HalfSb* const st[P], const uint
     for (int r = 0; r < 2; ++r) {
       // byte c under 0x64 is 1024 + byte; minus 1024 is the byte, exactly.
       sc[p][r] = __hsub2(as_h2(__byte_perm(scw[p][r], 0x64u, sel)), k1024);
-      mn[p][r] = as_u32(__hsub2(as_h2(__byte_perm(mnw[p][r], 0x64u, sel_mn)), k1024));
+      if constexpr (MINS) mn[p][r] = as_u32(__hsub2(as_h2(__byte_perm(mnw[p][r], 0x64u, sel_mn)), k1024));
       neg[p][r] = __hmul2(sc[p][r], kNeg1024);     // −1024·sc: exact (≤ 64512)
       sc16[p][r] = __hmul2(sc[p][r], kSixteenth);  // for the 1024 + 16q pairs: exact
       neg16[p][r] = __hmul2(sc16[p][r], kNeg1024);
@@ -111,39 +112,63 @@ __device__ __forceinline__ void mma_halves(const HalfSb* const st[P], const uint
     for (int p = 0; p < P; ++p) {
       if (FIRST && i == 0) {
         mma_16816_z(t[p], a[p][0][0], a[p][1][0], a[p][0][1], a[p][1][1], xv[p][i].x, xv[p][i].y);
-        mma_16816_z(u[p], mn[p][0], mn[p][1], mn[p][0], mn[p][1], xv[p][i].x, xv[p][i].y);
+        if constexpr (MINS) mma_16816_z(u[p], mn[p][0], mn[p][1], mn[p][0], mn[p][1], xv[p][i].x, xv[p][i].y);
       } else {
         mma_16816(t[p], a[p][0][0], a[p][1][0], a[p][0][1], a[p][1][1], xv[p][i].x, xv[p][i].y);
-        mma_16816(u[p], mn[p][0], mn[p][1], mn[p][0], mn[p][1], xv[p][i].x, xv[p][i].y);
+        if constexpr (MINS) mma_16816(u[p], mn[p][0], mn[p][1], mn[p][0], mn[p][1], xv[p][i].x, xv[p][i].y);
       }
     }
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       mma_16816(t[p], a[p][0][2], a[p][1][2], a[p][0][3], a[p][1][3], xv[p][i].z, xv[p][i].w);
-      mma_16816(u[p], mn[p][0], mn[p][1], mn[p][0], mn[p][1], xv[p][i].z, xv[p][i].w);
+      if constexpr (MINS) mma_16816(u[p], mn[p][0], mn[p][1], mn[p][0], mn[p][1], xv[p][i].z, xv[p][i].w);
     }
   }
 }
 
 // One super-block's half.
-template <bool FIRST>
+template <bool FIRST, bool MINS = true>
 __device__ __forceinline__ void mma_half(const HalfSb& st, uint32_t scw0, uint32_t scw1, uint32_t mnw0, uint32_t mnw1,
                                          const __half* xs, uint32_t sel, uint32_t sel_mn, uint32_t magic, float t[4],
                                          float u[4]) {
   const HalfSb* s[1] = {&st};
   const uint32_t scw[1][2] = {{scw0, scw1}}, mnw[1][2] = {{mnw0, mnw1}};
   const __half* x[1] = {xs};
-  mma_halves<FIRST, 1>(s, scw, mnw, x, sel, sel_mn, magic, reinterpret_cast<float(*)[4]>(t),
+  mma_halves<FIRST, 1, MINS>(s, scw, mnw, x, sel, sel_mn, magic, reinterpret_cast<float(*)[4]>(t),
                        reinterpret_cast<float(*)[4]>(u));
 }
 
 // Two super-blocks' halves of the same index, interleaved (the tiled layout: one word per row
 // holds a sub-block's scale and min, so sw serves as both).
-template <bool FIRST>
+template <bool FIRST, bool MINS = true>
 __device__ __forceinline__ void mma_half_pair(const HalfSb* const st[2], const uint32_t sw[2][2],
                                               const __half* const xs[2], uint32_t sel, uint32_t sel_mn, uint32_t magic,
                                               float t[2][4], float u[2][4]) {
-  mma_halves<FIRST, 2>(st, sw, sw, xs, sel, sel_mn, magic, t, u);
+  mma_halves<FIRST, 2, MINS>(st, sw, sw, xs, sel, sel_mn, magic, t, u);
+}
+
+// The activations' sums of one super-block for lane (g, c) (ops::DeferredNorm::sums16's layout):
+// ps: token g's pairs at the super-block's first; .x, .y the halves of sub-block c, .z, .w those
+// of sub-block 4 + c, each the f16 pair (hi, lo) of (Σ of the half's 16 values) / 16.
+__device__ __forceinline__ uint4 load_sb_sums(const __half* ps) {
+  return __ldg(reinterpret_cast<const uint4*>(ps + 8 * (threadIdx.x & 3)));
+}
+
+// u = Σ_j m_j·S_j over the super-block's 8 sub-blocks (S_j: Σ x over sub-block j) by two mmas in
+// place of the 16 that multiply m by every activation: A = rows g, g + 8's (16 m, 16 m) of
+// sub-block c (then 4 + c) in all four of the lane's k, B = the (hi, lo) pairs of the two halves
+// (sw: the tiled layout's word per row, m_c in byte 1, m_{4+c} in byte 3). 16 m = 16 (1024 + m) −
+// 16384 by one f16 FMA, exact (f16 spacing in [16384, 32768) is 16), so A·B = m·S with every
+// product exact in fp32 (10 x 11 bits). u's layout is mma_halves'.
+__device__ __forceinline__ void mins_from_sums(uint32_t sw_g, uint32_t sw_g8, uint4 s, float u[4]) {
+  const __half2 k16 = __float2half2_rn(16.0f), kNeg16384 = __float2half2_rn(-16384.0f);
+  auto mins16 = [&](uint32_t w, uint32_t sel) {
+    return as_u32(__hfma2(as_h2(__byte_perm(w, 0x64u, sel)), k16, kNeg16384));
+  };
+  const uint32_t mc_g = mins16(sw_g, 0x4141u), mc_g8 = mins16(sw_g8, 0x4141u);    // sub-block c
+  const uint32_t m4c_g = mins16(sw_g, 0x4343u), m4c_g8 = mins16(sw_g8, 0x4343u);  // sub-block 4 + c
+  mma_16816_z(u, mc_g, mc_g8, mc_g, mc_g8, s.x, s.y);
+  mma_16816(u, m4c_g, m4c_g8, m4c_g, m4c_g8, s.z, s.w);
 }
 
 // Half 0 of a super-block from st0, half 1 from st1 (xs: half 0's activations), with its scales.

@@ -12,6 +12,8 @@
 // Q4_KR kernel does (so h equals its h bit for bit): half b % 2 of gate tile b / 2 and of up
 // tile F / 16 + b / 2, i.e. loads k = b % 2 and 2 + b % 2 of each unit (still 512 contiguous
 // bytes per warp-wide load) and one scale word and one (d, dmin) of each.
+// XSUM: the mins' term of each super-block from the activations' sums (mins_from_sums, two
+// mmas) instead of 16 mmas over the activations; t's products and order are unchanged.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -25,7 +27,7 @@ namespace vi::cuda {
 
 // PAIR: the warp's super-blocks multiplied two at a time with their mma steps interleaved
 // (mma_half_pair), the refills after both; the same sums bit for bit.
-template <bool SWIGLU, bool PAIR = false>
+template <bool SWIGLU, bool PAIR = false, bool XSUM = false>
 struct Q4ktTileWalk {
   static constexpr int kDepth = 2;
   static constexpr size_t kStep = 4 * kQ4ktUnitBytes;  // to the warp's next super-block
@@ -39,16 +41,19 @@ struct Q4ktTileWalk {
   const uint8_t *psa, *psb;  // scale and min word(s)
   const uint8_t *pda, *pdb;  // (d, dmin)
   const __half* xs;          // token g's activations at this warp's first super-block, lane's sub-block
+  const __half* ps;          // XSUM: token g's sums of the activations at this warp's first super-block
   int n_mine;                // super-blocks this warp multiplies
   Sb buf[kDepth];
 
   // w: Q4_KT [N, K] (SWIGLU: gate|up [2F, K]); x: [n_tok, K] f16; blk: the block's work
-  // index (blockIdx.x of a one-GEMV launch): its tile, or with SWIGLU its half tile.
+  // index (blockIdx.x of a one-GEMV launch): its tile, or with SWIGLU its half tile. sums
+  // (XSUM): [n_tok, K / 8] f16, x's sums as ops::DeferredNorm::sums16 lays them out.
   __device__ __forceinline__ Q4ktTileWalk(const uint8_t* w, const __half* x, int n_tok, int64_t N, int n_sb,
-                                          int64_t K, int64_t blk) {
+                                          int64_t K, int64_t blk, const __half* sums = nullptr) {
     const int lane = threadIdx.x & 31, g = lane >> 2;
     const int warp = threadIdx.x >> 5;
     xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * (lane & 3);
+    ps = XSUM ? sums + static_cast<int64_t>(min(g, n_tok - 1)) * (K / 8) + 32 * warp : nullptr;
     n_mine = warp < n_sb ? (n_sb - warp + 3) / 4 : 0;
     const int half = SWIGLU ? static_cast<int>(blk & 1) : 0;
     const int64_t tile = SWIGLU ? blk / 2 : blk;
@@ -100,7 +105,7 @@ struct Q4ktTileWalk {
 #pragma unroll
       for (int j = 0; j < kDepth; ++j) {
         if (i0 + j < n_mine) {
-          multiply(buf[j], xs + 1024 * j, magic, acc);
+          multiply(buf[j], xs + 1024 * j, XSUM ? ps + 128 * j : nullptr, magic, acc);
           if (i0 + j + kDepth < n_mine) load_sb(j + kDepth, buf[j]);
         }
       }
@@ -108,12 +113,21 @@ struct Q4ktTileWalk {
     }
   }
 
-  // Super-block s (its activations at x) multiplied into acc. The word of row g (.x) and g + 8
-  // (.y) holds (sc, m) of sub-block c in bytes 0, 1 and of sub-block 4 + c in bytes 2, 3.
-  __device__ __forceinline__ void multiply(const Sb& s, const __half* x, uint32_t magic, float acc[4]) const {
+  // Super-block s (its activations at x, XSUM: their sums at p) multiplied into acc. The word of
+  // row g (.x) and g + 8 (.y) holds (sc, m) of sub-block c in bytes 0, 1 and of sub-block 4 + c
+  // in bytes 2, 3.
+  __device__ __forceinline__ void multiply(const Sb& s, const __half* x, const __half* p, uint32_t magic,
+                                           float acc[4]) const {
     float t[4], u[4];
-    mma_half<true>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x, 0x4040u, 0x4141u, magic, t, u);
-    mma_half<false>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x + 128, 0x4242u, 0x4343u, magic, t, u);
+    if constexpr (XSUM) {
+      const uint4 sums = load_sb_sums(p);  // used after both halves: its latency hides behind them
+      mma_half<true, false>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x, 0x4040u, 0x4141u, magic, t, u);
+      mma_half<false, false>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x + 128, 0x4242u, 0x4343u, magic, t, u);
+      mins_from_sums(s.sw.x, s.sw.y, sums, u);
+    } else {
+      mma_half<true>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x, 0x4040u, 0x4141u, magic, t, u);
+      mma_half<false>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x + 128, 0x4242u, 0x4343u, magic, t, u);
+    }
     const uint32_t dd[2] = {s.dd.x, s.dd.y};
     apply_scales(dd, t, u, acc);
   }
@@ -127,6 +141,7 @@ struct Q4ktTileWalk {
     pda += n * kStep;
     pdb += n * kStep;
     xs += n * 1024;
+    if constexpr (XSUM) ps += n * 128;
   }
 
   // Buffers 0 and 1 multiplied together while both hold a super-block, then both refilled (each
@@ -142,8 +157,16 @@ struct Q4ktTileWalk {
         const HalfSb* h1[2] = {&buf[0].h[1], &buf[1].h[1]};
         const __half* x0[2] = {xs, xs + 1024};
         const __half* x1[2] = {xs + 128, xs + 1024 + 128};
-        mma_half_pair<true>(h0, sw, x0, 0x4040u, 0x4141u, magic, t, u);
-        mma_half_pair<false>(h1, sw, x1, 0x4242u, 0x4343u, magic, t, u);
+        if constexpr (XSUM) {
+          const uint4 sums[2] = {load_sb_sums(ps), load_sb_sums(ps + 128)};
+          mma_half_pair<true, false>(h0, sw, x0, 0x4040u, 0x4141u, magic, t, u);
+          mma_half_pair<false, false>(h1, sw, x1, 0x4242u, 0x4343u, magic, t, u);
+#pragma unroll
+          for (int j = 0; j < 2; ++j) mins_from_sums(sw[j][0], sw[j][1], sums[j], u[j]);
+        } else {
+          mma_half_pair<true>(h0, sw, x0, 0x4040u, 0x4141u, magic, t, u);
+          mma_half_pair<false>(h1, sw, x1, 0x4242u, 0x4343u, magic, t, u);
+        }
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const uint32_t dd[2] = {buf[j].dd.x, buf[j].dd.y};
@@ -152,7 +175,7 @@ struct Q4ktTileWalk {
         if (i0 + 2 < n_mine) load_sb(2, buf[0]);
         if (i0 + 3 < n_mine) load_sb(3, buf[1]);
       } else {
-        multiply(buf[0], xs, magic, acc);  // the odd last one
+        multiply(buf[0], xs, ps, magic, acc);  // the odd last one
       }
       advance(2);
     }

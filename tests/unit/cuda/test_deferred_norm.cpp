@@ -7,12 +7,16 @@
 // poisoned with NaN first; every GPU result is also recomputed and must repeat bit for bit (the
 // sums are integers, added in any order), and a second producer into one set of sums adds to it
 // exactly. The SwiGLU consumer also runs on the paired gate|up layout (Q4_KTS) and must give the
-// Q4_KT kernel's h bit for bit. Where the device does
+// Q4_KT kernel's h bit for bit. The producer's sums of u per 16 values (sums16) are checked
+// against a double sum of its own u; each consumer reads them for the mins' term, and must agree
+// with the same consumer told not to (the 16 mmas over u), and must change when the sums are
+// zeroed (so the sums are read). Where the device does
 // not fuse both sides (volta profile, f32 activations), ops::deferred_norm_fused must say so and
 // the ops must fail with the op named rather than run something else.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "backends/cuda/gemv_q4kt.cuh"
@@ -21,6 +25,7 @@
 #include "ops/deferred_norm.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
+#include "ops/memory.h"
 #include "ops/norm.h"
 #include "ops/prepare_matmul_weight.h"
 #include "unit/cpu/cpu_test_util.h"  // test::error_of
@@ -29,6 +34,7 @@ namespace vi::cudatest {
 namespace {
 
 bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.data() == nullptr || b.data() == nullptr) return a.data() == b.data();  // both empty
   return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
@@ -61,7 +67,7 @@ class DeferredNormGpu : public CudaOpTest {
 
   // The GPU producer on (a, x); returns the new x, u and ss on the host (x, u f32; ss i64).
   struct Produced {
-    Tensor x, u, ss;
+    Tensor x, u, ss, sums16;  // sums16: f32 copies of the f16 pairs; empty unless the producer wrote them
     ops::DeferredNorm dev;
   };
   Produced produce(const Tensor& a, const Tensor& x) {
@@ -74,7 +80,12 @@ class DeferredNormGpu : public CudaOpTest {
     p.x = down(dx);
     p.u = down(p.dev.u);
     p.ss = ops::download(g, p.dev.ss);  // i64 words, as they are
+    if (p.dev.sums_written) p.sums16 = down(p.dev.sums16);  // f16 pairs as f32
     return p;
+  }
+  static bool sums_expected() {
+    const char* v = std::getenv("VI_DEFER_SUMS");
+    return !(v && std::strcmp(v, "0") == 0);
   }
 
   void TearDown() override { ops::set_deferred_norm_allowed(-1); }
@@ -116,8 +127,29 @@ TEST_P(DeferredNormGpu, FusedGemvsMatchTheCpu) {
       EXPECT_NEAR(got, own, 2e-7 * own + kD * std::ldexp(1.0, -33)) << "sum of squares, row " << t << ", " << at;
       EXPECT_NEAR(got, cpu_total, 8e-3 * cpu_total) << "sum of squares against the CPU, row " << t << ", " << at;
     }
+    // The sums of u per 16 values, against a double sum of the GPU's own u.
+    EXPECT_EQ(p.dev.sums_written, sums_expected()) << at;
+    if (p.dev.sums_written) {
+      ASSERT_EQ(p.sums16.rows(), T);
+      ASSERT_EQ(p.sums16.cols(), kD / 8);
+      double worst = 0.0;
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < kD / 16; ++j) {
+          double want = 0.0, mag = 0.0;
+          for (int64_t i = 0; i < 16; ++i) {
+            const double v = p.u.row<float>(t)[16 * j + i];
+            want += v;
+            mag += std::fabs(v);
+          }
+          const float* pair = p.sums16.row<float>(t) + ops::deferred_norm_sums_index(j);
+          const double got = 16.0 * (double(pair[0]) + double(pair[1]));
+          worst = std::max(worst, std::fabs(got - want) / (mag + 1e-30));
+        }
+      EXPECT_LE(worst, 2e-6) << "sums16 against the sum of u, relative to the sum of |u|, " << at;
+    }
     Produced again = produce(a, x);
-    EXPECT_TRUE(same_bits(p.x, again.x) && same_bits(p.u, again.u) && same_bits(p.ss, again.ss))
+    EXPECT_TRUE(same_bits(p.x, again.x) && same_bits(p.u, again.u) && same_bits(p.ss, again.ss) &&
+                same_bits(p.sums16, again.sums16))
         << "producer not repeatable, " << at;
     {  // a second producer into again's set of sums adds the same words: every total doubles
       Tensor dx = up(x);
@@ -128,7 +160,7 @@ TEST_P(DeferredNormGpu, FusedGemvsMatchTheCpu) {
     }
 
     // Consumers on the GPU's own u and ss; the CPU runs finish_deferred_norm then the plain op.
-    ops::DeferredNorm host{p.u, p.ss, kEps};
+    ops::DeferredNorm host{p.u, p.ss, kEps, {}, false};
     Tensor n = Tensor::empty(DType::F32, {T, kD});
     ops::finish_deferred_norm(cpu, host, n);
     // matmul
@@ -142,6 +174,20 @@ TEST_P(DeferredNormGpu, FusedGemvsMatchTheCpu) {
     const Tensor y = run_matmul();
     EXPECT_CLOSE(y, ref, 4e-3, "matmul_deferred " + at);
     EXPECT_TRUE(same_bits(y, run_matmul())) << "matmul_deferred not repeatable, " << at;
+    // The mins' term from the sums against the 16 mmas over u (the same t: only u's fp32 order
+    // differs), and a consumer that reads zeroed sums must be far off: the sums are read.
+    if (p.dev.sums_written) {
+      ops::DeferredNorm plain = p.dev;
+      plain.sums_written = false;
+      Tensor dy = up(nan_f32({T, kSplitRows}));
+      ops::matmul_deferred(g, plain, dwi, dy);
+      EXPECT_CLOSE(y, down(dy), 2e-4, "matmul_deferred from sums16 against from u, " + at);
+      ops::DeferredNorm zeroed = p.dev;
+      zeroed.sums16 = ops::empty(g, DType::F16, {T, kD / 8});
+      ops::zero(g, zeroed.sums16);
+      ops::matmul_deferred(g, zeroed, dwi, dy);
+      EXPECT_GT(rel_l2(down(dy), ref), 0.05) << "matmul_deferred ignores sums16, " << at;
+    }
     // matmul_split: parts of 32, 48 and 16 rows
     {
       std::vector<Tensor> parts = {up(nan_f32({T, 32})), up(nan_f32({T, 48})), up(nan_f32({T, 16}))};
@@ -169,6 +215,13 @@ TEST_P(DeferredNormGpu, FusedGemvsMatchTheCpu) {
     const Tensor h = run_swiglu();
     EXPECT_CLOSE(h, href, 4e-3, "matmul_swiglu_deferred " + at);
     EXPECT_TRUE(same_bits(h, run_swiglu())) << "matmul_swiglu_deferred not repeatable, " << at;
+    if (p.dev.sums_written) {
+      ops::DeferredNorm plain = p.dev;
+      plain.sums_written = false;
+      Tensor dgu = up(nan_f32({T, 2 * kF})), dh = up(nan_f32({T, kF}));
+      ops::matmul_swiglu_deferred(g, plain, dwg, dgu, dh);
+      EXPECT_CLOSE(h, down(dh), 2e-4, "matmul_swiglu_deferred from sums16 against from u, " + at);
+    }
     // The same consumer on the paired gate|up tiles: the same h, bit for bit.
     if (dwgs.dtype() == DType::Q4_KTS) {
       ASSERT_TRUE(ops::deferred_norm_fused(g, dwp, dwgs, ops::DeferredConsumer::kSwiglu, T)) << at;
