@@ -5,7 +5,9 @@
 //
 // A warp owns kRows = 2 weight rows; lane l decodes values 8l + 256s of both (dq8) and
 // multiplies them with the activations of every token, loaded once for both rows (16-byte
-// loads when rows of x are 16-byte aligned). fp32 accumulation, one warp sum per output.
+// loads when rows of x are 16-byte aligned) and all before the first is used. The Q8_0R and
+// Q4_KR quant words are loaded evict-first where that measured faster (simt_stream). fp32
+// accumulation, one warp sum per output.
 #pragma once
 
 #include "backends/cuda/cuda_util.cuh"

@@ -96,8 +96,10 @@ __device__ __forceinline__ uint2 load8(const uint8_t* p) {
 __device__ __forceinline__ int byte_of(uint2 v, int k) { return ((k < 4 ? v.x : v.y) >> (8 * (k & 3))) & 0xFF; }
 
 // Values i0 .. i0+7 of a row (i0 a multiple of 8, so all eight share one block and one
-// scale group): the block header and scales are decoded once for the eight.
-template <DType W>
+// scale group): the block header and scales are decoded once for the eight. STREAM: the quant
+// words of the GEMV layouts (Q8_0R, Q4_KR) are loaded evict-first (read once: they should not
+// push the activations out of L1); the same values.
+template <DType W, bool STREAM = false>
 __device__ __forceinline__ void dq8(const uint8_t* row, int64_t i0, float* out) {
   if constexpr (W == DType::F32 || W == DType::F16 || W == DType::BF16) {
 #pragma unroll
@@ -116,7 +118,8 @@ __device__ __forceinline__ void dq8(const uint8_t* row, int64_t i0, float* out) 
     // Eight int8 values on an 8-byte boundary: one load; converted without I2F (s8_biased_to_f32,
     // exact, so out[k] is d * q[k] bit for bit; H200, volta profile: the Q8_0R GEMVs 3-6% faster
     // at one token, the same at four; docs/PERFORMANCE.md).
-    const int2 q = *reinterpret_cast<const int2*>(b->qs + v0);
+    const int2* pq = reinterpret_cast<const int2*>(b->qs + v0);
+    const int2 q = STREAM ? __ldcs(pq) : *pq;
     const uint32_t w[2] = {static_cast<uint32_t>(q.x) ^ 0x80808080u, static_cast<uint32_t>(q.y) ^ 0x80808080u};
 #pragma unroll
     for (int k = 0; k < 8; ++k) out[k] = d * s8_biased_to_f32(w[k >> 2], k & 3);
@@ -124,7 +127,8 @@ __device__ __forceinline__ void dq8(const uint8_t* row, int64_t i0, float* out) 
     // Eight values = one aligned 32-bit word.
     const BlockQ4_KR* b = reinterpret_cast<const BlockQ4_KR*>(row) + i0 / (4 * kQKK);
     const int v0 = static_cast<int>(i0 % (4 * kQKK)), sb = v0 / kQKK, j = (v0 % kQKK) / 32, i = (v0 % 32) / 8;
-    const uint32_t wq = *reinterpret_cast<const uint32_t*>(b->qs + 128 * sb + 16 * j + 4 * i);
+    const uint32_t* pq = reinterpret_cast<const uint32_t*>(b->qs + 128 * sb + 16 * j + 4 * i);
+    const uint32_t wq = STREAM ? __ldcs(pq) : *pq;
     const uint8_t* sm = b->sm[sb];
     const float dl = half_bits_to_f32(b->dm[sb][0]) * static_cast<float>(sm[8 * (j / 4) + j % 4]);
     const float ml = half_bits_to_f32(b->dm[sb][1]) * static_cast<float>(sm[8 * (j / 4) + 4 + j % 4]);
