@@ -11,7 +11,8 @@
 # B="--int8-activations". BUNDLE.tar.xz holds a folder with bin/voltinfer and lib/
 # (scripts/gpu_test.sh bundle + pack makes one).
 # 1. hwcheck (copy bandwidth for MBU); make-model 27B (seed 1, DTYPE q4_k).
-# 2. voltinfer bench, native profile, int8 KV, DEPTHS (8192,131072), 1- and 4-token verify rounds,
+# 2. voltinfer bench, PROFILE (native; or volta) kernel profile, int8 KV, DEPTHS (8192,131072),
+#    1- and 4-token verify rounds,
 #    A then B, REPS_AB (2) times; NGEN (64) tokens, REPS (2) repetitions each.
 # 3. TRACE=1: then one traced run of each (the per-op kernel tables, trace_A.md and trace_B.md;
 #    TRACE_TOKENS=1,4 traces the 4-token verify round too).
@@ -28,6 +29,7 @@ t0=$SECONDS
 {
   date -u +"date: %Y-%m-%d %H:%M UTC"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/gpu: /'
+  echo "profile: ${PROFILE:-native}, weights: ${DTYPE:-q4_k}"
   echo "A: ${A:-}"
   echo "B: ${B:-}"
   if [ -n "${C:-}" ]; then echo "C: $C"; fi
@@ -55,7 +57,7 @@ run_setting() {
   [ "$mode" = trace ] && run=(-n 32 -r 1 --verify 1 --trace-kernels --trace-tokens "${TRACE_TOKENS:-1}" --md "$out/trace_$name.md")
   echo "=== $name${mode:+ ($mode)}: $spec" >> "$out/bench.log"
   [ -x "$exe" ] || { echo "bench $name: no $exe in the bundle" | tee -a "$out/summary.txt"; return; }
-  timeout 200 env "${envs[@]}" stdbuf -oL -eL "$exe" bench -m $m --device cuda --kernel-profile native "${flags[@]}" \
+  timeout 200 env "${envs[@]}" stdbuf -oL -eL "$exe" bench -m $m --device cuda --kernel-profile "${PROFILE:-native}" "${flags[@]}" \
     --cache-type-k int8 --cache-type-v int8 -p 512 --prompt-style code -d "${DEPTHS:-8192,131072}" \
     --bandwidth-gbs "$bw" "${run[@]}" >> "$out/bench.log" 2>&1
   echo "bench $name${mode:+ ($mode)}: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
