@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_bench.sh bundle BUILD_DIR BUNDLE_DIR   (build machine) voltinfer and the shared
 #       libraries it needs, as BUNDLE_DIR/bundle.tar.xz.
-#   scripts/gpu_bench.sh run BUNDLE_DIR [OUT_DIR]      (GPU machine, repository root)
+#   scripts/gpu_bench.sh run BUNDLE_DIR|BUNDLE.tar.xz [OUT_DIR]   (GPU machine, repository root)
 #       1. hwcheck (table + JSON);
 #       2. make-model 27B Q4_K and Q8_0 (seeded random weights, the real shapes);
 #       3. for each model and kernel profile (native, volta): bench — prefill, decode at
@@ -46,8 +46,15 @@ bundle() {
 run() {
   local b=$1 out=${2:-${OUT:-/tmp/gpu_bench}}
   mkdir -p "$out"
-  if [ -f "$b/bundle.tar.xz" ]; then
-    mkdir -p /tmp/vi_bundle && tar -C /tmp/vi_bundle -xJf "$b/bundle.tar.xz" && b=/tmp/vi_bundle
+  local tarball=
+  if [ -f "$b/bundle.tar.xz" ]; then tarball=$b/bundle.tar.xz; elif [ -f "$b" ]; then tarball=$b; fi
+  if [ -n "$tarball" ]; then
+    mkdir -p /tmp/vi_bundle && tar -C /tmp/vi_bundle -xJf "$tarball" && b=/tmp/vi_bundle
+  fi
+  if [ ! -x "$b/bin/voltinfer" ]; then
+    echo "gpu_bench.sh run: no bin/voltinfer in $1 (give the bundle folder, its bundle.tar.xz, or a" \
+      "folder with bin/ and lib/)" >&2
+    return 2
   fi
   local cublas_dir
   cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null)
