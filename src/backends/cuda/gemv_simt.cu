@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 // were measured faster on the H200 (volta profile, 2026-12-04 21:39 job, µs a call against the
 // L1-cached loads without the hoist): Q4_KR at every token count (gate|up 74.4 against 81.9 at
 // T = 1, FFN down 48.4 against 66.3), Q8_0R from 2 tokens (gate|up 88.3 against 157.4 at T = 4).
-// Q8_0R at one token keeps its L1-cached loads: evict-first cost it 10-50% there (FFN down 63.3
+// Q8_0R at one token keeps its L1-cached loads: evict-first cost it 11-49% there (FFN down 63.3
 // against 42.4). tt: the kernel's token count (TT). VI_SIMT_STREAM=0 / =1 forces them off / on.
 template <DType W>
 bool simt_stream(int tt) {
