@@ -358,27 +358,23 @@ int main(int argc, char** argv) {
             for (size_t i = 0; i < words.size(); i += 2 * ops::kDeferredNormSlots)
               words[i] = static_cast<uint64_t>(sh.K) << 32;  // slot 0's fine word: K · 2^32
             ops::upload_into(ctx, words.data(), words.size() * sizeof(uint64_t), dn.ss);
-            if (vi::cuda::gemv_q4kt_deferred_supports(ctx, dn, ws[0], ops::DeferredConsumer::kSwiglu, {}))
-              fused("fused swiglu, q4_kt, deferred-norm consumer", [&](const Tensor& w) {
-                vi::cuda::gemv_q4kt_deferred(ctx, dn, w, ops::DeferredConsumer::kSwiglu, {&h});
-              });
-            if (!paired.empty() &&
-                vi::cuda::gemv_q4kt_deferred_supports(ctx, dn, paired[0], ops::DeferredConsumer::kSwiglu, {}))
-              fused("fused swiglu, q4_kts, deferred-norm consumer", [&](const Tensor& w) {
-                vi::cuda::gemv_q4kt_deferred(ctx, dn, on_paired(w), ops::DeferredConsumer::kSwiglu, {&h});
-              });
-            // The same consumers taking the mins' term from the producer's sums of u (zeroed here:
-            // the time does not depend on their values), as the rounds do unless VI_DEFER_SUMS=0.
-            if (dn.sums16.data() != nullptr) {
-              ops::zero(ctx, dn.sums16);
-              dn.sums_written = true;
+            // Each consumer as it was (the mins' term by 16 mmas over u), then taking it from the
+            // producer's sums of u (random f16 pairs here: their values do not change the work), as
+            // the rounds do unless VI_DEFER_SUMS=0.
+            for (const bool sums : {false, true}) {
+              if (sums) {
+                if (dn.sums16.data() == nullptr) break;
+                fill_weight(dn.sums16, 9, stream);
+                dn.sums_written = true;
+              }
+              const char* how = sums ? ", mins from sums16" : "";
               if (vi::cuda::gemv_q4kt_deferred_supports(ctx, dn, ws[0], ops::DeferredConsumer::kSwiglu, {}))
-                fused("fused swiglu, q4_kt, deferred-norm consumer, mins from sums16", [&](const Tensor& w) {
+                fused(fmt::format("fused swiglu, q4_kt, deferred-norm consumer{}", how).c_str(), [&](const Tensor& w) {
                   vi::cuda::gemv_q4kt_deferred(ctx, dn, w, ops::DeferredConsumer::kSwiglu, {&h});
                 });
               if (!paired.empty() &&
                   vi::cuda::gemv_q4kt_deferred_supports(ctx, dn, paired[0], ops::DeferredConsumer::kSwiglu, {}))
-                fused("fused swiglu, q4_kts, deferred-norm consumer, mins from sums16", [&](const Tensor& w) {
+                fused(fmt::format("fused swiglu, q4_kts, deferred-norm consumer{}", how).c_str(), [&](const Tensor& w) {
                   vi::cuda::gemv_q4kt_deferred(ctx, dn, on_paired(w), ops::DeferredConsumer::kSwiglu, {&h});
                 });
             }
