@@ -2,7 +2,10 @@
 // residual equals matmul + add_rms_norm's bit for bit, finish_deferred_norm(u, ss) their norm
 // within fp32 rounding, and each consumer (matmul, matmul_split, matmul_swiglu) its plain op on
 // that norm; the fixed-point sums of squares hold any f32 row to f32 precision, are added to (not
-// overwritten) and keep a scratch's sites apart; shapes the ops refuse name the op.
+// overwritten) and keep a scratch's sites apart; shapes the ops refuse name the op. The sums16
+// layout puts every 16-value group's (hi, lo) pair in its own slot, and the four pairs a lane of
+// the Q4_K GEMV reads together are sub-blocks c and 4 + c of one super-block; a producer that
+// writes no sums16 (the CPU) leaves sums_written false, and a malformed sums16 is refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -140,6 +143,40 @@ TEST(CpuDeferredNorm, RefusesMismatchedShapes) {
   Tensor w_bad = test::random_f32(rng, {32, 48}), y = Tensor::empty(DType::F32, {2, 32});
   std::string msg4 = test::error_of([&] { ops::matmul_deferred(ctx, ok, w_bad, y); });
   EXPECT_NE(msg4.find("[N, 64]"), std::string::npos) << msg4;
+}
+
+TEST(CpuDeferredNorm, SumsLayoutAndFlag) {
+  // 3 super-blocks of 256 values: 48 groups of 16 in 3 x 32 halves.
+  std::vector<int> seen(96, 0);
+  for (int64_t i = 0; i < 48; ++i) {
+    const int64_t at = ops::deferred_norm_sums_index(i);
+    ASSERT_GE(at, 0);
+    ASSERT_LT(at + 1, 96);
+    EXPECT_EQ(at % 2, 0) << "group " << i << ": hi at an odd half";
+    ++seen[at];
+    ++seen[at + 1];
+    // The 16-byte run of lane c of super-block s holds (sub-block c, halves 0 and 1), then
+    // (sub-block 4 + c, halves 0 and 1).
+    const int64_t s = i / 16, j = (i % 16) / 2, half = i % 2, c = j % 4;
+    EXPECT_EQ(at, 32 * s + 8 * c + 4 * (j / 4) + 2 * half) << "group " << i;
+  }
+  for (int k = 0; k < 96; ++k) EXPECT_EQ(seen[k], 1) << "half " << k;
+
+  std::mt19937 rng(2);
+  ops::Context ctx;
+  const int64_t d = 256;
+  Tensor a = test::random_f32(rng, {2, 48}), w = test::random_f32(rng, {d, 48}), x = test::random_f32(rng, {2, d});
+  Tensor nw = test::random_f32(rng, {d});
+  ops::DeferredNorm dn = ops::deferred_norm_scratch(ctx, 2, d, 1e-6f);
+  ASSERT_EQ(dn.sums16.dtype(), DType::F16);
+  ASSERT_EQ(dn.sums16.cols(), d / 8);
+  dn.sums_written = true;  // a stale flag: the op clears it, the CPU writes no sums
+  ops::matmul_add_deferred_norm(ctx, a, w, x, nw, 1.0f, dn);
+  EXPECT_FALSE(dn.sums_written);
+  EXPECT_EQ(ops::deferred_norm_scratch(ctx, 2, 64, 1e-6f).sums16.data(), nullptr) << "d % 256 != 0: no sums16";
+  dn.sums16 = Tensor::empty(DType::F16, {2, d / 16});
+  const std::string msg = test::error_of([&] { ops::matmul_add_deferred_norm(ctx, a, w, x, nw, 1.0f, dn); });
+  EXPECT_NE(msg.find("sums16"), std::string::npos) << msg;
 }
 
 }  // namespace
