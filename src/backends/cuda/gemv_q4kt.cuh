@@ -67,13 +67,16 @@ void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, 
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w);
 void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h, Q4ktShape shape = {});
 
-// The deferred norm (ops/deferred_norm.h) on Q4_KT. Producer: x += a · wᵀ, then out's u, and the
-// sums of squares added to out.ss, from the GEMV's epilogue (a [T, K] f16, w [d, K], x [T, d] f16).
+// The deferred norm (ops/deferred_norm.h) on Q4_KT. Producer: x += a · wᵀ, then out's u, the
+// sums of squares added to out.ss and, where out has a sums16 (and VI_DEFER_SUMS is not 0), u's
+// sums16 (setting out.sums_written), from the GEMV's epilogue (a [T, K] f16, w [d, K], x [T, d]
+// f16).
 bool gemv_q4kt_add_deferred_norm_supports(const ops::Context& ctx, const Tensor& a, const Tensor& w, const Tensor& x);
 void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const Tensor& w, Tensor& x,
                                  const Tensor& norm_w, float w_offset, ops::DeferredNorm& out);
 // Consumers: the GEMV, its split form and the fused SwiGLU on u, each token's sums scaled by its
-// s before rounding (outs: {y}, the parts, {h}; parts may be empty for the check alone).
+// s before rounding (outs: {y}, the parts, {h}; parts may be empty for the check alone); the
+// mins' term from in.sums16 where in.sums_written, else from u itself.
 bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
                                  ops::DeferredConsumer kind, const std::vector<Tensor*>& parts);
 void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
