@@ -50,6 +50,14 @@ __device__ __forceinline__ float s8_biased_to_f32(uint32_t biased, int k) {
   return __uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7540u + k)) - 8388736.0f;
 }
 
+// v as two f16 numbers (hi, lo) with hi + lo within 2^-22 of v relative (2^-25 absolute where lo
+// falls below f16's normal range): an fp32 sum fed to an f16 mma without losing 11 bits. |v| must
+// stay inside f16's range.
+__device__ __forceinline__ __half2 f16_hi_lo(float v) {
+  const __half hi = __float2half_rn(v);
+  return __halves2half2(hi, __float2half_rn(v - __half2float(hi)));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

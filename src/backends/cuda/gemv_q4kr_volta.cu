@@ -203,12 +203,10 @@ __global__ void __launch_bounds__(128 * TILES, MINB)
             s0 += (f0.x + f0.y) + (f1.x + f1.y);
             s1 += (f2.x + f2.y) + (f3.x + f3.y);
           }
-          const float sum = (s0 + s1) * (1.0f / 32.0f);
-          const __half hi = __float2half_rn(sum);
-          const __half lo = __float2half_rn(sum - __half2float(hi));
+          const __half2 hl = f16_hi_lo((s0 + s1) * (1.0f / 32.0f));
           __half* dst = xsh + 4 * ((jb[b] >> 1) * n_tok + tb[b]) + (jb[b] & 1);
-          dst[0] = hi;
-          dst[2] = lo;
+          dst[0] = __low2half(hl);
+          dst[2] = __high2half(hl);
         }
       }
     }

@@ -184,11 +184,9 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
 #pragma unroll
     for (int o = 4; o < 32; o <<= 1) u16 += __shfl_xor_sync(0xffffffffu, u16, o);
     if ((l >> 2) == 0 && i < 2 && tok < n_tok) {
-      const float v = u16 * (1.0f / 16.0f);  // exact; keeps hi inside f16 for any 16 f16 values
-      const __half hi = __float2half_rn(v);
+      // / 16: exact, and keeps hi inside f16 for any 16 f16 values.
       *reinterpret_cast<__half2*>(na.sums + static_cast<int64_t>(tok) * (N / 8) +
-                                  ops::deferred_norm_sums_index(blockIdx.x)) =
-          __halves2half2(hi, __float2half_rn(v - __half2float(hi)));
+                                  ops::deferred_norm_sums_index(blockIdx.x)) = f16_hi_lo(u16 * (1.0f / 16.0f));
     }
   }
 }
