@@ -78,7 +78,7 @@ class LlamaModel final : public Model {
 
  protected:
   void forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items, Tensor& logits,
-                    LogitsOn where) const override;
+                    LogitsOn where, Tensor* hidden) const override;
 
  private:
   LlamaHParams hp_;
@@ -194,7 +194,7 @@ LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts)
 }
 
 void LlamaModel::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
-                               Tensor& logits, LogitsOn where) const {
+                               Tensor& logits, LogitsOn where, Tensor* hidden) const {
   for (const BatchItem& it : items)
     VI_CHECK(dynamic_cast<LlamaState*>(it.seq) != nullptr, "sequence state was not made by this model");
   const int64_t N = plan.n_rows;
@@ -246,6 +246,7 @@ void LlamaModel::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::spa
     ops::add_rms_norm(ctx, x, o, norm_after(l), hp_.norm_eps, 0.0f, n);  // x += mlp; n = next norm(x)
   }
   output_logits(ctx, plan, n, lm_head_, where, out_logits, logits);
+  if (hidden != nullptr) *hidden = n;  // the output norm's output, every row
 }
 
 }  // namespace

@@ -149,6 +149,20 @@ Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& idx) {
   return out;
 }
 
+Tensor slice_cols(const Tensor& t, int64_t c0, int64_t c1) {
+  VI_CHECK(t.device() == Device::CPU && t.ndim() == 2 && 0 <= c0 && c0 < c1 && c1 <= t.cols(),
+           "slice_cols: columns [{}, {}) of {} (host 2-D tensors only)", c0, c1, t.shape_str());
+  const int block = dtype_info(t.dtype()).block_elems;
+  VI_CHECK(c0 % block == 0 && c1 % block == 0,
+           "slice_cols: columns [{}, {}) of a {} tensor {} do not start and end at its blocks of {} values", c0, c1,
+           dtype_name(t.dtype()), t.name(), block);
+  Tensor out = Tensor::empty(t.dtype(), {t.rows(), c1 - c0});
+  out.set_name(t.name());
+  const size_t skip = dtype_row_bytes(t.dtype(), c0), rb = out.row_bytes();
+  for (int64_t r = 0; r < t.rows(); ++r) std::memcpy(out.row(r), t.row(r) + skip, rb);
+  return out;
+}
+
 Tensor concat_rows(const std::vector<const Tensor*>& parts) {
   VI_CHECK(!parts.empty(), "concat_rows of nothing");
   const Tensor& first = *parts.front();

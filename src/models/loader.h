@@ -82,6 +82,10 @@ Tensor to_f32(const Tensor& t);
 // Returns an owned copy whose row r is t's row idx[r] (rows over the outer dims; the
 // result has idx.size() rows and t's row width). Works on quantized rows too.
 Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& idx);
+// Columns [c0, c1) of every row of a host 2-D tensor as an owned copy; for a quantized dtype
+// both must fall on its block boundaries (the column blocks of a matrix whose input is a
+// concatenation, e.g. the MTP head's fc over [embedding | hidden]).
+Tensor slice_cols(const Tensor& t, int64_t c0, int64_t c1);
 // The rows of every tensor in `parts`, in order, as one owned host tensor (one dtype and row
 // width; quantized rows too).
 Tensor concat_rows(const std::vector<const Tensor*>& parts);

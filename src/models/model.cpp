@@ -32,8 +32,9 @@ struct Fnv {
 // step arena, the KV pools and each sequence's recurrent state. A sequence freed and another
 // made at the same address with its state elsewhere gets a new key, never a stale replay.
 uint64_t step_key(const ops::Context& ctx, const StepArena& arena, const BatchPlan& plan,
-                  std::span<const BatchItem> items) {
+                  std::span<const BatchItem> items, bool hidden) {
   Fnv f;
+  f.add(static_cast<uint64_t>(hidden));
   f.add(arena.generation);
   f.add(arena.buf.data());
   f.add(static_cast<uint64_t>(ctx.act));
@@ -56,7 +57,8 @@ constexpr size_t kMaxRecordings = 64;  // a full cache starts over (recording co
 
 }  // namespace
 
-void Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits, LogitsOn where) const {
+void Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits, LogitsOn where,
+                          Tensor* hidden) const {
   BatchPlan plan = BatchPlan::make(items, info().n_vocab);
   StepRunner& r = *runner_;
   std::lock_guard<std::mutex> lock(r.mu);
@@ -66,17 +68,19 @@ void Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, T
   bool done = false;
   std::string record_error;
   if (recordable) {
-    const uint64_t key = step_key(ctx, r.arena, plan, items);
+    const uint64_t key = step_key(ctx, r.arena, plan, items, hidden != nullptr);
     auto it = r.steps.find(key);
     if (it == r.steps.end()) {
       if (r.steps.size() >= kMaxRecordings) r.steps.clear();
       RecordedStep st;
       st.logits = ops::empty(ctx, ctx.act, {static_cast<int64_t>(plan.out_rows.size()), info().n_vocab});
+      if (hidden != nullptr) st.hidden = ops::empty(ctx, ctx.act, {plan.n_rows, info().d_model});
       try {
         st.graph = ops::record(ctx, [&](ops::Context& rctx) {
-          Tensor out;  // made and freed inside: the recording's own memory
-          forward_plan(rctx, plan, items, out, LogitsOn::kDevice);
+          Tensor out, h;  // made and freed inside: the recording's own memory
+          forward_plan(rctx, plan, items, out, LogitsOn::kDevice, hidden != nullptr ? &h : nullptr);
           ops::copy(rctx, out, st.logits);
+          if (hidden != nullptr) ops::copy(rctx, h, st.hidden);
         });
         r.stats.kernels_behind_memory = st.graph->shape().kernels_behind_memory;
         it = r.steps.emplace(key, std::move(st)).first;
@@ -90,11 +94,12 @@ void Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, T
     if (it != r.steps.end()) {
       it->second.graph->launch(ctx);
       logits = it->second.logits;
+      if (hidden != nullptr) *hidden = it->second.hidden;
       done = true;
     }
   }
   if (!done) {
-    forward_plan(ctx, plan, items, logits, where);
+    forward_plan(ctx, plan, items, logits, where, hidden);
     ++r.stats.eager;
     // A step that runs eagerly but could not be recorded: stop trying (an input error
     // would have failed the eager run too and left recording on).
@@ -104,6 +109,16 @@ void Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, T
     }
   }
   for (const BatchItem& it : items) it.seq->advance(static_cast<int64_t>(it.tokens.size()));
+}
+
+std::unique_ptr<SequenceState> Model::new_draft_sequence(int64_t) const {
+  VI_FAIL("model '{}' ({}) has no draft head (speculative decoding with it needs one: Qwen3.5's MTP block)",
+          info().name, info().arch);
+}
+
+void Model::draft_forward(ops::Context&, SequenceState&, std::span<const int32_t>, const Tensor&, Tensor&, Tensor&,
+                          LogitsOn) const {
+  VI_FAIL("model '{}' ({}) has no draft head", info().name, info().arch);
 }
 
 Model::StepStats Model::step_stats() const {

@@ -138,7 +138,12 @@ class Model {
   void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits) const {
     forward_batch(ctx, items, logits, LogitsOn::kHostF32);
   }
-  void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits, LogitsOn where) const;
+  // hidden (not null): also the final hidden state of every row, [n_rows, d_model] in the
+  // activation dtype on the model's device — the output norm's output, what the LM head
+  // multiplies; a draft head's input. From a recorded step it is the recording's buffer, valid
+  // until the next step of that shape (as the device logits are).
+  void forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits, LogitsOn where,
+                     Tensor* hidden = nullptr) const;
 
   // Recorded steps so far: made (recordings) and run (replays).
   struct StepStats {
@@ -150,13 +155,32 @@ class Model {
 
   static constexpr int64_t kMaxRecordedRows = 8;
 
+  // --- draft head (speculative decoding; runtime/speculative.h) ---
+  // A model may carry a head that proposes the token after next from the final hidden state
+  // (Qwen3.5's MTP block). It keeps a cache of its own (one attention layer), in a sequence
+  // made by new_draft_sequence; slot t of it holds the head's K/V for main position t.
+  virtual bool has_draft_head() const { return false; }
+  // A draft-head sequence of up to n_ctx slots with a private cache. Throws vi::Error when
+  // the model has no draft head.
+  virtual std::unique_ptr<SequenceState> new_draft_sequence(int64_t n_ctx) const;
+  // Runs the head over T slots appended to dseq at positions dseq.n_past() ..: slot i takes
+  // hidden[i] (a final hidden state, or the head's own output for a recursive draft) and
+  // tokens[i] (the token that follows that position). logits: [1, n_vocab] of the last slot
+  // (where: host f32 or the device); head_out: [1, d_model] the head's normed output of the
+  // last slot (the hidden input of a recursive step), activation dtype, on the device.
+  virtual void draft_forward(ops::Context& ctx, SequenceState& dseq, std::span<const int32_t> tokens,
+                             const Tensor& hidden, Tensor& logits, Tensor& head_out, LogitsOn where) const;
+
  protected:
   // The architecture's forward pass over a validated, staged plan (inputs in plan.dev). With
   // device logits it must only queue device work (no host waits or reads of device data,
   // nothing kept past the call but the logits), so that it can be recorded. Does not advance
-  // the sequences.
+  // the sequences. hidden (not null): the final hidden state of every row into *hidden
+  // ([n_rows, d_model], activation dtype).
   virtual void forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
-                            Tensor& logits, LogitsOn where) const = 0;
+                            Tensor& logits, LogitsOn where, Tensor* hidden) const = 0;
+  // Advances a sequence after a pass the model ran itself (a draft head's).
+  static void advance_sequence(SequenceState& s, int64_t t) { s.advance(t); }
 
  private:
   std::unique_ptr<StepRunner> runner_;

@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
+#include <numeric>
 #include <vector>
 
 #include "core/error.h"
@@ -128,6 +130,20 @@ class Qwen35State final : public SequenceState {
 };
 // --- end paged KV cache ---
 
+// The MTP head's cache: its one full-attention layer's K/V in a private pool. No recurrent
+// state, so it can be cut back to any length (how a round forgets its recursive drafts).
+class Qwen35DraftState final : public SequenceState {
+ public:
+  Qwen35DraftState(std::shared_ptr<KvPool> pool, int64_t n_ctx) {
+    capacity_ = n_ctx;
+    pool_ = std::move(pool);
+  }
+  void truncate(int64_t n) override {
+    VI_CHECK(can_truncate_to(n), "cannot cut a draft-head sequence of {} slots back to {}", n_past_, n);
+    n_past_ = n;
+  }
+};
+
 class Qwen35Model final : public Model {
  public:
   Qwen35Model(const WeightSource& src, const LoadOptions& opts);
@@ -145,10 +161,14 @@ class Qwen35Model final : public Model {
     return std::make_unique<Qwen35State>(ctx, hp_, std::move(pool), n_ctx);
   }
   // --- end paged KV cache ---
+  bool has_draft_head() const override { return !mtp_layers_.empty(); }
+  std::unique_ptr<SequenceState> new_draft_sequence(int64_t n_ctx) const override;
+  void draft_forward(ops::Context& ctx, SequenceState& dseq, std::span<const int32_t> tokens, const Tensor& hidden,
+                     Tensor& logits, Tensor& head_out, LogitsOn where) const override;
 
  protected:
   void forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items, Tensor& logits,
-                    LogitsOn where) const override;
+                    LogitsOn where, Tensor* hidden) const override;
 
  private:
   void load_attention(WeightLoader& w, const std::string& g, const std::string& h, AttnWeights& a);
@@ -165,9 +185,13 @@ class Qwen35Model final : public Model {
   bool attn_in_fused_ = false;   // every full-attention layer has q|gate|k|v stacked (w_in)
   Tensor tok_embd_, out_norm_, lm_head_;
   std::vector<Layer> layers_;
-  // MTP head (one full-attention block); used by speculative decoding.
-  Tensor mtp_enorm_, mtp_hnorm_, mtp_fc_, mtp_norm_;
+  // MTP head (full-attention blocks after an fc over [embedding | hidden]); the draft head of
+  // speculative decoding. The fc's two column blocks are kept apart (mtp_fc_e_ on the normed
+  // embedding, mtp_fc_h_ on the normed hidden state), so no concatenated input is built.
+  Tensor mtp_enorm_, mtp_hnorm_, mtp_fc_e_, mtp_fc_h_, mtp_norm_;
   std::vector<Layer> mtp_layers_;
+  mutable std::mutex draft_mu_;    // one draft pass at a time (its arena)
+  mutable StepArena draft_arena_;  // the draft passes' staged inputs on the device
 };
 
 Qwen35HParams read_hparams(const WeightSource& src) {
@@ -326,7 +350,12 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
   to_device(ctx_, {&tok_embd_, &out_norm_});
   lm_head_ = tied ? tok_embd_ : lm_head_;
   if (!tied) to_device(ctx_, {&lm_head_});
-  for (Layer& L : layers_) {
+  to_device(ctx_, {&mtp_enorm_, &mtp_hnorm_, &mtp_fc_e_, &mtp_fc_h_, &mtp_norm_});
+  std::vector<Layer*> all_layers;
+  for (Layer& L : layers_) all_layers.push_back(&L);
+  for (Layer& L : mtp_layers_) all_layers.push_back(&L);
+  for (Layer* Lp : all_layers) {
+    Layer& L = *Lp;
     AttnWeights& A = L.attn;
     GdnWeights& G = L.gdn;
     to_device(ctx_, {&L.in_norm, &L.post_norm, &A.wo, &A.q_norm, &A.k_norm, &G.conv_q, &G.conv_k, &G.conv_v,
@@ -425,7 +454,9 @@ void Qwen35Model::load_mtp(WeightLoader& w) {
   std::string g = fmt::format("blk.{}.", hp_.n_layer);
   mtp_enorm_ = w.load_f32(g + "nextn.enorm.weight", "mtp.pre_fc_norm_embedding.weight", {d});
   mtp_hnorm_ = w.load_f32(g + "nextn.hnorm.weight", "mtp.pre_fc_norm_hidden.weight", {d});
-  mtp_fc_ = w.load(g + "nextn.eh_proj.weight", "mtp.fc.weight", {d, 2 * d});
+  const Tensor fc = w.load(g + "nextn.eh_proj.weight", "mtp.fc.weight", {d, 2 * d});
+  mtp_fc_e_ = slice_cols(fc, 0, d);  // input columns 0..d-1 act on the embedding, d..2d-1 on the hidden state
+  mtp_fc_h_ = slice_cols(fc, d, 2 * d);
   mtp_norm_ = w.load_f32(g + "nextn.shared_head_norm.weight", "mtp.norm.weight", {d});
   for (int64_t m = 0; m < hp_.n_mtp; ++m) {
     std::string gm = fmt::format("blk.{}.", hp_.n_layer + m), hm = fmt::format("mtp.layers.{}.", m);
@@ -441,7 +472,7 @@ void Qwen35Model::load_mtp(WeightLoader& w) {
 }
 
 void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
-                               Tensor& logits, LogitsOn where) const {
+                               Tensor& logits, LogitsOn where, Tensor* hidden) const {
   for (const BatchItem& it : items)
     VI_CHECK(dynamic_cast<Qwen35State*>(it.seq) != nullptr, "sequence state was not made by this model");
   const int64_t N = plan.n_rows;
@@ -649,6 +680,85 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     }
   }
   output_logits(ctx, plan, n, lm_head_, where, out_logits, logits);
+  if (hidden != nullptr) *hidden = n;  // the output norm's output, every row
+}
+
+std::unique_ptr<SequenceState> Qwen35Model::new_draft_sequence(int64_t n_ctx) const {
+  if (!has_draft_head()) return Model::new_draft_sequence(n_ctx);  // the error
+  VI_CHECK(n_ctx > 0, "a draft-head sequence needs a positive context (got {})", n_ctx);
+  const int64_t bs = kDefaultKvBlockSize, n_blocks = (n_ctx + bs - 1) / bs;
+  ops::Context ctx = ctx_;
+  auto seq = std::make_unique<Qwen35DraftState>(
+      new_attention_kv_pool(ctx, static_cast<int64_t>(mtp_layers_.size()), n_blocks, bs, hp_.n_kv_head,
+                            hp_.head_dim, kv_types_),
+      n_ctx);
+  seq->block_table().resize(static_cast<size_t>(n_blocks));
+  std::iota(seq->block_table().begin(), seq->block_table().end(), 0);  // private pool: identity
+  return seq;
+}
+
+// MODEL_QWEN35.md section 7.2: slot i (main position p = n_past + i) takes the token after p
+// and the hidden state at p:
+//   u = fc([enorm(embed(token)) | hnorm(hidden)]); u = MTP block(u) at RoPE position p, over
+//   the head's own cache; h' = mtp.norm(u); logits = lm_head(h').
+// The blocks run as the main model's full-attention layers without the deferred norms (a
+// draft pass is a few rows, once per round).
+void Qwen35Model::draft_forward(ops::Context& ctx, SequenceState& dseq, std::span<const int32_t> tokens,
+                                const Tensor& hidden, Tensor& logits, Tensor& head_out, LogitsOn where) const {
+  VI_CHECK(has_draft_head(), "model '{}' has no MTP head", info_.name);
+  VI_CHECK(dynamic_cast<Qwen35DraftState*>(&dseq) != nullptr, "draft sequence was not made by this model");
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, kv_w = hp_.n_kv_head * hd;
+  const float off = norm_offset_, eps = hp_.norm_eps;
+  VI_CHECK(T >= 1 && hidden.rows() == T && hidden.cols() == d && hidden.dtype() == ctx.act,
+           "draft_forward: {} tokens need hidden [{}, {}] in {}, got {} {}", T, T, d, dtype_name(ctx.act),
+           hidden.shape_str(), dtype_name(hidden.dtype()));
+  BatchItem item{&dseq, tokens, false};
+  const std::span<const BatchItem> items(&item, 1);
+  BatchPlan plan = BatchPlan::make(items, hp_.n_vocab);
+  std::lock_guard<std::mutex> lock(draft_mu_);
+  plan.stage(ctx, items, draft_arena_, /*bucketed=*/false);
+
+  Tensor e = ops::empty(ctx, ctx.act, {T, d}), en = ops::empty(ctx, ctx.act, {T, d});
+  Tensor hn = ops::empty(ctx, ctx.act, {T, d});
+  Tensor x = ops::empty(ctx, ctx.act, {T, d}), o = ops::empty(ctx, ctx.act, {T, d});
+  Tensor n = ops::empty(ctx, ctx.act, {T, d});
+  ops::embedding(ctx, tok_embd_, plan.dev.ids, e);
+  ops::rms_norm(ctx, e, mtp_enorm_, eps, off, en);
+  ops::rms_norm(ctx, hidden, mtp_hnorm_, eps, off, hn);
+  ops::matmul(ctx, en, mtp_fc_e_, x);
+  ops::matmul(ctx, hn, mtp_fc_h_, o);
+  ops::add(ctx, x, o, x);  // x = fc([en | hn])
+
+  Tensor q = ops::empty(ctx, ctx.act, {T, Hq * hd}), gate = ops::empty(ctx, ctx.act, {T, Hq * hd});
+  Tensor k = ops::empty(ctx, ctx.act, {T, kv_w}), v = ops::empty(ctx, ctx.act, {T, kv_w});
+  Tensor att = ops::empty(ctx, ctx.act, {T, Hq * hd});
+  Tensor ff_gu = ops::empty(ctx, ctx.act, {T, 2 * hp_.d_ff});
+  Tensor ff_h = swiglu_scratch(ctx, T, hp_.d_ff);
+  const Tensor out_logits = logits_scratch(ctx, plan, hp_.n_vocab);
+  const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  ops::rms_norm(ctx, x, mtp_layers_.front().in_norm, eps, off, n);
+  for (size_t m = 0; m < mtp_layers_.size(); ++m) {
+    const Layer& L = mtp_layers_[m];
+    const AttnWeights& A = L.attn;
+    ops::matmul(ctx, n, A.wq, q);
+    ops::matmul(ctx, n, A.wgate, gate);
+    ops::matmul(ctx, n, A.wk, k);
+    ops::matmul(ctx, n, A.wv, v);
+    Tensor qh = q.reshape({T, Hq, hd});
+    const QkNormRope nr{A.q_norm, A.k_norm, eps, off, static_cast<int>(hp_.rot_dim), hp_.rope_theta};
+    norm_rope_paged_attention_block(ctx, plan, items, static_cast<int64_t>(m), nr, qh, k, v, attn_scale, att);
+    ops::sigmoid_mul(ctx, att, gate, att);
+    ops::matmul(ctx, att, A.wo, o);
+    ops::add_rms_norm(ctx, x, o, L.post_norm, eps, off, n);  // x += attn; n = post_norm(x)
+    Tensor h = swiglu_hidden(ctx, n, L.mlp, ff_gu, ff_h);
+    ops::matmul(ctx, h, L.mlp.down, o);
+    const Tensor& next = m + 1 < mtp_layers_.size() ? mtp_layers_[m + 1].in_norm : mtp_norm_;
+    ops::add_rms_norm(ctx, x, o, next, eps, off, n);  // x += mlp; n = the next norm(x): after the last, mtp.norm
+  }
+  head_out = n.slice_rows(T - 1, T);
+  output_logits(ctx, plan, n, lm_head_, where, out_logits, logits);
+  advance_sequence(dseq, T);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@ namespace vi {
 struct RecordedStep {
   std::unique_ptr<ops::Graph> graph;
   Tensor logits;  // [rows wanted, n_vocab] the recording writes, in the activation dtype
+  Tensor hidden;  // [n_rows, d_model] the final hidden states, where the step was asked for them
 };
 
 struct StepRunner {
