@@ -20,10 +20,34 @@ void print_stats(const GenerateStats& st) {
   double pf = st.prefill_ms > 0 ? st.prompt_tokens / (st.prefill_ms / 1e3) : 0;
   int64_t decoded = st.generated_tokens > 1 ? st.generated_tokens - 1 : 0;
   double dec = st.decode_ms > 0 ? decoded / (st.decode_ms / 1e3) : 0;
-  std::fprintf(stderr, "\n[prompt %lld tokens, %.1f ms, %.1f tok/s | generated %lld tokens, %.1f tok/s]\n",
+  std::string spec;
+  if (st.spec.drafted > 0)
+    spec = fmt::format(" | drafts: {} of {} kept ({:.0f}%) in {} rounds", st.spec.accepted, st.spec.drafted,
+                       100.0 * static_cast<double>(st.spec.accepted) / static_cast<double>(st.spec.drafted),
+                       st.spec.rounds);
+  std::fprintf(stderr, "\n[prompt %lld tokens, %.1f ms, %.1f tok/s | generated %lld tokens, %.1f tok/s%s]\n",
                static_cast<long long>(st.prompt_tokens), st.prefill_ms, pf,
-               static_cast<long long>(st.generated_tokens), dec);
+               static_cast<long long>(st.generated_tokens), dec, spec.c_str());
 }
+
+// --spec / --draft-max (speculative decoding: the same tokens in fewer forward passes).
+struct SpecFlags {
+  std::string kind = "off";
+  int draft_max = 3;
+  void add(CLI::App& cmd) {
+    cmd.add_option("--spec", kind,
+                   "Speculative decoding: off, ngram (drafts from earlier text of the sequence) or mtp (the "
+                   "model's MTP head, Qwen3.5); the output is the same as without it")
+        ->capture_default_str();
+    cmd.add_option("--draft-max", draft_max, "Draft tokens verified per pass with --spec (1-7)")->capture_default_str();
+  }
+  SpecOptions options() const {
+    SpecOptions o;
+    o.kind = spec_kind_from_name(kind);
+    o.draft_max = draft_max;
+    return o;
+  }
+};
 
 struct GenerateArgs {
   ModelFlags model;
@@ -32,6 +56,7 @@ struct GenerateArgs {
   int64_t n_predict = 128;
   bool no_bos = false;
   bool verbose_stats = true;
+  SpecFlags spec;
 };
 
 void run_generate(const GenerateArgs& a) {
@@ -42,6 +67,8 @@ void run_generate(const GenerateArgs& a) {
   opts.n_predict = a.n_predict;
   opts.sampling = a.sampling;
   opts.stop_tokens = L.tokenizer->stop_tokens();
+  opts.spec = a.spec.options();
+  check_spec_options(*L.model, opts.spec);
   std::fputs(a.prompt.c_str(), stdout);
   std::fflush(stdout);
   StreamDecoder dec(*L.tokenizer);
@@ -64,6 +91,7 @@ struct ChatArgs {
   std::string prompt;  // first user message
   bool single_turn = false;
   bool show_stats = false;
+  SpecFlags spec;
 };
 
 void run_chat(const ChatArgs& a) {
@@ -73,6 +101,9 @@ void run_chat(const ChatArgs& a) {
   ChatTemplate tmpl(L.chat_template);
   auto seq = L.model->new_sequence(L.n_ctx);
   std::vector<int32_t> history;  // tokens held in seq
+  const SpecOptions spec = a.spec.options();
+  std::unique_ptr<SpecSession> spec_session;  // the conversation's, across turns
+  if (spec.kind != SpecKind::kOff) spec_session = std::make_unique<SpecSession>(*L.model, spec, L.n_ctx);
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (!a.system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", a.system_prompt}});
   const bool interactive = isatty(STDIN_FILENO);
@@ -120,6 +151,8 @@ void run_chat(const ChatArgs& a) {
     opts.sampling = a.sampling;
     opts.sampling.seed = a.sampling.seed + static_cast<uint64_t>(turn);
     opts.stop_tokens = L.tokenizer->stop_tokens();
+    opts.spec = spec;
+    opts.spec_session = spec_session.get();
     StreamDecoder dec(*L.tokenizer);
     std::string reply;
     GenerateStats st = generate(*L.model, L.ctx, *seq, fresh, opts, history, [&](int32_t id) {
@@ -150,6 +183,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("-p,--prompt", a->prompt, "The text to continue")->required();
   add_sampling_flags(*cmd, a->sampling, a->n_predict);
   cmd->add_flag("--no-bos", a->no_bos, "Do not add the model's begin-of-sequence token");
+  a->spec.add(*cmd);
   cmd->callback([a] { run_generate(*a); });
 }
 
@@ -162,6 +196,7 @@ void register_chat(CLI::App& app) {
   cmd->add_option("-p,--prompt", a->prompt, "First user message");
   cmd->add_flag("--single-turn", a->single_turn, "Answer the first message and exit (also -st)");
   cmd->add_flag("--stats", a->show_stats, "Print token counts and speed after each answer");
+  a->spec.add(*cmd);
   cmd->callback([a] { run_chat(*a); });
 }
 

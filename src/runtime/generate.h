@@ -9,6 +9,7 @@
 
 #include "models/model.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 
 namespace vi {
 
@@ -17,6 +18,10 @@ struct GenerateOptions {
   int64_t n_batch = 512;          // prompt tokens per forward pass during prefill
   SamplingParams sampling;
   std::vector<int32_t> stop_tokens;  // end-of-generation ids (EOS, end of turn)
+  // Speculative decoding (runtime/speculative.h): the same tokens in fewer passes. spec_session:
+  // the sequence's session, kept across calls (chat turns); null: one for this call only.
+  SpecOptions spec;
+  SpecSession* spec_session = nullptr;
 };
 
 enum class FinishReason { kStop, kLength, kContextFull, kCancelled };
@@ -27,6 +32,7 @@ struct GenerateStats {
   double prefill_ms = 0;         // time to the first sampled token
   double decode_ms = 0;          // time for the remaining tokens
   FinishReason finish = FinishReason::kStop;
+  SpecStats spec;                // this call's speculation (all zero without it)
 };
 
 // Appends `prompt` to `seq`, then generates. on_token(id) is called for every sampled

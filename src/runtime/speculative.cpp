@@ -1,0 +1,171 @@
+#include "runtime/speculative.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "ops/copy.h"
+#include "ops/memory.h"
+#include "runtime/sampler.h"
+
+namespace vi {
+
+SpecKind spec_kind_from_name(std::string_view name) {
+  if (name == "off") return SpecKind::kOff;
+  if (name == "ngram") return SpecKind::kNgram;
+  if (name == "mtp") return SpecKind::kMtp;
+  VI_FAIL("unknown speculative decoding kind '{}' (choices: off, ngram, mtp)", name);
+}
+
+const char* spec_kind_name(SpecKind k) {
+  switch (k) {
+    case SpecKind::kNgram: return "ngram";
+    case SpecKind::kMtp: return "mtp";
+    default: return "off";
+  }
+}
+
+void check_spec_options(const Model& model, const SpecOptions& opts) {
+  if (opts.kind == SpecKind::kOff) return;
+  const int max_drafts = static_cast<int>(Model::kMaxRecordedRows) - 1;
+  VI_CHECK(opts.draft_max >= 1 && opts.draft_max <= max_drafts,
+           "--draft-max {}: a round verifies 1 to {} draft tokens", opts.draft_max, max_drafts);
+  if (opts.kind == SpecKind::kNgram)
+    VI_CHECK(opts.ngram_min >= 1 && opts.ngram_min <= opts.ngram_max,
+             "n-gram drafts need 1 <= ngram_min <= ngram_max (got {} and {})", opts.ngram_min, opts.ngram_max);
+  if (opts.kind == SpecKind::kMtp)
+    VI_CHECK(model.has_draft_head(),
+             "--spec mtp: model '{}' ({}) has no MTP head (a Qwen3.5 file with its mtp.* / nextn weights has one); "
+             "--spec ngram needs none", model.info().name, model.info().arch);
+}
+
+namespace {
+
+// [a; b]: the rows of b below those of a, in a new tensor on ctx's device (a may be empty).
+Tensor cat_rows(ops::Context& ctx, const Tensor& a, const Tensor& b) {
+  if (a.data() == nullptr || a.rows() == 0) {
+    Tensor out = ops::empty(ctx, b.dtype(), {b.rows(), b.cols()});
+    ops::copy(ctx, b, out);
+    return out;
+  }
+  Tensor out = ops::empty(ctx, b.dtype(), {a.rows() + b.rows(), b.cols()});
+  Tensor top = out.slice_rows(0, a.rows()), bottom = out.slice_rows(a.rows(), a.rows() + b.rows());
+  ops::copy(ctx, a, top);
+  ops::copy(ctx, b, bottom);
+  return out;
+}
+
+}  // namespace
+
+SpecSession::SpecSession(const Model& model, const SpecOptions& opts, int64_t n_ctx) : model_(model), opts_(opts) {
+  check_spec_options(model, opts);
+  if (opts.kind == SpecKind::kMtp) dseq_ = model.new_draft_sequence(n_ctx);
+}
+
+SpecSession::~SpecSession() = default;
+
+void SpecSession::sync(const SequenceState& seq, std::span<const int32_t> history) {
+  VI_CHECK(static_cast<int64_t>(history.size()) == seq.n_past(),
+           "speculative decoding: the history holds {} tokens but the sequence {}", history.size(), seq.n_past());
+  if (!dseq_) return;
+  if (seq.n_past() == 0) {  // a fresh or reset sequence: the head starts over with it
+    dseq_->truncate(0);
+    pending_ = Tensor();
+    cold_ = false;
+    return;
+  }
+  const int64_t have = dseq_->n_past() + (pending_.data() != nullptr ? pending_.rows() : 0);
+  if (!cold_ && have != seq.n_past()) {
+    cold_ = true;
+    VI_LOG_WARN("speculative decoding: the MTP head did not see this sequence's first {} tokens (it was made "
+                "after them, or the sequence was cut back); no MTP drafts for it until it is reset",
+                seq.n_past() - std::min(have, seq.n_past()));
+  }
+}
+
+void SpecSession::feed_head(ops::Context& ctx, int64_t n, std::span<const int32_t> tail, Tensor& logits,
+                            Tensor& head_out) {
+  Tensor rows = pending_.slice_rows(0, n);
+  model_.draft_forward(ctx, *dseq_, tail.subspan(0, static_cast<size_t>(n)), rows, logits, head_out,
+                       LogitsOn::kDevice);
+  if (n == pending_.rows()) {
+    pending_ = Tensor();
+  } else {  // keep the rest in a tensor of its own (the pass's buffers are reused)
+    Tensor rest = pending_.slice_rows(n, pending_.rows()), own = ops::empty(ctx, rest.dtype(), {rest.rows(), rest.cols()});
+    ops::copy(ctx, rest, own);
+    pending_ = own;
+  }
+}
+
+void SpecSession::observe(ops::Context& ctx, const Tensor& hidden, int64_t keep, std::span<const int32_t> history) {
+  if (!wants_hidden()) return;
+  VI_CHECK(hidden.data() != nullptr && keep >= 1 && keep <= hidden.rows(),
+           "speculative decoding: a pass returned no final hidden states for the MTP head");
+  pending_ = cat_rows(ctx, pending_, hidden.slice_rows(0, keep));
+  // Pending row i is position P0 + i; the token after it is history[P0 + i + 1], known for
+  // every row but the last (whose next token is still to be sampled).
+  const int64_t p0 = dseq_->n_past(), n = pending_.rows() - 1;
+  VI_CHECK(p0 + pending_.rows() == static_cast<int64_t>(history.size()),
+           "speculative decoding: the MTP head holds {} + {} positions of a sequence of {}", p0, pending_.rows(),
+           history.size());
+  if (n <= 0) return;
+  Tensor logits, head_out;
+  feed_head(ctx, n, history.subspan(static_cast<size_t>(p0 + 1)), logits, head_out);
+}
+
+std::vector<int32_t> SpecSession::propose(ops::Context& ctx, std::span<const int32_t> history, int32_t next, int k) {
+  if (k <= 0) return {};
+  if (opts_.kind == SpecKind::kNgram) return propose_ngram(history, next, k);
+  if (opts_.kind == SpecKind::kMtp && !cold_) return propose_mtp(ctx, history, next, k);
+  return {};
+}
+
+std::vector<int32_t> SpecSession::propose_ngram(std::span<const int32_t> history, int32_t next, int k) const {
+  // The sequence as it will be: history + next. Find, for n = ngram_max .. ngram_min, the
+  // latest earlier place where its last n tokens occurred, and propose what followed.
+  const int64_t L = static_cast<int64_t>(history.size()) + 1;
+  auto at = [&](int64_t i) { return i < L - 1 ? history[static_cast<size_t>(i)] : next; };
+  for (int n = std::min<int64_t>(opts_.ngram_max, L - 1); n >= opts_.ngram_min; --n) {
+    // Earlier occurrences end at e < L - 1 (the suffix itself ends at L - 1).
+    for (int64_t e = L - 2; e >= n - 1; --e) {
+      bool match = true;
+      for (int j = 0; j < n && match; ++j) match = at(e - j) == at(L - 1 - j);
+      if (!match) continue;
+      std::vector<int32_t> out;
+      for (int64_t i = e + 1; i < L && static_cast<int>(out.size()) < k; ++i) out.push_back(at(i));
+      if (!out.empty()) return out;
+    }
+  }
+  return {};
+}
+
+std::vector<int32_t> SpecSession::propose_mtp(ops::Context& ctx, std::span<const int32_t> history, int32_t next,
+                                              int k) {
+  if (pending_.data() == nullptr || pending_.rows() == 0) return {};
+  const int64_t p0 = dseq_->n_past(), n = pending_.rows();
+  // The tokens after the pending positions: the history's, then `next` after the last.
+  std::vector<int32_t> tail(history.begin() + p0 + 1, history.end());
+  tail.push_back(next);
+  VI_CHECK(static_cast<int64_t>(tail.size()) == n, "speculative decoding: {} pending MTP rows for {} tokens", n,
+           tail.size());
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  Sampler pick(greedy);  // drafts are the head's argmax: deterministic, as exactness needs
+  Tensor logits, head_out;
+  feed_head(ctx, n, tail, logits, head_out);
+  const int64_t kept = dseq_->n_past();  // the head's cache now ends where the sequence will
+  std::vector<int32_t> drafts;
+  drafts.push_back(pick.sample(ctx, logits, 0, {}).token);
+  while (static_cast<int>(drafts.size()) < k && dseq_->n_past() < dseq_->capacity()) {
+    // Recursive step: the head's own output is the next slot's hidden input.
+    Tensor h = head_out, l2, out2;
+    const int32_t d = drafts.back();
+    model_.draft_forward(ctx, *dseq_, {&d, 1}, h, l2, out2, LogitsOn::kDevice);
+    head_out = out2;
+    drafts.push_back(pick.sample(ctx, l2, 0, {}).token);
+  }
+  dseq_->truncate(kept);  // the recursive slots were guesses: the next round writes them for real
+  return drafts;
+}
+
+}  // namespace vi

@@ -1,0 +1,96 @@
+// Speculative decoding of one sequence. Each round a drafter proposes up to k tokens; the
+// model runs the last sampled token and the drafts in one pass (logits for every row), and
+// the sampler walks the rows: row i is sampled exactly as an ordinary decode step would
+// sample it (same history, same draw of the generator), the walk goes on while the sampled
+// token equals the draft it will be followed by, and the first token that differs ends the
+// round. The output is therefore the ordinary decoder's, token for token, for any sampling
+// settings (for deterministic drafts this is speculative sampling: a draft d is kept with
+// probability p(d), otherwise the token comes from p without d); only the number of
+// forward passes changes. The sequence is then cut back to the tokens kept: attention-only
+// models truncate; models with recurrent layers (Qwen3.5's GDN) go back to a copy of their
+// state taken before the pass and run the kept tokens again.
+//
+// Drafters:
+//   ngram: prompt lookup — the longest recent suffix (ngram_max .. ngram_min tokens) that
+//          occurred before in the sequence proposes what followed it then. No model needed.
+//   mtp:   the model's draft head (Qwen3.5's MTP block, Model::draft_forward) from the final
+//          hidden state, its own drafts fed back for k > 1 (MODEL_QWEN35.md section 7.3).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "models/model.h"
+
+namespace vi {
+
+enum class SpecKind { kOff, kNgram, kMtp };
+
+// "off", "ngram", "mtp"; throws vi::Error naming the choices for anything else.
+SpecKind spec_kind_from_name(std::string_view name);
+const char* spec_kind_name(SpecKind k);
+
+struct SpecOptions {
+  SpecKind kind = SpecKind::kOff;
+  int draft_max = 3;  // drafts per round, 1 .. Model::kMaxRecordedRows - 1 (a round's pass: 1 + drafts)
+  int ngram_min = 2;  // ngram: suffix lengths tried, longest first
+  int ngram_max = 4;
+};
+
+struct SpecStats {
+  int64_t rounds = 0;    // passes that verified drafts (rounds without drafts are not counted)
+  int64_t drafted = 0;   // draft tokens proposed
+  int64_t accepted = 0;  // of them, kept
+  int64_t rollbacks = 0; // rounds that went back to a state copy and ran the kept tokens again
+};
+
+// Throws vi::Error when opts cannot run on `model` (mtp without a draft head, draft_max out of range).
+void check_spec_options(const Model& model, const SpecOptions& opts);
+
+// What speculation keeps between generate() calls on one sequence (the turns of a chat): the
+// draft head's cache and the final hidden states of the positions whose next token it has not
+// seen yet. Make one per sequence, when the sequence is empty; generate() makes a private one
+// when given none.
+class SpecSession {
+ public:
+  SpecSession(const Model& model, const SpecOptions& opts, int64_t n_ctx);
+  ~SpecSession();
+  SpecSession(const SpecSession&) = delete;
+  SpecSession& operator=(const SpecSession&) = delete;
+
+  const SpecOptions& options() const { return opts_; }
+  SpecStats& stats() { return stats_; }
+
+  // --- used by generate() ---
+  // Whether the model should return its final hidden states with each pass.
+  bool wants_hidden() const { return opts_.kind == SpecKind::kMtp && !cold_; }
+  // Before a call's first pass on `seq` holding `history`: starts over when the sequence was
+  // reset; stops the draft head (cold: no more drafts from it) when the sequence moved on
+  // without it.
+  void sync(const SequenceState& seq, std::span<const int32_t> history);
+  // After a pass that appended rows with final hidden states `hidden` ([rows, d], the first
+  // `keep` of them kept): the head catches up on every kept position whose next token is in
+  // `history` (the sequence's tokens).
+  void observe(ops::Context& ctx, const Tensor& hidden, int64_t keep, std::span<const int32_t> history);
+  // Up to k drafts to follow `next` (sampled, not yet in the sequence whose tokens are `history`).
+  std::vector<int32_t> propose(ops::Context& ctx, std::span<const int32_t> history, int32_t next, int k);
+
+ private:
+  std::vector<int32_t> propose_ngram(std::span<const int32_t> history, int32_t next, int k) const;
+  std::vector<int32_t> propose_mtp(ops::Context& ctx, std::span<const int32_t> history, int32_t next, int k);
+  // Runs the head over pending_ rows [0, n) with the tokens that follow them in `tail`
+  // (tail[i] follows pending row i); drops them from pending_. Returns the last slot's logits.
+  void feed_head(ops::Context& ctx, int64_t n, std::span<const int32_t> tail, Tensor& logits, Tensor& head_out);
+
+  const Model& model_;
+  SpecOptions opts_;
+  SpecStats stats_;
+  std::unique_ptr<SequenceState> dseq_;  // the draft head's cache (mtp)
+  Tensor pending_;  // [p, d] final hidden states of positions dseq_->n_past() .. + p - 1 (mtp)
+  bool cold_ = false;
+};
+
+}  // namespace vi
