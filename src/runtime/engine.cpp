@@ -43,6 +43,12 @@ struct Engine::Slot {
   bool first_token_seen = false;
   bool begun = false;    // the KV cache has installed the request's cached prefix
   int64_t reused = 0;    // prompt tokens served from the prefix cache
+  // Speculative decoding (EngineOptions::spec): the slot's session (kept across its requests),
+  // the recurrent state before a pass with drafts, and this step's decode tokens (the pending
+  // token, then its drafts).
+  std::unique_ptr<SpecSession> spec;
+  StateCopy saved;
+  std::vector<int32_t> fed;
 };
 
 namespace {
@@ -73,10 +79,12 @@ Engine::Engine(const Model& model, ops::Context ctx, EngineOptions opts)
            opts_.kv_blocks, opts_.max_seqs, opts_.n_ctx, min_blocks, bs);
   VI_CHECK(opts_.kv_blocks <= INT32_MAX, "KV pool of {} blocks is too large", opts_.kv_blocks);
   VI_CHECK(opts_.cache_ram_gb >= 0, "--cache-ram must not be negative (got {})", opts_.cache_ram_gb);
+  check_spec_options(model_, opts_.spec);
   auto pool = new_kv_pool_checked(model_, opts_.kv_blocks, bs, opts_.n_ctx, opts_.max_seqs);
   for (int i = 0; i < opts_.max_seqs; ++i) {
     auto s = std::make_unique<Slot>();
     s->seq = model_.new_paged_sequence(opts_.n_ctx, pool);
+    if (opts_.spec.kind != SpecKind::kOff) s->spec = std::make_unique<SpecSession>(model_, opts_.spec, opts_.n_ctx);
     slots_.push_back(std::move(s));
   }
   KvCacheOptions ko;
@@ -246,21 +254,42 @@ void Engine::step() {
     s.begun = true;
     s.history.assign(prompt.begin(), prompt.begin() + s.reused);
     s.prompt_fed = static_cast<size_t>(s.reused);
+    // The MTP head has no cache of the reused prefix: no drafts from it for this request.
+    if (s.spec && s.spec->sync(*s.seq, s.history))
+      VI_LOG_DEBUG("speculative decoding: {} cached prompt tokens, no MTP drafts for this request", s.reused);
   }
 
-  // 2. Plan: one token for every decoding sequence, then prompt chunks in admission order.
+  // 2. Plan: one token (and its drafts) for every decoding sequence, then prompt chunks in
+  // admission order.
   std::vector<BatchItem> items;
   std::vector<Slot*> owners;
-  std::vector<int32_t> decode_tok(slots_.size());
+  std::vector<char> decoding;  // per item: a decode step (else a prompt chunk)
   int64_t budget = opts_.step_tokens;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    Slot& s = *slots_[i];
+  int64_t n_decoding = 0;
+  for (auto& sp : slots_) n_decoding += sp->req && sp->pending >= 0 ? 1 : 0;
+  int64_t spare = std::max<int64_t>(budget - n_decoding, 0);  // step tokens drafts may take
+  for (auto& sp : slots_) {
+    Slot& s = *sp;
     if (!s.req || s.pending < 0) continue;
-    decode_tok[i] = s.pending;
-    kv_->reserve(*s.seq, 1);
-    items.push_back({s.seq.get(), {&decode_tok[i], 1}, false});
+    s.fed.assign(1, s.pending);
+    if (s.spec) {
+      int64_t k = std::min<int64_t>(s.spec->options().draft_max, spare);
+      k = std::min<int64_t>(k, s.seq->capacity() - s.seq->n_past() - 1);
+      if (s.req->params.max_tokens >= 0) k = std::min<int64_t>(k, s.req->params.max_tokens - s.generated - 1);
+      const std::vector<int32_t> drafts = s.spec->propose(ctx_, s.history, s.pending, static_cast<int>(k));
+      s.fed.insert(s.fed.end(), drafts.begin(), drafts.end());
+      spare -= static_cast<int64_t>(drafts.size());
+      if (!drafts.empty()) {
+        s.spec->stats().rounds++;
+        s.spec->stats().drafted += static_cast<int64_t>(drafts.size());
+        if (!s.seq->recurrent_state().empty()) s.saved.save(ctx_, *s.seq);
+      }
+    }
+    kv_->reserve(*s.seq, static_cast<int64_t>(s.fed.size()));
+    items.push_back({s.seq.get(), s.fed, /*all_logits=*/s.fed.size() > 1});
     owners.push_back(&s);
-    --budget;
+    decoding.push_back(1);
+    budget -= static_cast<int64_t>(s.fed.size());
   }
   for (auto& sp : slots_) {
     Slot& s = *sp;
@@ -273,31 +302,48 @@ void Engine::step() {
     kv_->reserve(*s.seq, static_cast<int64_t>(n));
     items.push_back({s.seq.get(), {prompt.data() + s.prompt_fed, n}, false});
     owners.push_back(&s);
+    decoding.push_back(0);
     budget -= static_cast<int64_t>(n);
   }
   if (items.empty()) return;
 
-  // 3. One forward pass for all of them; the logits stay on the model's device.
-  Tensor logits;  // [items, vocab]
-  model_.forward_batch(ctx_, items, logits, LogitsOn::kDevice);
+  // 3. One forward pass for all of them; the logits stay on the model's device. Where a draft
+  // head reads them, the final hidden states too.
+  bool want_hidden = false;
+  for (Slot* s : owners) want_hidden = want_hidden || (s->spec && s->spec->wants_hidden());
+  Tensor logits, hidden;  // [logits rows, vocab]; [rows, d]
+  model_.forward_batch(ctx_, items, logits, LogitsOn::kDevice, want_hidden ? &hidden : nullptr);
   const int64_t V = model_.info().n_vocab;
+  // Each item's first row in the pass (hidden) and in the logits (all of its rows with drafts).
+  std::vector<int64_t> hrow0, lrow0;
+  for (size_t k = 0, h = 0, l = 0; k < items.size(); ++k) {
+    hrow0.push_back(static_cast<int64_t>(h));
+    lrow0.push_back(static_cast<int64_t>(l));
+    h += items[k].tokens.size();
+    l += items[k].all_logits ? items[k].tokens.size() : 1;
+  }
 
-  // 4. Book-keeping, then one sampling call for every row that ends in a new token.
-  std::lock_guard<std::mutex> lock(mu_);
+  // 4. Book-keeping, then sampling: every item that ends in a new token samples its first row;
+  // a decoding item with drafts goes on to its next row while the sampled token is the draft
+  // that follows (one sampling call per round of rows).
+  std::unique_lock<std::mutex> lock(mu_);
   stats_.steps++;
   const auto now = Clock::now();
-  std::vector<size_t> rows;  // items whose last logits row is sampled
+  std::vector<size_t> walking;  // items whose rows are sampled
   for (size_t k = 0; k < items.size(); ++k) {
     Slot& s = *owners[k];
     const auto& prompt = s.req->prompt;
-    if (s.pending >= 0) {
-      s.history.push_back(s.pending);
+    if (decoding[k]) {
+      s.history.push_back(s.pending);  // the drafts join as they are kept; commit() waits for that
       s.pending = -1;
-      kv_->commit(*s.seq, s.history);
     } else {
       s.history.insert(s.history.end(), items[k].tokens.begin(), items[k].tokens.end());
       s.prompt_fed += items[k].tokens.size();
       kv_->commit(*s.seq, s.history);
+      if (s.spec && s.spec->wants_hidden()) {
+        const int64_t T = static_cast<int64_t>(items[k].tokens.size());
+        s.spec->observe(ctx_, hidden.slice_rows(hrow0[k], hrow0[k] + T), T, s.history);
+      }
       if (s.prompt_fed < prompt.size()) continue;  // more prompt to feed next step
       // Prompt done: every prompt token is counted, reused ones as cached.
       stats_.prompt_tokens += prompt.size();
@@ -307,85 +353,148 @@ void Engine::step() {
       VI_LOG_INFO("prompt {} tokens = {} reused + {} computed in {:.1f} ms (after {:.1f} ms in the queue)",
                   prompt.size(), s.reused, static_cast<int64_t>(prompt.size()) - s.reused, ms, queued_ms);
     }
-    if (s.req->cancelled->load()) {
-      finish(s, FinishReason::kCancelled);
-      continue;
-    }
-    rows.push_back(k);
+    walking.push_back(k);
   }
-  if (rows.empty()) return;
-  std::vector<SampleResult> sampled;
-  {
-    // Rows of the logits in `rows` order: all of them when every item samples (decode).
-    Tensor picked = logits;
-    if (rows.size() != items.size()) {
-      picked = ops::empty(ctx_, logits.dtype(), {static_cast<int64_t>(rows.size()), V});
-      for (size_t j = 0; j < rows.size(); ++j) {
-        Tensor dst = picked.slice_rows(static_cast<int64_t>(j), static_cast<int64_t>(j) + 1);
-        ops::copy(ctx_, logits.slice_rows(static_cast<int64_t>(rows[j]), static_cast<int64_t>(rows[j]) + 1), dst);
+  std::vector<int64_t> keep(items.size(), 0);       // decode items: tokens of the pass kept
+  std::vector<std::optional<FinishReason>> ends(items.size());
+  std::vector<int32_t> last(items.size(), -1);      // the last sampled token, the next pending one
+  for (int64_t r = 0; !walking.empty(); ++r) {
+    std::vector<SampleResult> sampled;
+    std::vector<Tensor> rows;  // [1, V] views: each walker's row r
+    {
+      Tensor picked = logits;  // every item's one row, in order: the logits as they are
+      bool all = r == 0 && walking.size() == items.size();
+      for (size_t k : walking) all = all && !items[k].all_logits;
+      if (!all) {
+        picked = ops::empty(ctx_, logits.dtype(), {static_cast<int64_t>(walking.size()), V});
+        for (size_t j = 0; j < walking.size(); ++j) {
+          const int64_t src = lrow0[walking[j]] + r;
+          Tensor dst = picked.slice_rows(static_cast<int64_t>(j), static_cast<int64_t>(j) + 1);
+          ops::copy(ctx_, logits.slice_rows(src, src + 1), dst);
+        }
       }
+      std::vector<Sampler*> samplers;
+      std::vector<std::span<const int32_t>> hist;
+      for (size_t k : walking) {
+        samplers.push_back(&*owners[k]->sampler);
+        hist.emplace_back(owners[k]->history);
+      }
+      sampled = sample_rows(ctx_, picked, samplers, hist);
     }
-    std::vector<Sampler*> samplers;
-    std::vector<std::span<const int32_t>> hist;
-    for (size_t k : rows) {
-      samplers.push_back(&*owners[k]->sampler);
-      hist.emplace_back(owners[k]->history);
+    std::vector<size_t> next;
+    for (size_t j = 0; j < walking.size(); ++j) {
+      const size_t k = walking[j];
+      Slot& s = *owners[k];
+      if (decoding[k]) keep[k] = r + 1;  // fed[0 .. r] precede this token
+      // What the sequence holds once cut back to the kept tokens.
+      const int64_t held = s.seq->n_past() - (decoding[k] ? static_cast<int64_t>(s.fed.size()) - keep[k] : 0);
+      const int64_t row = lrow0[k] + r;
+      if (s.req->cancelled->load()) {
+        ends[k] = FinishReason::kCancelled;
+        continue;
+      }
+      ends[k] = emit(s, sampled[j], logits.slice_rows(row, row + 1), held, now);
+      last[k] = sampled[j].token;
+      const bool draft_kept = decoding[k] && !ends[k] && static_cast<size_t>(r + 1) < s.fed.size() &&
+                              s.fed[static_cast<size_t>(r + 1)] == sampled[j].token;
+      if (!draft_kept) continue;
+      s.history.push_back(sampled[j].token);
+      s.spec->stats().accepted++;
+      next.push_back(k);
     }
-    sampled = sample_rows(ctx_, picked, samplers, hist);
+    walking = std::move(next);
   }
-  for (size_t j = 0; j < rows.size(); ++j) {
-    const size_t k = rows[j];
+
+  // 5. Cut each decoding sequence back to the tokens it kept: attention-only models truncate;
+  // models with recurrent state go back to the copy taken before the pass and run the kept
+  // tokens again (one pass for all of them, outside the lock).
+  std::vector<BatchItem> redo;
+  for (size_t k = 0; k < items.size(); ++k) {
     Slot& s = *owners[k];
-    const SampleResult r = sampled[j];
-    Event ev;
-    ev.kind = Event::Kind::kToken;
-    ev.cached_tokens = s.reused;  // known from the first token on (a stop string may end the stream early)
-    ev.token = r.token;
-    if (s.req->params.top_logprobs >= 0) {
-      // Log-probabilities under the model's own distribution (raw logits): this row only
-      // comes to the host.
-      Tensor host = logits_to_host_f32(ctx_, logits.slice_rows(static_cast<int64_t>(k), static_cast<int64_t>(k) + 1));
-      std::span<const float> row(host.ptr<float>(), static_cast<size_t>(V));
-      double mx = *std::max_element(row.begin(), row.end()), sum = 0;
-      for (float l : row) sum += std::exp(static_cast<double>(l) - mx);
-      const double lse = mx + std::log(sum);
-      ev.logprob = static_cast<float>(row[r.token] - lse);
-      int n_top = std::min<int>(s.req->params.top_logprobs, static_cast<int>(V));
-      if (n_top > 0) {
-        std::vector<int32_t> idx(static_cast<size_t>(V));
-        for (int64_t v = 0; v < V; ++v) idx[v] = static_cast<int32_t>(v);
-        std::partial_sort(idx.begin(), idx.begin() + n_top, idx.end(),
-                          [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-        for (int t = 0; t < n_top; ++t) ev.top.push_back({idx[t], static_cast<float>(row[idx[t]] - lse)});
-      }
-    }
-    const double since = std::chrono::duration<double>(now - (s.first_token_seen ? s.last_token : s.arrived)).count();
-    if (!s.first_token_seen) {
-      observe(stats_.ttft_counts, EngineStats::kTtftBuckets, std::size(EngineStats::kTtftBuckets), since,
-              stats_.ttft_sum, stats_.ttft_n);
-      s.first_token_seen = true;
-    } else {
-      observe(stats_.tpot_counts, EngineStats::kTpotBuckets, std::size(EngineStats::kTpotBuckets), since,
-              stats_.tpot_sum, stats_.tpot_n);
-    }
-    s.last_token = now;
-    const auto& stops = s.req->params.stop_tokens;
-    const bool is_stop = !s.req->params.ignore_stop_tokens &&
-                         std::find(stops.begin(), stops.end(), r.token) != stops.end();
-    if (is_stop) {
-      finish(s, FinishReason::kStop);
+    if (!decoding[k] || keep[k] == static_cast<int64_t>(s.fed.size())) continue;
+    const int64_t base = s.seq->n_past() - static_cast<int64_t>(s.fed.size());
+    if (s.seq->recurrent_state().empty() && s.seq->can_truncate_to(base + keep[k])) {
+      s.seq->truncate(base + keep[k]);
       continue;
     }
-    s.req->events->push(std::move(ev));
-    s.generated++;
-    stats_.generated_tokens++;
-    const int64_t max_tokens = s.req->params.max_tokens;
-    if ((max_tokens >= 0 && s.generated >= max_tokens) || s.seq->n_past() >= s.seq->capacity()) {
-      finish(s, FinishReason::kLength);
-      continue;
-    }
-    s.pending = r.token;
+    s.saved.restore(ctx_, *s.seq);
+    s.seq->resume_at(base);
+    redo.push_back({s.seq.get(), {s.fed.data(), static_cast<size_t>(keep[k])}, false});
+    s.spec->stats().rollbacks++;
   }
+  if (!redo.empty()) {
+    lock.unlock();
+    Tensor unused;
+    model_.forward_batch(ctx_, redo, unused, LogitsOn::kDevice);
+    lock.lock();
+  }
+  for (size_t k = 0; k < items.size(); ++k) {
+    Slot& s = *owners[k];
+    if (decoding[k]) {
+      kv_->commit(*s.seq, s.history);
+      if (s.spec && s.spec->wants_hidden())
+        s.spec->observe(ctx_, hidden.slice_rows(hrow0[k], hrow0[k] + keep[k]), keep[k], s.history);
+    }
+    if (ends[k]) {
+      finish(s, *ends[k]);
+    } else if (last[k] >= 0) {
+      s.pending = last[k];
+    }
+  }
+  SpecStats total;
+  for (auto& sp : slots_) {
+    if (!sp->spec) continue;
+    const SpecStats& t = sp->spec->stats();
+    total.rounds += t.rounds, total.drafted += t.drafted, total.accepted += t.accepted, total.rollbacks += t.rollbacks;
+  }
+  stats_.spec = total;
+}
+
+std::optional<FinishReason> Engine::emit(Slot& s, const SampleResult& r, const Tensor& logits, int64_t held,
+                                         Clock::time_point now) {
+  const int64_t V = model_.info().n_vocab;
+  Event ev;
+  ev.kind = Event::Kind::kToken;
+  ev.cached_tokens = s.reused;  // known from the first token on (a stop string may end the stream early)
+  ev.token = r.token;
+  if (s.req->params.top_logprobs >= 0) {
+    // Log-probabilities under the model's own distribution (raw logits): this row only
+    // comes to the host.
+    Tensor host = logits_to_host_f32(ctx_, logits);
+    std::span<const float> row(host.ptr<float>(), static_cast<size_t>(V));
+    double mx = *std::max_element(row.begin(), row.end()), sum = 0;
+    for (float l : row) sum += std::exp(static_cast<double>(l) - mx);
+    const double lse = mx + std::log(sum);
+    ev.logprob = static_cast<float>(row[r.token] - lse);
+    int n_top = std::min<int>(s.req->params.top_logprobs, static_cast<int>(V));
+    if (n_top > 0) {
+      std::vector<int32_t> idx(static_cast<size_t>(V));
+      for (int64_t v = 0; v < V; ++v) idx[v] = static_cast<int32_t>(v);
+      std::partial_sort(idx.begin(), idx.begin() + n_top, idx.end(),
+                        [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+      for (int t = 0; t < n_top; ++t) ev.top.push_back({idx[t], static_cast<float>(row[idx[t]] - lse)});
+    }
+  }
+  const double since = std::chrono::duration<double>(now - (s.first_token_seen ? s.last_token : s.arrived)).count();
+  if (!s.first_token_seen) {
+    observe(stats_.ttft_counts, EngineStats::kTtftBuckets, std::size(EngineStats::kTtftBuckets), since,
+            stats_.ttft_sum, stats_.ttft_n);
+    s.first_token_seen = true;
+  } else {
+    observe(stats_.tpot_counts, EngineStats::kTpotBuckets, std::size(EngineStats::kTpotBuckets), since,
+            stats_.tpot_sum, stats_.tpot_n);
+  }
+  s.last_token = now;
+  const auto& stops = s.req->params.stop_tokens;
+  const bool is_stop =
+      !s.req->params.ignore_stop_tokens && std::find(stops.begin(), stops.end(), r.token) != stops.end();
+  if (is_stop) return FinishReason::kStop;
+  s.req->events->push(std::move(ev));
+  s.generated++;
+  stats_.generated_tokens++;
+  const int64_t max_tokens = s.req->params.max_tokens;
+  if ((max_tokens >= 0 && s.generated >= max_tokens) || held >= s.seq->capacity()) return FinishReason::kLength;
+  return std::nullopt;
 }
 
 }  // namespace vi

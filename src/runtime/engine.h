@@ -6,7 +6,10 @@
 // Each step the scheduler (1) drops cancelled requests, (2) admits queued requests into
 // free sequence slots, (3) gives every decoding sequence one token and fills the rest of
 // the step's token budget with prompt chunks (chunked prefill, so a long prompt never
-// stalls the running streams), (4) runs one batched forward pass and samples.
+// stalls the running streams), (4) runs one batched forward pass and samples. With drafts
+// (EngineOptions::spec) a decoding sequence's share of the pass is its token and its drafts,
+// its rows are sampled in turn while they agree with the drafts, and the sequence is cut back
+// to what was kept.
 // Sequences keep their KV in one paged pool managed by runtime/kv_cache.h: a request
 // whose prompt starts like an earlier one resumes from the longest cached prefix.
 #pragma once
@@ -27,6 +30,7 @@
 #include "runtime/kv_cache.h"
 #include "runtime/generate.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 
 namespace vi {
 
@@ -94,6 +98,9 @@ struct EngineOptions {
   double cache_ram_gb = 0;            // host-RAM tier for evicted blocks/snapshots (--cache-ram)
   int64_t cache_snapshots = 0;        // state snapshot slots on the device; 0: auto (KvCacheOptions)
   int64_t snapshot_interval = 256;    // tokens between prompt snapshots (hybrid models)
+  // Speculative decoding (runtime/speculative.h): each decoding sequence's pass also takes its
+  // drafts; the tokens are those of decoding without them.
+  SpecOptions spec;
 };
 
 // Counters and distributions for /metrics; a consistent snapshot.
@@ -120,6 +127,7 @@ struct EngineStats {
   // rate, cache.hits / cache.lookups the request hit rate; pool sizes in blocks and bytes.
   uint64_t prompt_tokens_cached = 0;  // of prompt_tokens, those served from the cache
   KvCacheStats cache;
+  SpecStats spec;  // drafts proposed and kept (EngineOptions::spec)
 };
 
 class Engine {
@@ -145,6 +153,9 @@ class Engine {
   void loop();
   void step();
   void finish(Slot& s, FinishReason why);
+  // Emits a sampled token of `s` (logits: its row); returns why the request ends with it, if it does.
+  std::optional<FinishReason> emit(Slot& s, const SampleResult& r, const Tensor& logits, int64_t held,
+                                   std::chrono::steady_clock::time_point now);
 
   const Model& model_;
   ops::Context ctx_;

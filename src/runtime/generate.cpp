@@ -3,9 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/timer.h"
-#include "ops/copy.h"
-#include "ops/memory.h"
 
 namespace vi {
 
@@ -26,25 +25,6 @@ Tensor prefill(const Model& model, ops::Context& ctx, SequenceState& seq, std::s
 
 namespace {
 
-// A sequence's recurrent state (SequenceState::recurrent_state) copied aside before a verify
-// pass, to go back to when some drafts are refused. Buffers are made at the first save.
-class StateCopy {
- public:
-  void save(ops::Context& ctx, const SequenceState& seq) {
-    const std::vector<Tensor> st = seq.recurrent_state();
-    if (copies_.empty())
-      for (const Tensor& t : st) copies_.push_back(ops::empty(ctx, t.dtype(), t.shape()));
-    for (size_t i = 0; i < st.size(); ++i) ops::copy(ctx, st[i], copies_[i]);
-  }
-  void restore(ops::Context& ctx, const SequenceState& seq) {
-    std::vector<Tensor> st = seq.recurrent_state();
-    for (size_t i = 0; i < st.size(); ++i) ops::copy(ctx, copies_[i], st[i]);
-  }
-
- private:
-  std::vector<Tensor> copies_;
-};
-
 // generate() with drafts (runtime/speculative.h has the scheme). Every emitted token goes
 // through the same checks, in the same order, as in the plain loop below, so the two end
 // alike: a stop token, the callback, a full context, n_predict.
@@ -58,7 +38,9 @@ GenerateStats generate_speculative(const Model& model, ops::Context& ctx, Sequen
     ss = own.get();
   }
   const SpecStats before = ss->stats();
-  ss->sync(seq, history);
+  if (ss->sync(seq, history))
+    VI_LOG_WARN("speculative decoding: the MTP head did not see this sequence's first tokens (it was made after "
+                "them, or the sequence was cut back); no MTP drafts for it until it starts over");
   GenerateStats st;
   Timer timer;
   Sampler sampler(opts.sampling);
@@ -86,7 +68,7 @@ GenerateStats generate_speculative(const Model& model, ops::Context& ctx, Sequen
   for (int64_t i = 0; opts.n_predict < 0 || i < opts.n_predict;) {
     // Walk the rows of the last pass: row r follows fed[r]; drafts[r] is what row r was
     // guessed to give (none past the drafts).
-    int64_t keep = static_cast<int64_t>(fed.size());  // tokens of the pass the sequence keeps
+    int64_t keep = 0;  // tokens of the pass the sequence keeps
     int32_t next = -1;
     bool done = false;
     for (;; ++row) {
@@ -136,9 +118,7 @@ GenerateStats generate_speculative(const Model& model, ops::Context& ctx, Sequen
     if (n_pass > 0 && ss->wants_hidden()) ss->observe(ctx, hidden, keep, history);
     if (done) {
       st.decode_ms = timer.ms();
-      st.spec = ss->stats();
-      st.spec.rounds -= before.rounds, st.spec.drafted -= before.drafted, st.spec.accepted -= before.accepted;
-      st.spec.rollbacks -= before.rollbacks;
+      st.spec = ss->stats() - before;
       return st;
     }
     // The next pass: `next` and its drafts, as many as the context and n_predict leave room for.

@@ -21,6 +21,7 @@ const char* spec_kind_name(SpecKind k) {
   switch (k) {
     case SpecKind::kNgram: return "ngram";
     case SpecKind::kMtp: return "mtp";
+    case SpecKind::kCustom: return "custom";
     default: return "off";
   }
 }
@@ -33,6 +34,7 @@ void check_spec_options(const Model& model, const SpecOptions& opts) {
   if (opts.kind == SpecKind::kNgram)
     VI_CHECK(opts.ngram_min >= 1 && opts.ngram_min <= opts.ngram_max,
              "n-gram drafts need 1 <= ngram_min <= ngram_max (got {} and {})", opts.ngram_min, opts.ngram_max);
+  if (opts.kind == SpecKind::kCustom) VI_CHECK(opts.custom != nullptr, "custom drafts need a drafter function");
   if (opts.kind == SpecKind::kMtp)
     VI_CHECK(model.has_draft_head(),
              "--spec mtp: model '{}' ({}) has no MTP head (a Qwen3.5 file with its mtp.* / nextn weights has one); "
@@ -64,23 +66,33 @@ SpecSession::SpecSession(const Model& model, const SpecOptions& opts, int64_t n_
 
 SpecSession::~SpecSession() = default;
 
-void SpecSession::sync(const SequenceState& seq, std::span<const int32_t> history) {
+void StateCopy::save(ops::Context& ctx, const SequenceState& seq) {
+  const std::vector<Tensor> st = seq.recurrent_state();
+  if (copies_.empty())
+    for (const Tensor& t : st) copies_.push_back(ops::empty(ctx, t.dtype(), t.shape()));
+  for (size_t i = 0; i < st.size(); ++i) ops::copy(ctx, st[i], copies_[i]);
+}
+
+void StateCopy::restore(ops::Context& ctx, const SequenceState& seq) {
+  std::vector<Tensor> st = seq.recurrent_state();
+  VI_CHECK(st.size() == copies_.size(), "speculative decoding: no state copy to go back to");
+  for (size_t i = 0; i < st.size(); ++i) ops::copy(ctx, copies_[i], st[i]);
+}
+
+bool SpecSession::sync(const SequenceState& seq, std::span<const int32_t> history) {
   VI_CHECK(static_cast<int64_t>(history.size()) == seq.n_past(),
            "speculative decoding: the history holds {} tokens but the sequence {}", history.size(), seq.n_past());
-  if (!dseq_) return;
+  if (!dseq_) return false;
   if (seq.n_past() == 0) {  // a fresh or reset sequence: the head starts over with it
     dseq_->truncate(0);
     pending_ = Tensor();
     cold_ = false;
-    return;
+    return false;
   }
   const int64_t have = dseq_->n_past() + (pending_.data() != nullptr ? pending_.rows() : 0);
-  if (!cold_ && have != seq.n_past()) {
-    cold_ = true;
-    VI_LOG_WARN("speculative decoding: the MTP head did not see this sequence's first {} tokens (it was made "
-                "after them, or the sequence was cut back); no MTP drafts for it until it is reset",
-                seq.n_past() - std::min(have, seq.n_past()));
-  }
+  if (cold_ || have == seq.n_past()) return false;
+  cold_ = true;
+  return true;
 }
 
 void SpecSession::feed_head(ops::Context& ctx, int64_t n, std::span<const int32_t> tail, Tensor& logits,
@@ -117,6 +129,11 @@ std::vector<int32_t> SpecSession::propose(ops::Context& ctx, std::span<const int
   if (k <= 0) return {};
   if (opts_.kind == SpecKind::kNgram) return propose_ngram(history, next, k);
   if (opts_.kind == SpecKind::kMtp && !cold_) return propose_mtp(ctx, history, next, k);
+  if (opts_.kind == SpecKind::kCustom) {
+    std::vector<int32_t> d = opts_.custom(history, next, k);
+    if (static_cast<int>(d.size()) > k) d.resize(static_cast<size_t>(k));
+    return d;
+  }
   return {};
 }
 

@@ -15,9 +15,13 @@
 //          occurred before in the sequence proposes what followed it then. No model needed.
 //   mtp:   the model's draft head (Qwen3.5's MTP block, Model::draft_forward) from the final
 //          hidden state, its own drafts fed back for k > 1 (MODEL_QWEN35.md section 7.3).
+//   custom: a function the caller gives (SpecOptions::custom; not a command-line choice).
+// Drafts must be a function of the sequence (no draws of their own) for the output to be the
+// plain loop's.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -27,14 +31,18 @@
 
 namespace vi {
 
-enum class SpecKind { kOff, kNgram, kMtp };
+enum class SpecKind { kOff, kNgram, kMtp, kCustom };
 
 // "off", "ngram", "mtp"; throws vi::Error naming the choices for anything else.
 SpecKind spec_kind_from_name(std::string_view name);
 const char* spec_kind_name(SpecKind k);
 
+// A drafter: up to k tokens to follow `next`, which follows `history`.
+using DraftFn = std::function<std::vector<int32_t>(std::span<const int32_t> history, int32_t next, int k)>;
+
 struct SpecOptions {
   SpecKind kind = SpecKind::kOff;
+  DraftFn custom;     // kCustom's drafter
   int draft_max = 3;  // drafts per round, 1 .. Model::kMaxRecordedRows - 1 (a round's pass: 1 + drafts)
   int ngram_min = 2;  // ngram: suffix lengths tried, longest first
   int ngram_max = 4;
@@ -46,6 +54,9 @@ struct SpecStats {
   int64_t accepted = 0;  // of them, kept
   int64_t rollbacks = 0; // rounds that went back to a state copy and ran the kept tokens again
 };
+inline SpecStats operator-(const SpecStats& a, const SpecStats& b) {
+  return {a.rounds - b.rounds, a.drafted - b.drafted, a.accepted - b.accepted, a.rollbacks - b.rollbacks};
+}
 
 // Throws vi::Error when opts cannot run on `model` (mtp without a draft head, draft_max out of range).
 void check_spec_options(const Model& model, const SpecOptions& opts);
@@ -54,6 +65,17 @@ void check_spec_options(const Model& model, const SpecOptions& opts);
 // draft head's cache and the final hidden states of the positions whose next token it has not
 // seen yet. Make one per sequence, when the sequence is empty; generate() makes a private one
 // when given none.
+// A sequence's recurrent state (SequenceState::recurrent_state) copied aside before a pass
+// with drafts, to go back to when some are refused. Buffers are made at the first save.
+class StateCopy {
+ public:
+  void save(ops::Context& ctx, const SequenceState& seq);
+  void restore(ops::Context& ctx, const SequenceState& seq);
+
+ private:
+  std::vector<Tensor> copies_;
+};
+
 class SpecSession {
  public:
   SpecSession(const Model& model, const SpecOptions& opts, int64_t n_ctx);
@@ -67,10 +89,11 @@ class SpecSession {
   // --- used by generate() ---
   // Whether the model should return its final hidden states with each pass.
   bool wants_hidden() const { return opts_.kind == SpecKind::kMtp && !cold_; }
-  // Before a call's first pass on `seq` holding `history`: starts over when the sequence was
-  // reset; stops the draft head (cold: no more drafts from it) when the sequence moved on
-  // without it.
-  void sync(const SequenceState& seq, std::span<const int32_t> history);
+  // Before a call's first pass on `seq` holding `history`: starts over when the sequence is
+  // empty; stops the draft head (cold: no more drafts from it until the sequence is empty
+  // again) when the sequence holds tokens it did not see (a cached prefix, a cut-back chat).
+  // Returns true when it has just gone cold.
+  bool sync(const SequenceState& seq, std::span<const int32_t> history);
   // After a pass that appended rows with final hidden states `hidden` ([rows, d], the first
   // `keep` of them kept): the head catches up on every kept position whose next token is in
   // `history` (the sequence's tokens).

@@ -2,13 +2,16 @@
 // models (llama_tiny: attention only, cut back by truncation; qwen35_a and qwen35_b: Gated
 // DeltaNet + attention, cut back through a state copy and a second pass): the tokens, the
 // finish reason and the sequence left behind must be the plain loop's, greedy and sampled,
-// for every draft width; n-gram drafts must actually be kept on a repetitive prompt, so the
-// comparison covers both kept and refused drafts.
+// for every draft width. Drafts that are the plain run's own tokens with some changed make sure
+// both kept and refused drafts are compared, at every depth; the n-gram drafter is checked on
+// repetitive prompts and on its own. The engine (continuous batching, prefix
+// cache) with drafts against the engine without, several requests at once.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "formats/weight_source.h"
+#include "runtime/engine.h"
 #include "runtime/generate.h"
 
 namespace vi {
@@ -94,8 +97,72 @@ TEST_P(Speculative, NgramDraftsGiveThePlainLoopsTokens) {
       refused += b.st.spec.drafted - b.st.spec.accepted;
     }
   }
-  EXPECT_GT(kept, 0) << "no draft was ever kept: the comparison did not cover kept drafts";
-  EXPECT_GT(refused, 0) << "no draft was ever refused: the comparison did not cover cutting back";
+  EXPECT_GT(kept + refused, 0) << "the repetitive prompt gave no n-gram drafts";
+}
+
+// Drafts that are the plain run's own continuation with some tokens changed: every kept prefix
+// length and every refusal point occurs, whatever the model does.
+DraftFn oracle(const std::vector<int32_t>& prompt, const std::vector<int32_t>& truth, int64_t vocab,
+               unsigned seed) {
+  auto rng = std::make_shared<std::mt19937>(seed);
+  return [=](std::span<const int32_t> history, int32_t, int k) {
+    // history = prompt + the first g tokens of truth; next = truth[g].
+    std::vector<int32_t> d;
+    const size_t g = history.size() - prompt.size();
+    for (size_t i = g + 1; i < truth.size() && static_cast<int>(d.size()) < k; ++i)
+      d.push_back((*rng)() % 4 == 0 ? static_cast<int32_t>((truth[i] + 1) % vocab) : truth[i]);
+    return d;
+  };
+}
+
+TEST_P(Speculative, KeptAndRefusedDraftsGiveThePlainLoopsTokens) {
+  Loaded L = load(GetParam());
+  const int64_t V = L.model->info().n_vocab;
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < 4; ++trial) {
+    std::vector<int32_t> prompt(5 + rng() % 20);
+    for (auto& t : prompt) t = static_cast<int32_t>(rng() % V);
+    GenerateOptions plain;
+    plain.n_predict = 64;
+    plain.sampling.temperature = trial % 2 == 0 ? 0.0f : 0.9f;
+    plain.sampling.seed = rng();
+    const Outcome a = run(*L.model, prompt, plain, 256);
+    for (int k : {1, 4, 7}) {
+      GenerateOptions spec = plain;
+      spec.spec.kind = SpecKind::kCustom;
+      spec.spec.draft_max = k;
+      spec.spec.custom = oracle(prompt, a.out, V, rng());
+      const Outcome b = run(*L.model, prompt, spec, 256);
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << ", draft_max " << k);
+      EXPECT_EQ(b.out, a.out);
+      EXPECT_EQ(b.history, a.history);
+      EXPECT_EQ(b.st.finish, a.st.finish);
+      EXPECT_EQ(b.last_logits, a.last_logits);
+      EXPECT_GT(b.st.spec.accepted, 0) << "no draft was kept";
+      EXPECT_LT(b.st.spec.accepted, b.st.spec.drafted) << "no draft was refused";
+      if (k > 1) EXPECT_LT(b.st.spec.rounds, a.st.generated_tokens - 1) << "drafts saved no pass";
+    }
+  }
+}
+
+TEST(SpeculativeNgram, ProposesWhatFollowedTheLongestEarlierSuffix) {
+  ops::Context ctx;
+  Loaded L = load("llama_tiny");
+  SpecOptions o;
+  o.kind = SpecKind::kNgram;
+  SpecSession s(*L.model, o, 64);
+  const std::vector<int32_t> h{1, 2, 3, 4, 9, 2, 3, 5, 7, 1, 2};
+  // Suffix "1 2 3" (next = 3) occurred at 0..2, followed by 4 9 2 ...
+  EXPECT_EQ(s.propose(ctx, h, 3, 3), (std::vector<int32_t>{4, 9, 2}));
+  // Suffix "2 5": never before; "2 5" fails, n = 2 is the shortest: nothing.
+  EXPECT_TRUE(s.propose(ctx, h, 5, 3).empty());
+  // "9 2 3" is not there but "2 3" is, most recently at 5..6, followed by 5 7 1 2.
+  EXPECT_EQ(s.propose(ctx, std::vector<int32_t>{1, 2, 3, 4, 9, 2, 3, 5, 7, 1, 2}, 3, 2),
+            (std::vector<int32_t>{4, 9}));
+  EXPECT_EQ(s.propose(ctx, std::vector<int32_t>{8, 2, 3, 5, 7, 9, 2}, 3, 4), (std::vector<int32_t>{5, 7, 9, 2}));
+  EXPECT_TRUE(s.propose(ctx, h, 3, 0).empty());
 }
 
 TEST_P(Speculative, StopsWhereThePlainLoopStops) {
@@ -143,6 +210,98 @@ TEST_P(Speculative, MtpNeedsADraftHead) {
   o.draft_max = 8;  // a pass holds at most Model::kMaxRecordedRows tokens
   EXPECT_THROW(check_spec_options(*L.model, o), Error);
   EXPECT_THROW(spec_kind_from_name("eagle"), Error);
+}
+
+// All requests submitted at once (so they share steps), then their token streams.
+std::vector<std::vector<int32_t>> run_engine(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
+                                             const std::vector<SamplingParams>& sampling, int64_t max_tokens) {
+  std::vector<std::shared_ptr<Request>> reqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto req = std::make_shared<Request>();
+    req->prompt = prompts[i];
+    req->params.sampling = sampling[i];
+    req->params.max_tokens = max_tokens;
+    req->params.ignore_stop_tokens = true;
+    EXPECT_EQ(e.submit(req), Engine::SubmitStatus::kOk);
+    reqs.push_back(req);
+  }
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    for (;;) {
+      auto ev = reqs[i]->events->pop(std::chrono::seconds(60));
+      if (!ev) {
+        ADD_FAILURE() << "no event within 60 s";
+        break;
+      }
+      if (ev->kind == Event::Kind::kToken) out[i].push_back(ev->token);
+      if (ev->kind == Event::Kind::kError) ADD_FAILURE() << ev->error;
+      if (ev->kind != Event::Kind::kToken) break;
+    }
+  }
+  return out;
+}
+
+TEST_P(Speculative, EngineWithDraftsGivesTheSameTokens) {
+  Loaded L = load(GetParam());
+  const int64_t V = L.model->info().n_vocab;
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  EngineOptions base;
+  base.max_seqs = 3;
+  base.n_ctx = 512;
+  base.step_tokens = 40;  // prompt chunks share steps with decoding sequences and their drafts
+  base.snapshot_interval = 32;
+  // The drafts: each request's plain continuation with a quarter of the tokens changed (the
+  // request is found by its prompt, which the history starts with).
+  struct Known {
+    std::vector<int32_t> prompt, out;
+  };
+  auto known = std::make_shared<std::vector<Known>>();
+  auto rng_d = std::make_shared<std::mt19937>(rng());
+  EngineOptions spec = base;
+  spec.spec.kind = SpecKind::kCustom;
+  spec.spec.draft_max = 5;
+  spec.spec.custom = [known, rng_d, V](std::span<const int32_t> history, int32_t, int k) {
+    std::vector<int32_t> d;
+    for (const Known& c : *known) {
+      if (history.size() < c.prompt.size() || !std::equal(c.prompt.begin(), c.prompt.end(), history.begin()))
+        continue;
+      const size_t g = history.size() - c.prompt.size();
+      for (size_t i = g + 1; i < c.out.size() && static_cast<int>(d.size()) < k; ++i)
+        d.push_back((*rng_d)() % 4 == 0 ? static_cast<int32_t>((c.out[i] + 1) % V) : c.out[i]);
+      break;
+    }
+    return d;
+  };
+  Engine plain(*L.model, {}, base), drafted(*L.model, {}, spec);
+  std::vector<std::vector<int32_t>> convs;
+  std::vector<SamplingParams> sampling;
+  for (int i = 0; i < 4; ++i) {
+    convs.push_back(repetitive_prompt(rng, V));
+    convs.back().push_back(static_cast<int32_t>(i));  // no prompt is a prefix of another
+    SamplingParams p;
+    p.temperature = i % 2 == 0 ? 0.0f : 0.8f;
+    p.seed = rng();
+    sampling.push_back(p);
+  }
+  for (int turn = 0; turn < 2; ++turn) {  // the second turn resumes from the prefix cache
+    const auto a = run_engine(plain, convs, sampling, 60);
+    known->clear();
+    for (size_t i = 0; i < convs.size(); ++i) known->push_back({convs[i], a[i]});
+    const auto b = run_engine(drafted, convs, sampling, 60);
+    for (size_t i = 0; i < convs.size(); ++i) {
+      EXPECT_EQ(b[i], a[i]) << "turn " << turn << ", request " << i;
+      convs[i].insert(convs[i].end(), a[i].begin(), a[i].end());
+      const auto more = repetitive_prompt(rng, V);
+      convs[i].insert(convs[i].end(), more.begin(), more.end());
+    }
+  }
+  drafted.wait_idle();
+  const EngineStats st = drafted.stats();
+  EXPECT_GT(st.spec.accepted, 0) << "no draft was ever kept";
+  EXPECT_LT(st.spec.accepted, st.spec.drafted) << "no draft was ever refused";
+  EXPECT_EQ(plain.stats().spec.drafted, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, Speculative, ::testing::Values("llama_tiny", "qwen35_a", "qwen35_b"));
