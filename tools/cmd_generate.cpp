@@ -30,25 +30,6 @@ void print_stats(const GenerateStats& st) {
                static_cast<long long>(st.generated_tokens), dec, spec.c_str());
 }
 
-// --spec / --draft-max (speculative decoding: the same tokens in fewer forward passes).
-struct SpecFlags {
-  std::string kind = "off";
-  int draft_max = 3;
-  void add(CLI::App& cmd) {
-    cmd.add_option("--spec", kind,
-                   "Speculative decoding: off, ngram (drafts from earlier text of the sequence) or mtp (the "
-                   "model's MTP head, Qwen3.5); the output is the same as without it")
-        ->capture_default_str();
-    cmd.add_option("--draft-max", draft_max, "Draft tokens verified per pass with --spec (1-7)")->capture_default_str();
-  }
-  SpecOptions options() const {
-    SpecOptions o;
-    o.kind = spec_kind_from_name(kind);
-    o.draft_max = draft_max;
-    return o;
-  }
-};
-
 struct GenerateArgs {
   ModelFlags model;
   std::string prompt;

@@ -28,6 +28,7 @@ struct ServeArgs {
   double cache_ram = 0;  // GB
   bool no_prefix_cache = false;
   int64_t kv_blocks = 0;
+  SpecFlags spec;
 };
 
 std::string model_name(const std::string& path) {
@@ -58,6 +59,7 @@ void run_serve(ServeArgs& a) {
   eo.cache_ram_gb = a.cache_ram;
   eo.prefix_cache = !a.no_prefix_cache;
   eo.kv_blocks = a.kv_blocks;
+  eo.spec = a.spec.options();
   Engine engine(*L.model, L.ctx, eo);
 
   a.server.model_id = !a.alias.empty() ? a.alias
@@ -115,6 +117,7 @@ void register_serve(CLI::App& app) {
                   "KV pool size in blocks of 16 tokens (0: -np full contexts, the minimum); the part no "
                   "running sequence uses caches prefixes")
       ->check(CLI::NonNegativeNumber);
+  a->spec.add(*cmd);
   cmd->callback([a] { run_serve(*a); });
 }
 

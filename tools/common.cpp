@@ -102,6 +102,22 @@ void ModelFlags::add(CLI::App& app) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 }
 
+void SpecFlags::add(CLI::App& app) {
+  app.add_option("--spec", kind,
+                 "Speculative decoding: off, ngram (drafts from earlier text of the sequence) or mtp (the model's "
+                 "MTP head, Qwen3.5); the tokens are the same as without it")
+      ->capture_default_str();
+  app.add_option("--draft-max", draft_max, "Draft tokens checked per forward pass with --spec (1-7)")
+      ->capture_default_str();
+}
+
+SpecOptions SpecFlags::options() const {
+  SpecOptions o;
+  o.kind = spec_kind_from_name(kind);
+  o.draft_max = draft_max;
+  return o;
+}
+
 void add_sampling_flags(CLI::App& app, SamplingParams& s, int64_t& n_predict) {
   app.add_option("-n,--n-predict", n_predict, "Tokens to generate; -1 = until the model stops");
   app.add_option("--temp", s.temperature, "Temperature; 0 = greedy (always the likeliest token)");

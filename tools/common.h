@@ -33,6 +33,14 @@ struct ModelFlags {
 
 void add_sampling_flags(CLI::App& app, SamplingParams& s, int64_t& n_predict);
 
+// --spec / --draft-max: speculative decoding (runtime/speculative.h).
+struct SpecFlags {
+  std::string kind = "off";
+  int draft_max = 3;
+  void add(CLI::App& app);
+  SpecOptions options() const;  // throws vi::Error for an unknown kind
+};
+
 // Everything a command needs to run a model.
 struct Loaded {
   std::unique_ptr<WeightSource> weights;

@@ -42,6 +42,10 @@ std::string render_metrics(ServerContext& ctx) {
   out += fmt::format("voltinfer_prompt_tokens_total {}\n", s.prompt_tokens);
   header(out, "voltinfer_generated_tokens_total", "counter", "Tokens generated");
   out += fmt::format("voltinfer_generated_tokens_total {}\n", s.generated_tokens);
+  header(out, "voltinfer_draft_tokens_total", "counter",
+         "Speculative decoding (--spec): draft tokens proposed, and of them those kept");
+  out += fmt::format("voltinfer_draft_tokens_total{{outcome=\"proposed\"}} {}\n", s.spec.drafted);
+  out += fmt::format("voltinfer_draft_tokens_total{{outcome=\"kept\"}} {}\n", s.spec.accepted);
   header(out, "voltinfer_engine_steps_total", "counter", "Batched forward passes run");
   out += fmt::format("voltinfer_engine_steps_total {}\n", s.steps);
   header(out, "voltinfer_queue_depth", "gauge", "Requests waiting for a sequence slot");
