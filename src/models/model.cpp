@@ -49,6 +49,9 @@ uint64_t step_key(const ops::Context& ctx, const StepArena& arena, const BatchPl
     for (const Tensor& t : s.kv_pool().tensors) f.add(t.data());
     for (const Tensor& t : s.kv_pool().scales) f.add(t.data());
     for (const Tensor& t : s.recurrent_state()) f.add(t.data());
+    f.add(static_cast<uint64_t>(items[i].checkpoints));
+    if (items[i].checkpoints)
+      for (const Tensor& t : s.checkpoint_state()) f.add(t.data());
   }
   return f.h;
 }
@@ -60,6 +63,10 @@ constexpr size_t kMaxRecordings = 64;  // a full cache starts over (recording co
 void Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, Tensor& logits, LogitsOn where,
                           Tensor* hidden) const {
   BatchPlan plan = BatchPlan::make(items, info().n_vocab);
+  for (const BatchItem& it : items) {
+    it.seq->ckpt_count_ = 0;  // this pass moves the state: earlier checkpoints no longer apply
+    if (it.checkpoints) it.seq->reserve_checkpoints(static_cast<int64_t>(it.tokens.size()) - 1);
+  }
   StepRunner& r = *runner_;
   std::lock_guard<std::mutex> lock(r.mu);
   const bool recordable = ctx.graphs && !r.disabled && where == LogitsOn::kDevice && ctx.profiler == nullptr &&
@@ -108,7 +115,13 @@ void Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, T
       VI_LOG_WARN("recording a decode step failed ({}); steps run op by op from now on", record_error);
     }
   }
-  for (const BatchItem& it : items) it.seq->advance(static_cast<int64_t>(it.tokens.size()));
+  for (const BatchItem& it : items) {
+    if (it.checkpoints) {
+      it.seq->ckpt_base_ = it.seq->n_past();
+      it.seq->ckpt_count_ = static_cast<int64_t>(it.tokens.size()) - 1;
+    }
+    it.seq->advance(static_cast<int64_t>(it.tokens.size()));
+  }
 }
 
 std::unique_ptr<SequenceState> Model::new_draft_sequence(int64_t) const {
@@ -135,6 +148,21 @@ std::unique_ptr<SequenceState> Model::new_sequence(int64_t n_ctx) const {
   return seq;
 }
 
+bool SequenceState::rollback(int64_t n) {
+  if (n == n_past_) return true;
+  if (recurrent_state().empty()) {
+    if (!can_truncate_to(n)) return false;
+    truncate(n);
+    return true;
+  }
+  const int64_t j = n - ckpt_base_ - 1;  // checkpoint j: the state after token j + 1 of the pass
+  if (ckpt_count_ <= 0 || n_past_ != ckpt_base_ + ckpt_count_ + 1 || j < 0 || j >= ckpt_count_) return false;
+  restore_checkpoint(j);
+  n_past_ = n;
+  ckpt_count_ = 0;
+  return true;
+}
+
 void SequenceState::resume_at(int64_t n) {
   const int64_t bs = pool_ ? pool_->block_size : 1;
   VI_CHECK(n >= 0 && n <= capacity_, "cannot resume a sequence of capacity {} at token {}", capacity_, n);
@@ -142,6 +170,7 @@ void SequenceState::resume_at(int64_t n) {
            "cannot resume at token {}: the block table covers only {} tokens", n,
            static_cast<int64_t>(block_table_.size()) * bs);
   n_past_ = n;
+  ckpt_count_ = 0;
 }
 
 }  // namespace vi

@@ -77,11 +77,27 @@ class SequenceState {
   // recurrent state after token n-1 in place (a prefix-cache hit): continue from there.
   void resume_at(int64_t n);
 
+  // --- going back inside the last pass (speculative decoding) ---
+  // Goes back to n tokens, where n is the length before the last pass plus 1 .. its tokens,
+  // or any length truncate() takes. A model with recurrent state can do the former only
+  // for a pass whose item asked for checkpoints (BatchItem::checkpoints). Returns false
+  // (nothing changed) where it cannot.
+  bool rollback(int64_t n);
+  // Buffers for the recurrent state after each of up to n tokens of one pass (made before a
+  // pass that asks for them, so that nothing allocates inside a recorded step).
+  virtual void reserve_checkpoints(int64_t n) { (void)n; }
+  // Those buffers, in a fixed order (a recorded step writes them: part of its key).
+  virtual std::vector<Tensor> checkpoint_state() const { return {}; }
+
  protected:
   friend class Model;
   void advance(int64_t t) { n_past_ += t; }  // after a forward pass appended t tokens
+  // Makes checkpoint j (the recurrent state after token j + 1 of the last pass) current.
+  virtual void restore_checkpoint(int64_t j) { (void)j; }
 
   int64_t n_past_ = 0;
+  // The last pass with checkpoints: its start and how many checkpoints it left (0: none valid).
+  int64_t ckpt_base_ = 0, ckpt_count_ = 0;
   int64_t capacity_ = 0;
   std::shared_ptr<KvPool> pool_;
   std::vector<int32_t> block_table_;
@@ -96,6 +112,9 @@ struct BatchItem {
   SequenceState* seq = nullptr;
   std::span<const int32_t> tokens;  // fed at positions seq->n_past() ...
   bool all_logits = false;          // logits for every token, or only the last
+  // Keep the recurrent state after each token but the last, so that SequenceState::rollback
+  // can go back to any length inside this pass (speculative decoding's verify pass).
+  bool checkpoints = false;
 };
 
 struct BatchPlan;

@@ -26,6 +26,7 @@
 #include "models/hparams.h"
 #include "models/loader.h"
 #include "ops/attention.h"
+#include "ops/copy.h"
 #include "ops/deferred_norm.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
@@ -117,9 +118,31 @@ class Qwen35State final : public SequenceState {
     return out;
   }
 
+  void reserve_checkpoints(int64_t n) override {
+    while (static_cast<int64_t>(ckpt_.size()) < n) {
+      std::vector<Tensor> set;
+      for (const Tensor& t : recurrent_state()) set.push_back(ops::empty(ctx_, t.dtype(), t.shape()));
+      ckpt_.push_back(std::move(set));
+    }
+  }
+  std::vector<Tensor> checkpoint_state() const override {
+    std::vector<Tensor> out;
+    for (const auto& set : ckpt_) out.insert(out.end(), set.begin(), set.end());
+    return out;
+  }
+  // Checkpoint j's tensors of GDN layer g (the g-th GDN layer: conv q, k, v windows, ssm).
+  Tensor ckpt(int64_t j, size_t g, int part) const { return ckpt_[static_cast<size_t>(j)][4 * g + part]; }
+
   std::vector<Tensor> conv_q, conv_k, conv_v, ssm;  // GDN layers
 
+ protected:
+  void restore_checkpoint(int64_t j) override {
+    std::vector<Tensor> live = recurrent_state();
+    for (size_t i = 0; i < live.size(); ++i) ops::copy(ctx_, ckpt_[static_cast<size_t>(j)][i], live[i]);
+  }
+
  private:
+  std::vector<std::vector<Tensor>> ckpt_;  // [j][4 * GDN layer + part], recurrent_state()'s order
   ops::Context ctx_;  // the device the states live on
   void reset() {
     n_past_ = 0;
@@ -509,11 +532,17 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   // 2 norms, the chunked delta rule, the gated norm) instead of 2. Steps with a prefill chunk
   // or with sequences of different T keep the unfused core (gdn_decode_step takes one T);
   // their sequences of at most kMaxFusedGdnRows rows still take the fused conv step.
-  bool fused_core = !items.empty();
+  // Items that ask for checkpoints (a verify pass that may go back, BatchItem::checkpoints) run
+  // their GDN steps token by token, each with the one-token step's ops, and copy the state
+  // after every token but the last aside; the others as below, the unfused core when any
+  // item checkpoints.
+  bool fused_core = !items.empty(), ckpt_any = false;
   for (size_t i = 0; i < items.size(); ++i) {
     const int64_t T = plan.rows_of(i);
     fused_core = fused_core && T >= 1 && T <= ops::kMaxFusedGdnRows && T == plan.rows_of(0);
+    ckpt_any = ckpt_any || items[i].checkpoints;
   }
+  fused_core = fused_core && !ckpt_any;
   Tensor g, beta, core;  // the unfused path's gates ([N, Hv] f32 each) and core ([N, value_dim])
   if (!fused_core) {
     g = ops::empty(ctx, DType::F32, {N, Hv});
@@ -522,6 +551,9 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   }
   std::vector<Tensor> gdn_states;
   gdn_states.reserve(items.size());
+  std::vector<int64_t> gdn_index(hp_.n_layer, -1);  // layer -> its index among the GDN layers
+  for (int64_t l = 0, gi = 0; l < hp_.n_layer; ++l)
+    if (!hp_.is_full[l]) gdn_index[l] = gi++;
 
   // The norm each layer's residual stream goes through next: the next layer's input norm,
   // after the last layer the output norm.
@@ -621,6 +653,27 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
         auto& seq = static_cast<Qwen35State&>(*items[i].seq);
         const int64_t r0 = plan.row0[i], T = plan.rows_of(i), r1 = r0 + T;
         Tensor cqi = cq.slice_rows(r0, r1), cki = ck.slice_rows(r0, r1), cvi = cv.slice_rows(r0, r1);
+        if (items[i].checkpoints) {
+          for (int64_t j = 0; j < T; ++j) {
+            const int64_t a = r0 + j, b = a + 1;
+            Tensor cqj = cq.slice_rows(a, b), ckj = ck.slice_rows(a, b), cvj = cv.slice_rows(a, b);
+            Tensor yj = y.slice_rows(a, b).reshape({1, Hv, dv});
+            ops::gdn_conv_step(ctx, ops::ConvGroup{lq.slice_rows(a, b), G.conv_q, seq.conv_q[l], cqj},
+                               ops::ConvGroup{lk.slice_rows(a, b), G.conv_k, seq.conv_k[l], ckj},
+                               ops::ConvGroup{lv.slice_rows(a, b), G.conv_v, seq.conv_v[l], cvj}, dk, 1e-6f, q_scale);
+            ops::gdn_decode_step(ctx, cqj.reshape({1, Hk, dk}), ckj.reshape({1, Hk, dk}), cvj.reshape({1, Hv, dv}),
+                                 la.slice_rows(a, b), lb.slice_rows(a, b), G.neg_exp_A, G.dt_bias,
+                                 lz.slice_rows(a, b).reshape({1, Hv, dv}), G.norm, eps, {seq.ssm[l]}, gva_, yj);
+            if (j + 1 == T) continue;  // the state after the last token is the live one
+            const size_t gl = static_cast<size_t>(gdn_index[l]);
+            const Tensor* live[4] = {&seq.conv_q[l], &seq.conv_k[l], &seq.conv_v[l], &seq.ssm[l]};
+            for (int part = 0; part < 4; ++part) {
+              Tensor dst = seq.ckpt(j, gl, part);
+              ops::copy(ctx, *live[part], dst);
+            }
+          }
+          continue;
+        }
         if (T >= 1 && T <= ops::kMaxFusedGdnRows) {  // decode or verify tokens: the five steps below in one op
           ops::gdn_conv_step(ctx, ops::ConvGroup{lq.slice_rows(r0, r1), G.conv_q, seq.conv_q[l], cqi},
                              ops::ConvGroup{lk.slice_rows(r0, r1), G.conv_k, seq.conv_k[l], cki},
@@ -647,9 +700,17 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
         Tensor y3 = y.reshape({N, Hv, dv});
         ops::gdn_decode_step(ctx, cq.reshape({N, Hk, dk}), ck.reshape({N, Hk, dk}), cv.reshape({N, Hv, dv}), la, lb,
                              G.neg_exp_A, G.dt_bias, lz.reshape({N, Hv, dv}), G.norm, eps, gdn_states, gva_, y3);
-      } else {
+      } else if (!ckpt_any) {
         Tensor yr = y.reshape({N * Hv, dv});
         ops::gated_rms_norm(ctx, core.reshape({N * Hv, dv}), lz.reshape({N * Hv, dv}), G.norm, eps, yr);
+      } else {  // the rows the checkpointing items wrote stay
+        for (size_t i = 0; i < items.size(); ++i) {
+          if (items[i].checkpoints) continue;
+          const int64_t r0 = plan.row0[i], r1 = r0 + plan.rows_of(i), R = (r1 - r0) * Hv;
+          Tensor yr = y.slice_rows(r0, r1).reshape({R, dv});
+          ops::gated_rms_norm(ctx, core.slice_rows(r0, r1).reshape({R, dv}), lz.slice_rows(r0, r1).reshape({R, dv}),
+                              G.norm, eps, yr);
+        }
       }
     }
     const Tensor& o_in = L.full ? att : y;  // the block's output projection: o = o_in · woᵀ

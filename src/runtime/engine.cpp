@@ -43,11 +43,9 @@ struct Engine::Slot {
   bool first_token_seen = false;
   bool begun = false;    // the KV cache has installed the request's cached prefix
   int64_t reused = 0;    // prompt tokens served from the prefix cache
-  // Speculative decoding (EngineOptions::spec): the slot's session (kept across its requests),
-  // the recurrent state before a pass with drafts, and this step's decode tokens (the pending
-  // token, then its drafts).
+  // Speculative decoding (EngineOptions::spec): the slot's session (kept across its requests)
+  // and this step's decode tokens (the pending token, then its drafts).
   std::unique_ptr<SpecSession> spec;
-  StateCopy saved;
   std::vector<int32_t> fed;
 };
 
@@ -282,11 +280,12 @@ void Engine::step() {
       if (!drafts.empty()) {
         s.spec->stats().rounds++;
         s.spec->stats().drafted += static_cast<int64_t>(drafts.size());
-        if (!s.seq->recurrent_state().empty()) s.saved.save(ctx_, *s.seq);
       }
     }
     kv_->reserve(*s.seq, static_cast<int64_t>(s.fed.size()));
-    items.push_back({s.seq.get(), s.fed, /*all_logits=*/s.fed.size() > 1});
+    const bool drafted = s.fed.size() > 1;
+    items.push_back({s.seq.get(), s.fed, /*all_logits=*/drafted,
+                     /*checkpoints=*/drafted && !s.seq->recurrent_state().empty()});
     owners.push_back(&s);
     decoding.push_back(1);
     budget -= static_cast<int64_t>(s.fed.size());
@@ -326,7 +325,7 @@ void Engine::step() {
   // 4. Book-keeping, then sampling: every item that ends in a new token samples its first row;
   // a decoding item with drafts goes on to its next row while the sampled token is the draft
   // that follows (one sampling call per round of rows).
-  std::unique_lock<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   stats_.steps++;
   const auto now = Clock::now();
   std::vector<size_t> walking;  // items whose rows are sampled
@@ -360,7 +359,6 @@ void Engine::step() {
   std::vector<int32_t> last(items.size(), -1);      // the last sampled token, the next pending one
   for (int64_t r = 0; !walking.empty(); ++r) {
     std::vector<SampleResult> sampled;
-    std::vector<Tensor> rows;  // [1, V] views: each walker's row r
     {
       Tensor picked = logits;  // every item's one row, in order: the logits as they are
       bool all = r == 0 && walking.size() == items.size();
@@ -405,28 +403,15 @@ void Engine::step() {
     walking = std::move(next);
   }
 
-  // 5. Cut each decoding sequence back to the tokens it kept: attention-only models truncate;
-  // models with recurrent state go back to the copy taken before the pass and run the kept
-  // tokens again (one pass for all of them, outside the lock).
-  std::vector<BatchItem> redo;
+  // 5. Cut each decoding sequence back to the tokens it kept (attention-only models truncate,
+  // models with recurrent state take the checkpoint their pass left), then commit.
   for (size_t k = 0; k < items.size(); ++k) {
     Slot& s = *owners[k];
     if (!decoding[k] || keep[k] == static_cast<int64_t>(s.fed.size())) continue;
-    const int64_t base = s.seq->n_past() - static_cast<int64_t>(s.fed.size());
-    if (s.seq->recurrent_state().empty() && s.seq->can_truncate_to(base + keep[k])) {
-      s.seq->truncate(base + keep[k]);
-      continue;
-    }
-    s.saved.restore(ctx_, *s.seq);
-    s.seq->resume_at(base);
-    redo.push_back({s.seq.get(), {s.fed.data(), static_cast<size_t>(keep[k])}, false});
+    const int64_t to = s.seq->n_past() - static_cast<int64_t>(s.fed.size()) + keep[k];
+    VI_CHECK(s.seq->rollback(to), "speculative decoding: cannot take a sequence back from {} to {} tokens",
+             s.seq->n_past(), to);
     s.spec->stats().rollbacks++;
-  }
-  if (!redo.empty()) {
-    lock.unlock();
-    Tensor unused;
-    model_.forward_batch(ctx_, redo, unused, LogitsOn::kDevice);
-    lock.lock();
   }
   for (size_t k = 0; k < items.size(); ++k) {
     Slot& s = *owners[k];

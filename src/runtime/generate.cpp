@@ -62,7 +62,6 @@ GenerateStats generate_speculative(const Model& model, ops::Context& ctx, Sequen
   }
 
   const bool recurrent = !seq.recurrent_state().empty();
-  StateCopy saved;
   int64_t row = 0;  // the logits row the next token is sampled from
   std::vector<int32_t> drafts, fed;
   for (int64_t i = 0; opts.n_predict < 0 || i < opts.n_predict;) {
@@ -103,17 +102,10 @@ GenerateStats generate_speculative(const Model& model, ops::Context& ctx, Sequen
     // Cut the sequence back to the kept part of the pass.
     const int64_t n_pass = static_cast<int64_t>(fed.size());
     if (keep < n_pass) {
-      const int64_t base = seq.n_past() - n_pass;
-      if (!recurrent && seq.can_truncate_to(base + keep)) {
-        seq.truncate(base + keep);
-      } else {
-        saved.restore(ctx, seq);
-        seq.resume_at(base);
-        Tensor unused;
-        BatchItem redo{&seq, std::span<const int32_t>(fed.data(), static_cast<size_t>(keep)), false};
-        model.forward_batch(ctx, {&redo, 1}, unused, LogitsOn::kDevice);
-        ++ss->stats().rollbacks;
-      }
+      const int64_t to = seq.n_past() - n_pass + keep;
+      VI_CHECK(seq.rollback(to), "speculative decoding: model '{}' cannot take its sequence back from {} to {} tokens",
+               model.info().name, seq.n_past(), to);
+      ++ss->stats().rollbacks;
     }
     if (n_pass > 0 && ss->wants_hidden()) ss->observe(ctx, hidden, keep, history);
     if (done) {
@@ -131,10 +123,9 @@ GenerateStats generate_speculative(const Model& model, ops::Context& ctx, Sequen
     if (!drafts.empty()) {
       ++ss->stats().rounds;
       ss->stats().drafted += static_cast<int64_t>(drafts.size());
-      if (recurrent) saved.save(ctx, seq);
     }
     history.push_back(next);
-    BatchItem item{&seq, fed, /*all_logits=*/true};
+    BatchItem item{&seq, fed, /*all_logits=*/true, /*checkpoints=*/recurrent && !drafts.empty()};
     model.forward_batch(ctx, {&item, 1}, logits, LogitsOn::kDevice, ss->wants_hidden() ? &hidden : nullptr);
     row = 0;
   }

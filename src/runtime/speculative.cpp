@@ -66,19 +66,6 @@ SpecSession::SpecSession(const Model& model, const SpecOptions& opts, int64_t n_
 
 SpecSession::~SpecSession() = default;
 
-void StateCopy::save(ops::Context& ctx, const SequenceState& seq) {
-  const std::vector<Tensor> st = seq.recurrent_state();
-  if (copies_.empty())
-    for (const Tensor& t : st) copies_.push_back(ops::empty(ctx, t.dtype(), t.shape()));
-  for (size_t i = 0; i < st.size(); ++i) ops::copy(ctx, st[i], copies_[i]);
-}
-
-void StateCopy::restore(ops::Context& ctx, const SequenceState& seq) {
-  std::vector<Tensor> st = seq.recurrent_state();
-  VI_CHECK(st.size() == copies_.size(), "speculative decoding: no state copy to go back to");
-  for (size_t i = 0; i < st.size(); ++i) ops::copy(ctx, copies_[i], st[i]);
-}
-
 bool SpecSession::sync(const SequenceState& seq, std::span<const int32_t> history) {
   VI_CHECK(static_cast<int64_t>(history.size()) == seq.n_past(),
            "speculative decoding: the history holds {} tokens but the sequence {}", history.size(), seq.n_past());

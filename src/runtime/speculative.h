@@ -6,9 +6,10 @@
 // round. The output is therefore the ordinary decoder's, token for token, for any sampling
 // settings (for deterministic drafts this is speculative sampling: a draft d is kept with
 // probability p(d), otherwise the token comes from p without d); only the number of
-// forward passes changes. The sequence is then cut back to the tokens kept: attention-only
-// models truncate; models with recurrent layers (Qwen3.5's GDN) go back to a copy of their
-// state taken before the pass and run the kept tokens again.
+// forward passes changes. The sequence is then cut back to the tokens kept
+// (SequenceState::rollback): attention-only models truncate; models with recurrent layers
+// (Qwen3.5's GDN) run the pass's recurrent steps token by token, keep the state after each
+// (BatchItem::checkpoints) and make the kept one current.
 //
 // Drafters:
 //   ngram: prompt lookup — the longest recent suffix (ngram_max .. ngram_min tokens) that
@@ -52,7 +53,7 @@ struct SpecStats {
   int64_t rounds = 0;    // passes that verified drafts (rounds without drafts are not counted)
   int64_t drafted = 0;   // draft tokens proposed
   int64_t accepted = 0;  // of them, kept
-  int64_t rollbacks = 0; // rounds that went back to a state copy and ran the kept tokens again
+  int64_t rollbacks = 0; // rounds that cut the sequence back (some drafts refused)
 };
 inline SpecStats operator-(const SpecStats& a, const SpecStats& b) {
   return {a.rounds - b.rounds, a.drafted - b.drafted, a.accepted - b.accepted, a.rollbacks - b.rollbacks};
@@ -65,17 +66,6 @@ void check_spec_options(const Model& model, const SpecOptions& opts);
 // draft head's cache and the final hidden states of the positions whose next token it has not
 // seen yet. Make one per sequence, when the sequence is empty; generate() makes a private one
 // when given none.
-// A sequence's recurrent state (SequenceState::recurrent_state) copied aside before a pass
-// with drafts, to go back to when some are refused. Buffers are made at the first save.
-class StateCopy {
- public:
-  void save(ops::Context& ctx, const SequenceState& seq);
-  void restore(ops::Context& ctx, const SequenceState& seq);
-
- private:
-  std::vector<Tensor> copies_;
-};
-
 class SpecSession {
  public:
   SpecSession(const Model& model, const SpecOptions& opts, int64_t n_ctx);

@@ -8,6 +8,7 @@
 // cache) with drafts against the engine without, several requests at once.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "formats/weight_source.h"
@@ -145,6 +146,33 @@ TEST_P(Speculative, KeptAndRefusedDraftsGiveThePlainLoopsTokens) {
       if (k > 1) EXPECT_LT(b.st.spec.rounds, a.st.generated_tokens - 1) << "drafts saved no pass";
     }
   }
+}
+
+TEST(SequenceRollback, GoesBackOnlyInsideAPassWithCheckpoints) {
+  ops::Context ctx;
+  Loaded L = load("qwen35_a");
+  auto seq = L.model->new_sequence(64);
+  const std::vector<int32_t> prompt{5, 9, 2, 7}, pass{3, 8, 1, 4};
+  Tensor logits;
+  L.model->forward(ctx, prompt, *seq, logits, false);
+  EXPECT_FALSE(seq->rollback(2)) << "a recurrent state cannot go back without checkpoints";
+  BatchItem item{seq.get(), pass, true, /*checkpoints=*/true};
+  L.model->forward_batch(ctx, {&item, 1}, logits);
+  EXPECT_FALSE(seq->rollback(4)) << "checkpoints cover the pass's tokens, not the state before it";
+  EXPECT_TRUE(seq->rollback(8));  // nothing to do
+  ASSERT_TRUE(seq->rollback(6));  // after 3, 8
+  EXPECT_EQ(seq->n_past(), 6);
+  EXPECT_FALSE(seq->rollback(5)) << "a checkpoint is used once";
+  // The state is the one of feeding 3, 8 alone.
+  auto ref = L.model->new_sequence(64);
+  L.model->forward(ctx, prompt, *ref, logits, false);
+  L.model->forward(ctx, std::vector<int32_t>{3, 8}, *ref, logits, false);
+  Tensor a, b;
+  const int32_t next = 11;
+  L.model->forward(ctx, {&next, 1}, *seq, a, false);
+  L.model->forward(ctx, {&next, 1}, *ref, b, false);
+  ASSERT_EQ(a.numel(), b.numel());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.nbytes()));
 }
 
 TEST(SpeculativeNgram, ProposesWhatFollowedTheLongestEarlierSuffix) {
