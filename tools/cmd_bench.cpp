@@ -44,6 +44,7 @@ struct BenchArgs {
   std::vector<int64_t> prompt_lens;  // prefill tests
   std::vector<int64_t> depths;       // decode tests
   std::vector<int64_t> verify;       // tokens per verification round
+  bool verify_checkpoints = false;   // verify rounds keep the recurrent state after each token
   int64_t n_gen = 32;
   int reps = 4;
   std::vector<std::string> styles = {"code"};
@@ -300,7 +301,8 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
       for (int r = 0; r < 4; ++r) {
         if (seq->n_past() + T > seq->capacity()) break;
         Timer t;
-        L_.model->forward(L_.ctx, toks, *seq, logits, true, LogitsOn::kDevice);
+        BatchItem item{seq.get(), toks, /*all_logits=*/true, /*checkpoints=*/a_.verify_checkpoints && T > 1};
+        L_.model->forward_batch(L_.ctx, {&item, 1}, logits, LogitsOn::kDevice);
         picked.resize(static_cast<size_t>(T));
         ops::sample(L_.ctx, logits, greedy_t, {}, picked);
         if (r > 0) v.push_back(t.ms());  // the first of each width warms its buffers (and records)
@@ -309,7 +311,8 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
       if (v.empty()) continue;
       verify_ms[T].push_back(median(v));
       emit({{"test", "verify"}, {"fill", a_.fill}, {"prompt_style", style}, {"context", depth}, {"tokens", T},
-            {"rep", rep}, {"round_ms", v}, {"round_ms_median", median(v)}});
+            {"checkpoints", a_.verify_checkpoints && T > 1}, {"rep", rep}, {"round_ms", v},
+            {"round_ms_median", median(v)}});
     }
 
     if (a_.profile_ops && rep == 0) {
@@ -354,8 +357,9 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
   for (auto& [T, v] : verify_ms) {
     Stats s = summarize(v);
     const double base = verify_ms.count(1) ? summarize(verify_ms[1]).mean : 0;
-    table_ += fmt::format("| {} | {} | verify {} tokens @{} | {} | {:.2f} ms/round | {:.2f}–{:.2f} | {} |\n", device_,
-                          profile_, T, depth, a_.fill == "synthetic" ? "synthetic" : style, s.mean, s.min, s.max,
+    table_ += fmt::format("| {} | {} | verify {} tokens{} @{} | {} | {:.2f} ms/round | {:.2f}–{:.2f} | {} |\n", device_,
+                          profile_, T, a_.verify_checkpoints && T > 1 ? " (checkpoints)" : "", depth,
+                          a_.fill == "synthetic" ? "synthetic" : style, s.mean, s.min, s.max,
                           base > 0 ? fmt::format("{:.2f}x the 1-token round", s.mean / base) : "");
   }
 }
@@ -490,6 +494,8 @@ void register_bench(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--verify", a->verify, "Round time for T tokens fed at once at each depth (e.g. 1,2,4,8)")
       ->delimiter(',');
+  cmd->add_flag("--verify-checkpoints", a->verify_checkpoints,
+                "Verify rounds keep the recurrent state after each token, as speculative decoding's do (--spec)");
   cmd->add_option("-n,--n-gen", a->n_gen, "Decode rounds timed per run")->check(CLI::PositiveNumber);
   cmd->add_option("-r,--repetitions", a->reps, "Runs per configuration")->check(CLI::PositiveNumber);
   cmd->add_option("--prompt-style", a->styles, "code and/or zh (Chinese prose), e.g. code,zh")
