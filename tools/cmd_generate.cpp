@@ -84,7 +84,7 @@ void run_chat(const ChatArgs& a) {
   std::vector<int32_t> history;  // tokens held in seq
   const SpecOptions spec = a.spec.options();
   std::unique_ptr<SpecSession> spec_session;  // the conversation's, across turns
-  if (spec.kind != SpecKind::kOff) spec_session = std::make_unique<SpecSession>(*L.model, spec, L.n_ctx);
+  if (spec.kind != SpecKind::kOff) spec_session = std::make_unique<SpecSession>(*L.model, spec, *seq);
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (!a.system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", a.system_prompt}});
   const bool interactive = isatty(STDIN_FILENO);

@@ -46,7 +46,7 @@ void run_logits(const LogitsArgs& a) {
   Tensor hidden_all, draft_all;  // --draft: [T, d] and [T - 1, vocab] f32
   if (a.draft) {
     VI_CHECK(T >= 2, "--draft needs at least 2 tokens (the head reads a hidden state and the token after it)");
-    dseq = L.model->new_draft_sequence(seq->capacity());  // throws for a model without a draft head
+    dseq = L.model->new_draft_sequence(*seq);  // throws for a model without a draft head
     hidden_all = Tensor::empty(DType::F32, {T, d});
     draft_all = Tensor::empty(DType::F32, {T - 1, V});
   }

@@ -124,7 +124,7 @@ void Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, T
   }
 }
 
-std::unique_ptr<SequenceState> Model::new_draft_sequence(int64_t) const {
+std::unique_ptr<SequenceState> Model::new_draft_sequence(const SequenceState&) const {
   VI_FAIL("model '{}' ({}) has no draft head (speculative decoding with it needs one: Qwen3.5's MTP block)",
           info().name, info().arch);
 }

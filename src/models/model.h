@@ -176,12 +176,14 @@ class Model {
 
   // --- draft head (speculative decoding; runtime/speculative.h) ---
   // A model may carry a head that proposes the token after next from the final hidden state
-  // (Qwen3.5's MTP block). It keeps a cache of its own (one attention layer), in a sequence
-  // made by new_draft_sequence; slot t of it holds the head's K/V for main position t.
+  // (Qwen3.5's MTP block). Its attention layers are the last layers of the model's KV pools,
+  // so its cache lives in the main sequence's blocks (and a cached prefix brings it along);
+  // a draft sequence made by new_draft_sequence reads them through the main sequence's block
+  // table, slot t holding the head's K/V for main position t.
   virtual bool has_draft_head() const { return false; }
-  // A draft-head sequence of up to n_ctx slots with a private cache. Throws vi::Error when
-  // the model has no draft head.
-  virtual std::unique_ptr<SequenceState> new_draft_sequence(int64_t n_ctx) const;
+  // The draft-head sequence of `main` (made by this model; it must outlive the draft
+  // sequence). Throws vi::Error when the model has no draft head.
+  virtual std::unique_ptr<SequenceState> new_draft_sequence(const SequenceState& main) const;
   // Runs the head over T slots appended to dseq at positions dseq.n_past() ..: slot i takes
   // hidden[i] (a final hidden state, or the head's own output for a recursive draft) and
   // tokens[i] (the token that follows that position). logits: [1, n_vocab] of the last slot

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
-#include <numeric>
 #include <vector>
 
 #include "core/error.h"
@@ -153,18 +152,29 @@ class Qwen35State final : public SequenceState {
 };
 // --- end paged KV cache ---
 
-// The MTP head's cache: its one full-attention layer's K/V in a private pool. No recurrent
-// state, so it can be cut back to any length (how a round forgets its recursive drafts).
+// The MTP head's view of a main sequence: the same pool and blocks (the head's layers are the
+// pool's last ones), its own length. No recurrent state, so it can be cut back to any length
+// (how a round forgets its recursive drafts) and resumed at the main sequence's length.
 class Qwen35DraftState final : public SequenceState {
  public:
-  Qwen35DraftState(std::shared_ptr<KvPool> pool, int64_t n_ctx) {
-    capacity_ = n_ctx;
-    pool_ = std::move(pool);
+  explicit Qwen35DraftState(const SequenceState& main) : main_(main) {
+    capacity_ = main.capacity();
+    pool_ = main_pool(main);
   }
   void truncate(int64_t n) override {
     VI_CHECK(can_truncate_to(n), "cannot cut a draft-head sequence of {} slots back to {}", n_past_, n);
     n_past_ = n;
   }
+  // Before a pass: the main sequence's blocks as they are now (the cache manager grows them).
+  void follow_main() { block_table() = main_.block_table(); }
+  const SequenceState& main() const { return main_; }
+
+ private:
+  static std::shared_ptr<KvPool> main_pool(const SequenceState& s) {
+    // kv_pool() hands out a reference; the sequence's shared_ptr is what keeps the pool alive.
+    return std::shared_ptr<KvPool>(std::shared_ptr<KvPool>{}, &s.kv_pool());
+  }
+  const SequenceState& main_;
 };
 
 class Qwen35Model final : public Model {
@@ -172,20 +182,30 @@ class Qwen35Model final : public Model {
   Qwen35Model(const WeightSource& src, const LoadOptions& opts);
   const ModelInfo& info() const override { return info_; }
   // --- paged KV cache ---
+  // The full-attention layers' K/V, then the MTP head's (zeroed: a slot the head has not
+  // written reads as nothing rather than as whatever the memory held).
   std::shared_ptr<KvPool> new_kv_pool(int64_t n_blocks, int64_t block_size) const override {
     ops::Context ctx = ctx_;
     const int64_t n_full = std::count(hp_.is_full.begin(), hp_.is_full.end(), true);
-    return new_attention_kv_pool(ctx, n_full, n_blocks, block_size, hp_.n_kv_head, hp_.head_dim, kv_types_);
+    const int64_t n_mtp = static_cast<int64_t>(mtp_layers_.size());
+    auto pool = new_attention_kv_pool(ctx, n_full + n_mtp, n_blocks, block_size, hp_.n_kv_head, hp_.head_dim,
+                                      kv_types_);
+    for (size_t t = static_cast<size_t>(2 * n_full); t < pool->tensors.size(); ++t) {
+      ops::zero(ctx, pool->tensors[t]);
+      if (!pool->scales.empty() && pool->scales[t].data() != nullptr) ops::zero(ctx, pool->scales[t]);
+    }
+    return pool;
   }
   std::unique_ptr<SequenceState> new_paged_sequence(int64_t n_ctx, std::shared_ptr<KvPool> pool) const override {
-    const auto n_full = std::count(hp_.is_full.begin(), hp_.is_full.end(), true);
-    VI_CHECK(pool && pool->tensors.size() == static_cast<size_t>(2 * n_full), "KV pool was not made by this model");
+    const auto n_attn = std::count(hp_.is_full.begin(), hp_.is_full.end(), true) +
+                        static_cast<int64_t>(mtp_layers_.size());
+    VI_CHECK(pool && pool->tensors.size() == static_cast<size_t>(2 * n_attn), "KV pool was not made by this model");
     ops::Context ctx = ctx_;
     return std::make_unique<Qwen35State>(ctx, hp_, std::move(pool), n_ctx);
   }
   // --- end paged KV cache ---
   bool has_draft_head() const override { return !mtp_layers_.empty(); }
-  std::unique_ptr<SequenceState> new_draft_sequence(int64_t n_ctx) const override;
+  std::unique_ptr<SequenceState> new_draft_sequence(const SequenceState& main) const override;
   void draft_forward(ops::Context& ctx, SequenceState& dseq, std::span<const int32_t> tokens, const Tensor& hidden,
                      Tensor& logits, Tensor& head_out, LogitsOn where) const override;
 
@@ -744,18 +764,10 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   if (hidden != nullptr) *hidden = n;  // the output norm's output, every row
 }
 
-std::unique_ptr<SequenceState> Qwen35Model::new_draft_sequence(int64_t n_ctx) const {
-  if (!has_draft_head()) return Model::new_draft_sequence(n_ctx);  // the error
-  VI_CHECK(n_ctx > 0, "a draft-head sequence needs a positive context (got {})", n_ctx);
-  const int64_t bs = kDefaultKvBlockSize, n_blocks = (n_ctx + bs - 1) / bs;
-  ops::Context ctx = ctx_;
-  auto seq = std::make_unique<Qwen35DraftState>(
-      new_attention_kv_pool(ctx, static_cast<int64_t>(mtp_layers_.size()), n_blocks, bs, hp_.n_kv_head,
-                            hp_.head_dim, kv_types_),
-      n_ctx);
-  seq->block_table().resize(static_cast<size_t>(n_blocks));
-  std::iota(seq->block_table().begin(), seq->block_table().end(), 0);  // private pool: identity
-  return seq;
+std::unique_ptr<SequenceState> Qwen35Model::new_draft_sequence(const SequenceState& main) const {
+  if (!has_draft_head()) return Model::new_draft_sequence(main);  // the error
+  VI_CHECK(dynamic_cast<const Qwen35State*>(&main) != nullptr, "sequence state was not made by this model");
+  return std::make_unique<Qwen35DraftState>(main);
 }
 
 // MODEL_QWEN35.md section 7.2: slot i (main position p = n_past + i) takes the token after p
@@ -767,10 +779,13 @@ std::unique_ptr<SequenceState> Qwen35Model::new_draft_sequence(int64_t n_ctx) co
 void Qwen35Model::draft_forward(ops::Context& ctx, SequenceState& dseq, std::span<const int32_t> tokens,
                                 const Tensor& hidden, Tensor& logits, Tensor& head_out, LogitsOn where) const {
   VI_CHECK(has_draft_head(), "model '{}' has no MTP head", info_.name);
-  VI_CHECK(dynamic_cast<Qwen35DraftState*>(&dseq) != nullptr, "draft sequence was not made by this model");
+  auto* draft = dynamic_cast<Qwen35DraftState*>(&dseq);
+  VI_CHECK(draft != nullptr, "draft sequence was not made by this model");
+  draft->follow_main();
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, kv_w = hp_.n_kv_head * hd;
   const float off = norm_offset_, eps = hp_.norm_eps;
+  const int64_t n_full = std::count(hp_.is_full.begin(), hp_.is_full.end(), true);  // the head's layers follow
   VI_CHECK(T >= 1 && hidden.rows() == T && hidden.cols() == d && hidden.dtype() == ctx.act,
            "draft_forward: {} tokens need hidden [{}, {}] in {}, got {} {}", T, T, d, dtype_name(ctx.act),
            hidden.shape_str(), dtype_name(hidden.dtype()));
@@ -808,7 +823,8 @@ void Qwen35Model::draft_forward(ops::Context& ctx, SequenceState& dseq, std::spa
     ops::matmul(ctx, n, A.wv, v);
     Tensor qh = q.reshape({T, Hq, hd});
     const QkNormRope nr{A.q_norm, A.k_norm, eps, off, static_cast<int>(hp_.rot_dim), hp_.rope_theta};
-    norm_rope_paged_attention_block(ctx, plan, items, static_cast<int64_t>(m), nr, qh, k, v, attn_scale, att);
+    norm_rope_paged_attention_block(ctx, plan, items, n_full + static_cast<int64_t>(m), nr, qh, k, v, attn_scale,
+                                    att);
     ops::sigmoid_mul(ctx, att, gate, att);
     ops::matmul(ctx, att, A.wo, o);
     ops::add_rms_norm(ctx, x, o, L.post_norm, eps, off, n);  // x += attn; n = post_norm(x)

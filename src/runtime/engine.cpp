@@ -82,7 +82,7 @@ Engine::Engine(const Model& model, ops::Context ctx, EngineOptions opts)
   for (int i = 0; i < opts_.max_seqs; ++i) {
     auto s = std::make_unique<Slot>();
     s->seq = model_.new_paged_sequence(opts_.n_ctx, pool);
-    if (opts_.spec.kind != SpecKind::kOff) s->spec = std::make_unique<SpecSession>(model_, opts_.spec, opts_.n_ctx);
+    if (opts_.spec.kind != SpecKind::kOff) s->spec = std::make_unique<SpecSession>(model_, opts_.spec, *s->seq);
     slots_.push_back(std::move(s));
   }
   KvCacheOptions ko;
@@ -252,9 +252,8 @@ void Engine::step() {
     s.begun = true;
     s.history.assign(prompt.begin(), prompt.begin() + s.reused);
     s.prompt_fed = static_cast<size_t>(s.reused);
-    // The MTP head has no cache of the reused prefix: no drafts from it for this request.
-    if (s.spec && s.spec->sync(*s.seq, s.history))
-      VI_LOG_DEBUG("speculative decoding: {} cached prompt tokens, no MTP drafts for this request", s.reused);
+    // The draft head goes on from the reused prefix (its K/V for it came with the blocks).
+    if (s.spec) s.spec->restart(*s.seq);
   }
 
   // 2. Plan: one token (and its drafts) for every decoding sequence, then prompt chunks in
@@ -274,6 +273,8 @@ void Engine::step() {
       int64_t k = std::min<int64_t>(s.spec->options().draft_max, spare);
       k = std::min<int64_t>(k, s.seq->capacity() - s.seq->n_past() - 1);
       if (s.req->params.max_tokens >= 0) k = std::min<int64_t>(k, s.req->params.max_tokens - s.generated - 1);
+      k = std::max<int64_t>(k, 0);
+      kv_->reserve(*s.seq, 1 + k);  // the draft head writes its recursive slots there before the pass does
       const std::vector<int32_t> drafts = s.spec->propose(ctx_, s.history, s.pending, static_cast<int>(k));
       s.fed.insert(s.fed.end(), drafts.begin(), drafts.end());
       spare -= static_cast<int64_t>(drafts.size());
@@ -421,6 +422,7 @@ void Engine::step() {
         s.spec->observe(ctx_, hidden.slice_rows(hrow0[k], hrow0[k] + keep[k]), keep[k], s.history);
     }
     if (ends[k]) {
+      if (s.spec) s.spec->finish(ctx_, s.history, last[k]);  // before end() caches the blocks
       finish(s, *ends[k]);
     } else if (last[k] >= 0) {
       s.pending = last[k];

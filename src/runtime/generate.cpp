@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "core/log.h"
 #include "core/timer.h"
 
 namespace vi {
@@ -34,13 +33,11 @@ GenerateStats generate_speculative(const Model& model, ops::Context& ctx, Sequen
   std::unique_ptr<SpecSession> own;
   SpecSession* ss = opts.spec_session;
   if (ss == nullptr) {
-    own = std::make_unique<SpecSession>(model, opts.spec, seq.capacity());
+    own = std::make_unique<SpecSession>(model, opts.spec, seq);
     ss = own.get();
   }
   const SpecStats before = ss->stats();
-  if (ss->sync(seq, history))
-    VI_LOG_WARN("speculative decoding: the MTP head did not see this sequence's first tokens (it was made after "
-                "them, or the sequence was cut back); no MTP drafts for it until it starts over");
+  ss->sync(seq, history);
   GenerateStats st;
   Timer timer;
   Sampler sampler(opts.sampling);
@@ -109,6 +106,7 @@ GenerateStats generate_speculative(const Model& model, ops::Context& ctx, Sequen
     }
     if (n_pass > 0 && ss->wants_hidden()) ss->observe(ctx, hidden, keep, history);
     if (done) {
+      ss->finish(ctx, history, next);  // the head reads the last position too, before the blocks are reused
       st.decode_ms = timer.ms();
       st.spec = ss->stats() - before;
       return st;

@@ -59,27 +59,37 @@ Tensor cat_rows(ops::Context& ctx, const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-SpecSession::SpecSession(const Model& model, const SpecOptions& opts, int64_t n_ctx) : model_(model), opts_(opts) {
+SpecSession::SpecSession(const Model& model, const SpecOptions& opts, const SequenceState& seq)
+    : model_(model), opts_(opts) {
   check_spec_options(model, opts);
-  if (opts.kind == SpecKind::kMtp) dseq_ = model.new_draft_sequence(n_ctx);
+  if (opts.kind == SpecKind::kMtp) dseq_ = model.new_draft_sequence(seq);
 }
 
 SpecSession::~SpecSession() = default;
 
-bool SpecSession::sync(const SequenceState& seq, std::span<const int32_t> history) {
+void SpecSession::sync(const SequenceState& seq, std::span<const int32_t> history) {
   VI_CHECK(static_cast<int64_t>(history.size()) == seq.n_past(),
            "speculative decoding: the history holds {} tokens but the sequence {}", history.size(), seq.n_past());
-  if (!dseq_) return false;
-  if (seq.n_past() == 0) {  // a fresh or reset sequence: the head starts over with it
-    dseq_->truncate(0);
-    pending_ = Tensor();
-    cold_ = false;
-    return false;
-  }
+  if (!dseq_) return;
   const int64_t have = dseq_->n_past() + (pending_.data() != nullptr ? pending_.rows() : 0);
-  if (cold_ || have == seq.n_past()) return false;
-  cold_ = true;
-  return true;
+  if (have != seq.n_past()) restart(seq);
+}
+
+void SpecSession::restart(const SequenceState& seq) {
+  if (!dseq_) return;
+  // The head goes on from here; the slots before it keep what their blocks hold.
+  pending_ = Tensor();
+  dseq_->block_table() = seq.block_table();
+  dseq_->resume_at(seq.n_past());
+}
+
+void SpecSession::finish(ops::Context& ctx, std::span<const int32_t> history, int32_t next) {
+  if (!dseq_ || pending_.data() == nullptr || pending_.rows() == 0 || next < 0) return;
+  if (dseq_->n_past() + pending_.rows() != static_cast<int64_t>(history.size())) return;
+  std::vector<int32_t> tail(history.begin() + dseq_->n_past() + 1, history.end());
+  tail.push_back(next);
+  Tensor logits, head_out;
+  feed_head(ctx, pending_.rows(), tail, logits, head_out);
 }
 
 void SpecSession::feed_head(ops::Context& ctx, int64_t n, std::span<const int32_t> tail, Tensor& logits,
@@ -115,7 +125,7 @@ void SpecSession::observe(ops::Context& ctx, const Tensor& hidden, int64_t keep,
 std::vector<int32_t> SpecSession::propose(ops::Context& ctx, std::span<const int32_t> history, int32_t next, int k) {
   if (k <= 0) return {};
   if (opts_.kind == SpecKind::kNgram) return propose_ngram(history, next, k);
-  if (opts_.kind == SpecKind::kMtp && !cold_) return propose_mtp(ctx, history, next, k);
+  if (opts_.kind == SpecKind::kMtp) return propose_mtp(ctx, history, next, k);
   if (opts_.kind == SpecKind::kCustom) {
     std::vector<int32_t> d = opts_.custom(history, next, k);
     if (static_cast<int>(d.size()) > k) d.resize(static_cast<size_t>(k));

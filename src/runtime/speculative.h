@@ -62,13 +62,13 @@ inline SpecStats operator-(const SpecStats& a, const SpecStats& b) {
 // Throws vi::Error when opts cannot run on `model` (mtp without a draft head, draft_max out of range).
 void check_spec_options(const Model& model, const SpecOptions& opts);
 
-// What speculation keeps between generate() calls on one sequence (the turns of a chat): the
-// draft head's cache and the final hidden states of the positions whose next token it has not
-// seen yet. Make one per sequence, when the sequence is empty; generate() makes a private one
-// when given none.
+// What speculation keeps between generate() calls on one sequence (the turns of a chat, the
+// requests of an engine slot): the draft head's view of the sequence and the final hidden
+// states of the positions whose next token it has not seen yet. One per sequence (which must
+// outlive it); generate() makes a private one when given none.
 class SpecSession {
  public:
-  SpecSession(const Model& model, const SpecOptions& opts, int64_t n_ctx);
+  SpecSession(const Model& model, const SpecOptions& opts, const SequenceState& seq);
   ~SpecSession();
   SpecSession(const SpecSession&) = delete;
   SpecSession& operator=(const SpecSession&) = delete;
@@ -78,12 +78,18 @@ class SpecSession {
 
   // --- used by generate() ---
   // Whether the model should return its final hidden states with each pass.
-  bool wants_hidden() const { return opts_.kind == SpecKind::kMtp && !cold_; }
-  // Before a call's first pass on `seq` holding `history`: starts over when the sequence is
-  // empty; stops the draft head (cold: no more drafts from it until the sequence is empty
-  // again) when the sequence holds tokens it did not see (a cached prefix, a cut-back chat).
-  // Returns true when it has just gone cold.
-  bool sync(const SequenceState& seq, std::span<const int32_t> history);
+  bool wants_hidden() const { return opts_.kind == SpecKind::kMtp; }
+  // Before a call's first pass on `seq` holding `history`: when the sequence holds other
+  // tokens than the head last saw (emptied, cut back, or resumed from a cached prefix) the head
+  // goes on from the sequence's length; its cache for those tokens is what their blocks hold
+  // (a cached prefix's blocks hold the head's K/V from the run that made them).
+  void sync(const SequenceState& seq, std::span<const int32_t> history);
+  // The same when the sequence was refilled, whatever its length (an engine slot's new request).
+  void restart(const SequenceState& seq);
+  // At the end of a call: the head reads the last position with `next` (the last sampled token,
+  // not in the sequence) as what follows it, so that the sequence's blocks hold the head's K/V
+  // for every position when they are cached.
+  void finish(ops::Context& ctx, std::span<const int32_t> history, int32_t next);
   // After a pass that appended rows with final hidden states `hidden` ([rows, d], the first
   // `keep` of them kept): the head catches up on every kept position whose next token is in
   // `history` (the sequence's tokens).
@@ -103,7 +109,6 @@ class SpecSession {
   SpecStats stats_;
   std::unique_ptr<SequenceState> dseq_;  // the draft head's cache (mtp)
   Tensor pending_;  // [p, d] final hidden states of positions dseq_->n_past() .. + p - 1 (mtp)
-  bool cold_ = false;
 };
 
 }  // namespace vi

@@ -9,8 +9,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/safetensors.h"
 #include "formats/weight_source.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
@@ -180,7 +187,8 @@ TEST(SpeculativeNgram, ProposesWhatFollowedTheLongestEarlierSuffix) {
   Loaded L = load("llama_tiny");
   SpecOptions o;
   o.kind = SpecKind::kNgram;
-  SpecSession s(*L.model, o, 64);
+  auto seq = L.model->new_sequence(64);
+  SpecSession s(*L.model, o, *seq);
   const std::vector<int32_t> h{1, 2, 3, 4, 9, 2, 3, 5, 7, 1, 2};
   // Suffix "1 2 3" (next = 3) occurred at 0..2, followed by 4 9 2 ...
   EXPECT_EQ(s.propose(ctx, h, 3, 3), (std::vector<int32_t>{4, 9, 2}));
@@ -330,6 +338,154 @@ TEST_P(Speculative, EngineWithDraftsGivesTheSameTokens) {
   EXPECT_GT(st.spec.accepted, 0) << "no draft was ever kept";
   EXPECT_LT(st.spec.accepted, st.spec.drafted) << "no draft was ever refused";
   EXPECT_EQ(plain.stats().spec.drafted, 0);
+}
+
+// A golden Qwen3.5 with a random MTP head: a folder whose config asks for one MTP layer, whose
+// first shard is the fixture's weights and whose second holds the head's (HF names).
+std::string with_mtp_head(const std::string& name, const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  const fs::path src = fs::path(VI_SOURCE_DIR) / "tests" / "golden" / name;
+  fs::create_directories(dir);
+  std::ifstream cin(src / "config.json");
+  nlohmann::json cfg = nlohmann::json::parse(cin);
+  cfg["mtp_num_hidden_layers"] = 1;
+  std::ofstream(dir / "config.json") << cfg.dump(2);
+  fs::copy_file(src / "model.safetensors", dir / "main.safetensors", fs::copy_options::overwrite_existing);
+  const int64_t d = cfg["hidden_size"], hq = cfg["num_attention_heads"], hkv = cfg["num_key_value_heads"],
+                hd = cfg["head_dim"], f = cfg["intermediate_size"];
+  std::mt19937 rng(77);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  std::vector<Tensor> head;
+  auto add = [&](const std::string& n, std::vector<int64_t> shape, float scale) {
+    Tensor t = Tensor::empty(DType::F32, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = scale * n01(rng);
+    t.set_name(n);
+    head.push_back(t);
+  };
+  const float w = 0.15f, nrm = 0.1f;  // matrices; 1 + w norms
+  add("mtp.pre_fc_norm_embedding.weight", {d}, nrm);
+  add("mtp.pre_fc_norm_hidden.weight", {d}, nrm);
+  add("mtp.fc.weight", {d, 2 * d}, w);
+  add("mtp.norm.weight", {d}, nrm);
+  const std::string l = "mtp.layers.0.";
+  add(l + "input_layernorm.weight", {d}, nrm);
+  add(l + "post_attention_layernorm.weight", {d}, nrm);
+  add(l + "self_attn.q_proj.weight", {2 * hq * hd, d}, w);
+  add(l + "self_attn.k_proj.weight", {hkv * hd, d}, w);
+  add(l + "self_attn.v_proj.weight", {hkv * hd, d}, w);
+  add(l + "self_attn.o_proj.weight", {d, hq * hd}, w);
+  add(l + "self_attn.q_norm.weight", {hd}, nrm);
+  add(l + "self_attn.k_norm.weight", {hd}, nrm);
+  add(l + "mlp.gate_proj.weight", {f, d}, w);
+  add(l + "mlp.up_proj.weight", {f, d}, w);
+  add(l + "mlp.down_proj.weight", {d, f}, w);
+  formats::SafetensorsWriter::write_file((dir / "mtp.safetensors").string(), head);
+  nlohmann::json map = nlohmann::json::object();
+  auto main_src = formats::open_weight_source((dir / "main.safetensors").string());
+  for (const std::string& n : main_src->names()) map[n] = "main.safetensors";
+  for (const Tensor& t : head) map[t.name()] = "mtp.safetensors";
+  std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json{{"weight_map", map}}.dump();
+  for (const char* extra : {"tokenizer.json", "tokenizer_config.json"})
+    if (fs::exists(src / extra)) fs::copy_file(src / extra, dir / extra, fs::copy_options::overwrite_existing);
+  return dir.string();
+}
+
+// A folder for the test's files, removed with it.
+struct ScratchDir {
+  std::filesystem::path path;
+  ScratchDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path = std::filesystem::temp_directory_path() /
+           (std::string("vi_spec_") + info->name() + "_" + std::to_string(::getpid()));
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+TEST(MtpHead, ItsCacheLivesInTheSequencesBlocks) {
+  ops::Context ctx;
+  ScratchDir dir;
+  auto src = formats::open_weight_source(with_mtp_head("qwen35_a", dir.path));
+  auto model = load_model(*src);
+  ASSERT_TRUE(model->has_draft_head());
+  const std::vector<int32_t> p{5, 9, 2, 7, 31, 4, 4, 18, 3, 60, 12, 8};
+  const int64_t n = static_cast<int64_t>(p.size());
+  auto main = model->new_sequence(64);
+  Tensor logits, hidden;
+  BatchItem item{main.get(), p, false};
+  model->forward_batch(ctx, {&item, 1}, logits, LogitsOn::kHostF32, &hidden);
+  ASSERT_EQ(hidden.rows(), n);
+  // One draft sequence over slots 0 .. n-2 (slot t: hidden t, token t + 1).
+  auto d1 = model->new_draft_sequence(*main);
+  Tensor l1, out1;
+  model->draft_forward(ctx, *d1, std::span<const int32_t>(p.data() + 1, n - 1), hidden.slice_rows(0, n - 1), l1, out1,
+                       LogitsOn::kHostF32);
+  // A second one that resumes at slot n-2 reads slots 0 .. n-3 from the blocks the first wrote.
+  auto again = [&](SequenceState& m, SequenceState& d) {
+    d.block_table() = m.block_table();
+    d.resume_at(n - 2);
+    Tensor l, out;
+    model->draft_forward(ctx, d, std::span<const int32_t>(p.data() + n - 1, 1), hidden.slice_rows(n - 2, n - 1), l,
+                         out, LogitsOn::kHostF32);
+    return l;
+  };
+  auto d2 = model->new_draft_sequence(*main);
+  const Tensor l2 = again(*main, *d2);
+  ASSERT_EQ(l1.numel(), l2.numel());
+  EXPECT_EQ(0, std::memcmp(l1.data(), l2.data(), l1.nbytes()));
+  // The check can fail: over a sequence whose blocks hold no head K/V the same slot differs.
+  auto other = model->new_sequence(64);
+  Tensor ol;
+  model->forward(ctx, p, *other, ol, false);
+  auto d3 = model->new_draft_sequence(*other);
+  const Tensor l3 = again(*other, *d3);
+  EXPECT_NE(0, std::memcmp(l1.data(), l3.data(), l1.nbytes()));
+}
+
+TEST(MtpHead, EngineWithMtpDraftsGivesTheSameTokensAcrossTurns) {
+  ScratchDir dir;
+  auto src = formats::open_weight_source(with_mtp_head("qwen35_b", dir.path));
+  auto model = load_model(*src);
+  const int64_t V = model->info().n_vocab;
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  EngineOptions base;
+  base.max_seqs = 2;
+  base.n_ctx = 512;
+  base.step_tokens = 32;
+  base.snapshot_interval = 32;
+  EngineOptions spec = base;
+  spec.spec.kind = SpecKind::kMtp;
+  spec.spec.draft_max = 3;
+  Engine plain(*model, {}, base), drafted(*model, {}, spec);
+  std::vector<std::vector<int32_t>> convs;
+  std::vector<SamplingParams> sampling;
+  for (int i = 0; i < 3; ++i) {
+    convs.push_back(repetitive_prompt(rng, V));
+    convs.back().push_back(static_cast<int32_t>(i));
+    SamplingParams p;
+    p.temperature = i == 1 ? 0.8f : 0.0f;
+    p.seed = rng();
+    sampling.push_back(p);
+  }
+  int64_t drafted_before = 0;
+  for (int turn = 0; turn < 2; ++turn) {  // the second turn resumes from the prefix cache
+    const auto a = run_engine(plain, convs, sampling, 30), b = run_engine(drafted, convs, sampling, 30);
+    for (size_t i = 0; i < convs.size(); ++i) {
+      EXPECT_EQ(b[i], a[i]) << "turn " << turn << ", request " << i;
+      convs[i].insert(convs[i].end(), a[i].begin(), a[i].end());
+      const auto more = repetitive_prompt(rng, V);
+      convs[i].insert(convs[i].end(), more.begin(), more.end());
+    }
+    drafted.wait_idle();
+    const EngineStats st = drafted.stats();
+    EXPECT_GT(st.spec.drafted, drafted_before) << "turn " << turn << " got no MTP drafts";
+    drafted_before = st.spec.drafted;
+    if (turn == 1) EXPECT_GT(st.prompt_tokens_cached, 0u) << "the second turn did not resume from the cache";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, Speculative, ::testing::Values("llama_tiny", "qwen35_a", "qwen35_b"));
