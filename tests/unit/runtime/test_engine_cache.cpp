@@ -8,22 +8,14 @@
 #include <random>
 
 #include "formats/weight_source.h"
+#include "unit/golden_model.h"
 #include "runtime/engine.h"
 
 namespace vi {
 namespace {
 
-struct Loaded {
-  std::unique_ptr<WeightSource> src;
-  std::unique_ptr<Model> model;
-};
-
-Loaded load(const std::string& name) {
-  Loaded l;
-  l.src = formats::open_weight_source(std::string(VI_SOURCE_DIR) + "/tests/golden/" + name);
-  l.model = load_model(*l.src);
-  return l;
-}
+using Loaded = test::GoldenModel;
+Loaded load(const std::string& name) { return test::load_golden(name); }
 
 struct Result {
   std::vector<int32_t> tokens;

@@ -19,23 +19,15 @@
 
 #include "formats/safetensors.h"
 #include "formats/weight_source.h"
+#include "unit/golden_model.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 
 namespace vi {
 namespace {
 
-struct Loaded {
-  std::unique_ptr<WeightSource> src;
-  std::unique_ptr<Model> model;
-};
-
-Loaded load(const std::string& name) {
-  Loaded l;
-  l.src = formats::open_weight_source(std::string(VI_SOURCE_DIR) + "/tests/golden/" + name);
-  l.model = load_model(*l.src);
-  return l;
-}
+using Loaded = test::GoldenModel;
+Loaded load(const std::string& name) { return test::load_golden(name); }
 
 struct Outcome {
   std::vector<int32_t> out, history;
@@ -110,16 +102,20 @@ TEST_P(Speculative, NgramDraftsGiveThePlainLoopsTokens) {
 
 // Drafts that are the plain run's own continuation with some tokens changed: every kept prefix
 // length and every refusal point occurs, whatever the model does.
+// Up to k tokens of truth from index g + 1 on, about a quarter of them changed.
+std::vector<int32_t> corrupted(const std::vector<int32_t>& truth, size_t g, int k, std::mt19937& rng, int64_t vocab) {
+  std::vector<int32_t> d;
+  for (size_t i = g + 1; i < truth.size() && static_cast<int>(d.size()) < k; ++i)
+    d.push_back(rng() % 4 == 0 ? static_cast<int32_t>((truth[i] + 1) % vocab) : truth[i]);
+  return d;
+}
+
 DraftFn oracle(const std::vector<int32_t>& prompt, const std::vector<int32_t>& truth, int64_t vocab,
                unsigned seed) {
   auto rng = std::make_shared<std::mt19937>(seed);
   return [=](std::span<const int32_t> history, int32_t, int k) {
     // history = prompt + the first g tokens of truth; next = truth[g].
-    std::vector<int32_t> d;
-    const size_t g = history.size() - prompt.size();
-    for (size_t i = g + 1; i < truth.size() && static_cast<int>(d.size()) < k; ++i)
-      d.push_back((*rng)() % 4 == 0 ? static_cast<int32_t>((truth[i] + 1) % vocab) : truth[i]);
-    return d;
+    return corrupted(truth, history.size() - prompt.size(), k, *rng, vocab);
   };
 }
 
@@ -277,6 +273,18 @@ std::vector<std::vector<int32_t>> run_engine(Engine& e, const std::vector<std::v
   return out;
 }
 
+// The engines' answers (plain a, drafted b) must be equal; each conversation then goes on with
+// its answer and a new user turn.
+void compare_and_go_on(std::vector<std::vector<int32_t>>& convs, const std::vector<std::vector<int32_t>>& a,
+                       const std::vector<std::vector<int32_t>>& b, std::mt19937& rng, int64_t vocab, int turn) {
+  for (size_t i = 0; i < convs.size(); ++i) {
+    EXPECT_EQ(b[i], a[i]) << "turn " << turn << ", request " << i;
+    convs[i].insert(convs[i].end(), a[i].begin(), a[i].end());
+    const auto more = repetitive_prompt(rng, vocab);
+    convs[i].insert(convs[i].end(), more.begin(), more.end());
+  }
+}
+
 TEST_P(Speculative, EngineWithDraftsGivesTheSameTokens) {
   Loaded L = load(GetParam());
   const int64_t V = L.model->info().n_vocab;
@@ -299,16 +307,10 @@ TEST_P(Speculative, EngineWithDraftsGivesTheSameTokens) {
   spec.spec.kind = SpecKind::kCustom;
   spec.spec.draft_max = 5;
   spec.spec.custom = [known, rng_d, V](std::span<const int32_t> history, int32_t, int k) {
-    std::vector<int32_t> d;
-    for (const Known& c : *known) {
-      if (history.size() < c.prompt.size() || !std::equal(c.prompt.begin(), c.prompt.end(), history.begin()))
-        continue;
-      const size_t g = history.size() - c.prompt.size();
-      for (size_t i = g + 1; i < c.out.size() && static_cast<int>(d.size()) < k; ++i)
-        d.push_back((*rng_d)() % 4 == 0 ? static_cast<int32_t>((c.out[i] + 1) % V) : c.out[i]);
-      break;
-    }
-    return d;
+    for (const Known& c : *known)
+      if (history.size() >= c.prompt.size() && std::equal(c.prompt.begin(), c.prompt.end(), history.begin()))
+        return corrupted(c.out, history.size() - c.prompt.size(), k, *rng_d, V);
+    return std::vector<int32_t>{};
   };
   Engine plain(*L.model, {}, base), drafted(*L.model, {}, spec);
   std::vector<std::vector<int32_t>> convs;
@@ -326,12 +328,7 @@ TEST_P(Speculative, EngineWithDraftsGivesTheSameTokens) {
     known->clear();
     for (size_t i = 0; i < convs.size(); ++i) known->push_back({convs[i], a[i]});
     const auto b = run_engine(drafted, convs, sampling, 60);
-    for (size_t i = 0; i < convs.size(); ++i) {
-      EXPECT_EQ(b[i], a[i]) << "turn " << turn << ", request " << i;
-      convs[i].insert(convs[i].end(), a[i].begin(), a[i].end());
-      const auto more = repetitive_prompt(rng, V);
-      convs[i].insert(convs[i].end(), more.begin(), more.end());
-    }
+    compare_and_go_on(convs, a, b, rng, V, turn);
   }
   drafted.wait_idle();
   const EngineStats st = drafted.stats();
@@ -474,12 +471,7 @@ TEST(MtpHead, EngineWithMtpDraftsGivesTheSameTokensAcrossTurns) {
   int64_t drafted_before = 0;
   for (int turn = 0; turn < 2; ++turn) {  // the second turn resumes from the prefix cache
     const auto a = run_engine(plain, convs, sampling, 30), b = run_engine(drafted, convs, sampling, 30);
-    for (size_t i = 0; i < convs.size(); ++i) {
-      EXPECT_EQ(b[i], a[i]) << "turn " << turn << ", request " << i;
-      convs[i].insert(convs[i].end(), a[i].begin(), a[i].end());
-      const auto more = repetitive_prompt(rng, V);
-      convs[i].insert(convs[i].end(), more.begin(), more.end());
-    }
+    compare_and_go_on(convs, a, b, rng, V, turn);
     drafted.wait_idle();
     const EngineStats st = drafted.stats();
     EXPECT_GT(st.spec.drafted, drafted_before) << "turn " << turn << " got no MTP drafts";
