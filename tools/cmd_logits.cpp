@@ -65,7 +65,7 @@ void run_logits(const LogitsArgs& a) {
     for (int64_t r = 0; r < n && i + r + 1 < T; ++r) {
       Tensor dl, head_out;
       L.model->draft_forward(L.ctx, *dseq, std::span<const int32_t>(ids.data() + i + r + 1, 1),
-                             hidden.slice_rows(r, r + 1), dl, head_out, LogitsOn::kHostF32);
+                             hidden.slice_rows(r, r + 1), &dl, head_out, LogitsOn::kHostF32);
       std::copy(dl.ptr<float>(), dl.ptr<float>() + V, draft_all.row<float>(i + r));
     }
   }

@@ -129,7 +129,7 @@ std::unique_ptr<SequenceState> Model::new_draft_sequence(const SequenceState&) c
           info().name, info().arch);
 }
 
-void Model::draft_forward(ops::Context&, SequenceState&, std::span<const int32_t>, const Tensor&, Tensor&, Tensor&,
+void Model::draft_forward(ops::Context&, SequenceState&, std::span<const int32_t>, const Tensor&, Tensor*, Tensor&,
                           LogitsOn) const {
   VI_FAIL("model '{}' ({}) has no draft head", info().name, info().arch);
 }

@@ -186,11 +186,12 @@ class Model {
   virtual std::unique_ptr<SequenceState> new_draft_sequence(const SequenceState& main) const;
   // Runs the head over T slots appended to dseq at positions dseq.n_past() ..: slot i takes
   // hidden[i] (a final hidden state, or the head's own output for a recursive draft) and
-  // tokens[i] (the token that follows that position). logits: [1, n_vocab] of the last slot
-  // (where: host f32 or the device); head_out: [1, d_model] the head's normed output of the
-  // last slot (the hidden input of a recursive step), activation dtype, on the device.
+  // tokens[i] (the token that follows that position). logits (not null): [1, n_vocab] of the
+  // last slot (where: host f32 or the device; null when only the cache is wanted: no LM head);
+  // head_out: [1, d_model] the head's normed output of the last slot (the hidden input of a
+  // recursive step), activation dtype, on the device.
   virtual void draft_forward(ops::Context& ctx, SequenceState& dseq, std::span<const int32_t> tokens,
-                             const Tensor& hidden, Tensor& logits, Tensor& head_out, LogitsOn where) const;
+                             const Tensor& hidden, Tensor* logits, Tensor& head_out, LogitsOn where) const;
 
  protected:
   // The architecture's forward pass over a validated, staged plan (inputs in plan.dev). With

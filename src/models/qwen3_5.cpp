@@ -207,7 +207,7 @@ class Qwen35Model final : public Model {
   bool has_draft_head() const override { return !mtp_layers_.empty(); }
   std::unique_ptr<SequenceState> new_draft_sequence(const SequenceState& main) const override;
   void draft_forward(ops::Context& ctx, SequenceState& dseq, std::span<const int32_t> tokens, const Tensor& hidden,
-                     Tensor& logits, Tensor& head_out, LogitsOn where) const override;
+                     Tensor* logits, Tensor& head_out, LogitsOn where) const override;
 
  protected:
   void forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items, Tensor& logits,
@@ -777,7 +777,7 @@ std::unique_ptr<SequenceState> Qwen35Model::new_draft_sequence(const SequenceSta
 // The blocks run as the main model's full-attention layers without the deferred norms (a
 // draft pass is a few rows, once per round).
 void Qwen35Model::draft_forward(ops::Context& ctx, SequenceState& dseq, std::span<const int32_t> tokens,
-                                const Tensor& hidden, Tensor& logits, Tensor& head_out, LogitsOn where) const {
+                                const Tensor& hidden, Tensor* logits, Tensor& head_out, LogitsOn where) const {
   VI_CHECK(has_draft_head(), "model '{}' has no MTP head", info_.name);
   auto* draft = dynamic_cast<Qwen35DraftState*>(&dseq);
   VI_CHECK(draft != nullptr, "draft sequence was not made by this model");
@@ -811,7 +811,7 @@ void Qwen35Model::draft_forward(ops::Context& ctx, SequenceState& dseq, std::spa
   Tensor att = ops::empty(ctx, ctx.act, {T, Hq * hd});
   Tensor ff_gu = ops::empty(ctx, ctx.act, {T, 2 * hp_.d_ff});
   Tensor ff_h = swiglu_scratch(ctx, T, hp_.d_ff);
-  const Tensor out_logits = logits_scratch(ctx, plan, hp_.n_vocab);
+  const Tensor out_logits = logits != nullptr ? logits_scratch(ctx, plan, hp_.n_vocab) : Tensor();
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ops::rms_norm(ctx, x, mtp_layers_.front().in_norm, eps, off, n);
   for (size_t m = 0; m < mtp_layers_.size(); ++m) {
@@ -834,7 +834,7 @@ void Qwen35Model::draft_forward(ops::Context& ctx, SequenceState& dseq, std::spa
     ops::add_rms_norm(ctx, x, o, next, eps, off, n);  // x += mlp; n = the next norm(x): after the last, mtp.norm
   }
   head_out = n.slice_rows(T - 1, T);
-  output_logits(ctx, plan, n, lm_head_, where, out_logits, logits);
+  if (logits != nullptr) output_logits(ctx, plan, n, lm_head_, where, out_logits, *logits);
   advance_sequence(dseq, T);
 }
 

@@ -278,10 +278,6 @@ void Engine::step() {
       const std::vector<int32_t> drafts = s.spec->propose(ctx_, s.history, s.pending, static_cast<int>(k));
       s.fed.insert(s.fed.end(), drafts.begin(), drafts.end());
       spare -= static_cast<int64_t>(drafts.size());
-      if (!drafts.empty()) {
-        s.spec->stats().rounds++;
-        s.spec->stats().drafted += static_cast<int64_t>(drafts.size());
-      }
     }
     kv_->reserve(*s.seq, static_cast<int64_t>(s.fed.size()));
     const bool drafted = s.fed.size() > 1;
@@ -398,7 +394,6 @@ void Engine::step() {
                               s.fed[static_cast<size_t>(r + 1)] == sampled[j].token;
       if (!draft_kept) continue;
       s.history.push_back(sampled[j].token);
-      s.spec->stats().accepted++;
       next.push_back(k);
     }
     walking = std::move(next);
@@ -408,11 +403,13 @@ void Engine::step() {
   // models with recurrent state take the checkpoint their pass left), then commit.
   for (size_t k = 0; k < items.size(); ++k) {
     Slot& s = *owners[k];
-    if (!decoding[k] || keep[k] == static_cast<int64_t>(s.fed.size())) continue;
-    const int64_t to = s.seq->n_past() - static_cast<int64_t>(s.fed.size()) + keep[k];
+    if (!decoding[k]) continue;
+    const int64_t n_pass = static_cast<int64_t>(s.fed.size());
+    if (n_pass > 1) s.spec->record(n_pass - 1, keep[k] - 1);
+    if (keep[k] == n_pass) continue;
+    const int64_t to = s.seq->n_past() - n_pass + keep[k];
     VI_CHECK(s.seq->rollback(to), "speculative decoding: cannot take a sequence back from {} to {} tokens",
              s.seq->n_past(), to);
-    s.spec->stats().rollbacks++;
   }
   for (size_t k = 0; k < items.size(); ++k) {
     Slot& s = *owners[k];

@@ -94,15 +94,14 @@ GenerateStats generate_speculative(const Model& model, ops::Context& ctx, Sequen
       const bool more = static_cast<size_t>(row) < drafts.size() && drafts[static_cast<size_t>(row)] == s.token;
       if (done || !more) break;
       history.push_back(s.token);  // a draft kept: it is already in the sequence
-      ++ss->stats().accepted;
     }
     // Cut the sequence back to the kept part of the pass.
     const int64_t n_pass = static_cast<int64_t>(fed.size());
+    if (n_pass > 1) ss->record(n_pass - 1, keep - 1);
     if (keep < n_pass) {
       const int64_t to = seq.n_past() - n_pass + keep;
       VI_CHECK(seq.rollback(to), "speculative decoding: model '{}' cannot take its sequence back from {} to {} tokens",
                model.info().name, seq.n_past(), to);
-      ++ss->stats().rollbacks;
     }
     if (n_pass > 0 && ss->wants_hidden()) ss->observe(ctx, hidden, keep, history);
     if (done) {
@@ -118,10 +117,6 @@ GenerateStats generate_speculative(const Model& model, ops::Context& ctx, Sequen
     drafts = ss->propose(ctx, history, next, k);
     fed.assign(1, next);
     fed.insert(fed.end(), drafts.begin(), drafts.end());
-    if (!drafts.empty()) {
-      ++ss->stats().rounds;
-      ss->stats().drafted += static_cast<int64_t>(drafts.size());
-    }
     history.push_back(next);
     BatchItem item{&seq, fed, /*all_logits=*/true, /*checkpoints=*/recurrent && !drafts.empty()};
     model.forward_batch(ctx, {&item, 1}, logits, LogitsOn::kDevice, ss->wants_hidden() ? &hidden : nullptr);

@@ -84,15 +84,12 @@ void SpecSession::restart(const SequenceState& seq) {
 }
 
 void SpecSession::finish(ops::Context& ctx, std::span<const int32_t> history, int32_t next) {
-  if (!dseq_ || pending_.data() == nullptr || pending_.rows() == 0 || next < 0) return;
+  if (!dseq_ || pending_.data() == nullptr || next < 0) return;
   if (dseq_->n_past() + pending_.rows() != static_cast<int64_t>(history.size())) return;
-  std::vector<int32_t> tail(history.begin() + dseq_->n_past() + 1, history.end());
-  tail.push_back(next);
-  Tensor logits, head_out;
-  feed_head(ctx, pending_.rows(), tail, logits, head_out);
+  keep_head_current(ctx, history, next);
 }
 
-void SpecSession::feed_head(ops::Context& ctx, int64_t n, std::span<const int32_t> tail, Tensor& logits,
+void SpecSession::feed_head(ops::Context& ctx, int64_t n, std::span<const int32_t> tail, Tensor* logits,
                             Tensor& head_out) {
   Tensor rows = pending_.slice_rows(0, n);
   model_.draft_forward(ctx, *dseq_, tail.subspan(0, static_cast<size_t>(n)), rows, logits, head_out,
@@ -118,12 +115,32 @@ void SpecSession::observe(ops::Context& ctx, const Tensor& hidden, int64_t keep,
            "speculative decoding: the MTP head holds {} + {} positions of a sequence of {}", p0, pending_.rows(),
            history.size());
   if (n <= 0) return;
-  Tensor logits, head_out;
-  feed_head(ctx, n, history.subspan(static_cast<size_t>(p0 + 1)), logits, head_out);
+  Tensor head_out;
+  feed_head(ctx, n, history.subspan(static_cast<size_t>(p0 + 1)), nullptr, head_out);
+}
+
+void SpecSession::record(int64_t drafted, int64_t kept) {
+  if (drafted <= 0) return;
+  stats_.rounds++;
+  stats_.drafted += drafted;
+  stats_.accepted += kept;
+  if (kept < drafted) stats_.rollbacks++;
+  recent_drafted_ = 0.9 * recent_drafted_ + static_cast<double>(drafted);
+  recent_kept_ = 0.9 * recent_kept_ + static_cast<double>(kept);
 }
 
 std::vector<int32_t> SpecSession::propose(ops::Context& ctx, std::span<const int32_t> history, int32_t next, int k) {
   if (k <= 0) return {};
+  constexpr double kLowKeep = 0.2;  // kept / proposed below which drafting pauses
+  constexpr int kProbeEvery = 8;    // rounds: one of them still drafts, to notice a change
+  if (opts_.adaptive && recent_drafted_ >= 4.0 && recent_kept_ < kLowKeep * recent_drafted_) {
+    if (++idle_rounds_ < kProbeEvery) {
+      // The draft head still reads every position (its cache must stay whole); it just proposes nothing.
+      if (opts_.kind == SpecKind::kMtp) keep_head_current(ctx, history, next);
+      return {};
+    }
+    idle_rounds_ = 0;
+  }
   if (opts_.kind == SpecKind::kNgram) return propose_ngram(history, next, k);
   if (opts_.kind == SpecKind::kMtp) return propose_mtp(ctx, history, next, k);
   if (opts_.kind == SpecKind::kCustom) {
@@ -153,6 +170,14 @@ std::vector<int32_t> SpecSession::propose_ngram(std::span<const int32_t> history
   return {};
 }
 
+void SpecSession::keep_head_current(ops::Context& ctx, std::span<const int32_t> history, int32_t next) {
+  if (!dseq_ || pending_.data() == nullptr || pending_.rows() == 0) return;
+  std::vector<int32_t> tail(history.begin() + dseq_->n_past() + 1, history.end());
+  tail.push_back(next);
+  Tensor head_out;
+  feed_head(ctx, pending_.rows(), tail, nullptr, head_out);
+}
+
 std::vector<int32_t> SpecSession::propose_mtp(ops::Context& ctx, std::span<const int32_t> history, int32_t next,
                                               int k) {
   if (pending_.data() == nullptr || pending_.rows() == 0) return {};
@@ -166,7 +191,7 @@ std::vector<int32_t> SpecSession::propose_mtp(ops::Context& ctx, std::span<const
   greedy.temperature = 0.0f;
   Sampler pick(greedy);  // drafts are the head's argmax: deterministic, as exactness needs
   Tensor logits, head_out;
-  feed_head(ctx, n, tail, logits, head_out);
+  feed_head(ctx, n, tail, &logits, head_out);
   const int64_t kept = dseq_->n_past();  // the head's cache now ends where the sequence will
   std::vector<int32_t> drafts;
   drafts.push_back(pick.sample(ctx, logits, 0, {}).token);
@@ -174,7 +199,7 @@ std::vector<int32_t> SpecSession::propose_mtp(ops::Context& ctx, std::span<const
     // Recursive step: the head's own output is the next slot's hidden input.
     Tensor h = head_out, l2, out2;
     const int32_t d = drafts.back();
-    model_.draft_forward(ctx, *dseq_, {&d, 1}, h, l2, out2, LogitsOn::kDevice);
+    model_.draft_forward(ctx, *dseq_, {&d, 1}, h, &l2, out2, LogitsOn::kDevice);
     head_out = out2;
     drafts.push_back(pick.sample(ctx, l2, 0, {}).token);
   }

@@ -47,6 +47,9 @@ struct SpecOptions {
   int draft_max = 3;  // drafts per round, 1 .. Model::kMaxRecordedRows - 1 (a round's pass: 1 + drafts)
   int ngram_min = 2;  // ngram: suffix lengths tried, longest first
   int ngram_max = 4;
+  // While fewer than 1 in 5 recent drafts are kept, draft only every 8th round: a refused
+  // draft costs its share of the pass (and the draft head's passes) for nothing.
+  bool adaptive = true;
 };
 
 struct SpecStats {
@@ -74,7 +77,9 @@ class SpecSession {
   SpecSession& operator=(const SpecSession&) = delete;
 
   const SpecOptions& options() const { return opts_; }
-  SpecStats& stats() { return stats_; }
+  const SpecStats& stats() const { return stats_; }
+  // After a round's walk: `drafted` drafts were proposed, the first `kept` of them kept.
+  void record(int64_t drafted, int64_t kept);
 
   // --- used by generate() ---
   // Whether the model should return its final hidden states with each pass.
@@ -100,15 +105,22 @@ class SpecSession {
  private:
   std::vector<int32_t> propose_ngram(std::span<const int32_t> history, int32_t next, int k) const;
   std::vector<int32_t> propose_mtp(ops::Context& ctx, std::span<const int32_t> history, int32_t next, int k);
+  // Feeds the head every pending position (the last one followed by `next`) without drafting.
+  void keep_head_current(ops::Context& ctx, std::span<const int32_t> history, int32_t next);
   // Runs the head over pending_ rows [0, n) with the tokens that follow them in `tail`
-  // (tail[i] follows pending row i); drops them from pending_. Returns the last slot's logits.
-  void feed_head(ops::Context& ctx, int64_t n, std::span<const int32_t> tail, Tensor& logits, Tensor& head_out);
+  // (tail[i] follows pending row i); drops them from pending_. logits (not null): the last
+  // slot's.
+  void feed_head(ops::Context& ctx, int64_t n, std::span<const int32_t> tail, Tensor* logits, Tensor& head_out);
 
   const Model& model_;
   SpecOptions opts_;
   SpecStats stats_;
   std::unique_ptr<SequenceState> dseq_;  // the draft head's cache (mtp)
   Tensor pending_;  // [p, d] final hidden states of positions dseq_->n_past() .. + p - 1 (mtp)
+  // opts_.adaptive: recent drafts proposed and kept (each round's counts added to 0.9 x the
+  // sums before), and rounds since drafting was last tried while they run low.
+  double recent_drafted_ = 0, recent_kept_ = 0;
+  int idle_rounds_ = 0;
 };
 
 }  // namespace vi

@@ -417,14 +417,14 @@ TEST(MtpHead, ItsCacheLivesInTheSequencesBlocks) {
   // One draft sequence over slots 0 .. n-2 (slot t: hidden t, token t + 1).
   auto d1 = model->new_draft_sequence(*main);
   Tensor l1, out1;
-  model->draft_forward(ctx, *d1, std::span<const int32_t>(p.data() + 1, n - 1), hidden.slice_rows(0, n - 1), l1, out1,
+  model->draft_forward(ctx, *d1, std::span<const int32_t>(p.data() + 1, n - 1), hidden.slice_rows(0, n - 1), &l1, out1,
                        LogitsOn::kHostF32);
   // A second one that resumes at slot n-2 reads slots 0 .. n-3 from the blocks the first wrote.
   auto again = [&](SequenceState& m, SequenceState& d) {
     d.block_table() = m.block_table();
     d.resume_at(n - 2);
     Tensor l, out;
-    model->draft_forward(ctx, d, std::span<const int32_t>(p.data() + n - 1, 1), hidden.slice_rows(n - 2, n - 1), l,
+    model->draft_forward(ctx, d, std::span<const int32_t>(p.data() + n - 1, 1), hidden.slice_rows(n - 2, n - 1), &l,
                          out, LogitsOn::kHostF32);
     return l;
   };
