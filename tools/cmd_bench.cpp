@@ -6,6 +6,8 @@
 //                               context, recurrent states) over the round time over the
 //                               device's copy bandwidth, measured in this process
 //   verify   --verify 1,2,4,8   ms for a round that feeds T tokens at once (MTP verification)
+//   spec     --spec-rounds 3    ms for a whole MTP round (head passes, verify with checkpoints,
+//                               going back), tok/s computed at reference acceptance rates
 //   --profile-ops               per-op tables of a decode round and a prefill (ops/profiler.h)
 //   --trace-kernels             per-kernel table of decode rounds from a CUPTI trace: the GPU's
 //                               own kernel times in the replayed step (tools/bench_trace.h);
@@ -45,6 +47,7 @@ struct BenchArgs {
   std::vector<int64_t> depths;       // decode tests
   std::vector<int64_t> verify;       // tokens per verification round
   bool verify_checkpoints = false;   // verify rounds keep the recurrent state after each token
+  std::vector<int64_t> spec_rounds;  // MTP drafts per timed speculative round (--spec-rounds)
   int64_t n_gen = 32;
   int reps = 4;
   std::vector<std::string> styles = {"code"};
@@ -236,7 +239,7 @@ void Bench::prefill_test(const std::string& style, int64_t P) {
 void Bench::decode_test(const std::string& style, int64_t depth) {
   std::vector<double> round_ms_rep, tps_rep, mbu_rep, host_ms_rep;
   double bytes_round = 0;
-  std::map<int64_t, std::vector<double>> verify_ms;
+  std::map<int64_t, std::vector<double>> verify_ms, spec_ms;
   for (int rep = 0; rep < a_.reps; ++rep) {
     int32_t tok = 0;
     auto seq = filled_sequence(style, depth, rep, tok);
@@ -315,6 +318,51 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
             {"round_ms_median", median(v)}});
     }
 
+    // Whole speculative rounds with k MTP drafts: the head's catch-up pass and its k - 1
+    // recursive passes, the verify pass of 1 + k tokens with checkpoints, the greedy picks, and
+    // going back to the first token (a round whose drafts are all refused: the longest
+    // rollback). Random weights keep no drafts, so tokens per round are computed from
+    // acceptance rates (BENCHMARK.md), not measured.
+    for (int64_t k : a_.spec_rounds) {
+      if (!L_.model->has_draft_head()) break;
+      auto dseq = L_.model->new_draft_sequence(*seq);
+      dseq->block_table() = seq->block_table();
+      dseq->resume_at(seq->n_past());
+      std::vector<double> v;
+      std::vector<int32_t> fed(static_cast<size_t>(k + 1), tok);
+      const std::vector<ops::SampleParams> greedy_t(static_cast<size_t>(k + 1));
+      Tensor hidden, head_out, dl;
+      BatchItem first{seq.get(), {&tok, 1}, false};
+      L_.model->forward_batch(L_.ctx, {&first, 1}, logits, LogitsOn::kDevice, &hidden);  // a hidden row to start
+      dseq->resume_at(seq->n_past() - 1);
+      for (int r = 0; r < 5; ++r) {
+        if (seq->n_past() + k + 1 > seq->capacity()) break;
+        Timer t;
+        Tensor h = hidden.slice_rows(hidden.rows() - 1, hidden.rows());
+        for (int64_t j = 0; j < k; ++j) {  // the catch-up slot, then the recursive ones
+          L_.model->draft_forward(L_.ctx, *dseq, {&fed[static_cast<size_t>(j)], 1}, h, &dl, head_out,
+                                  LogitsOn::kDevice);
+          h = head_out;
+          picked.resize(1);
+          ops::sample(L_.ctx, dl, greedy, {}, picked);
+          fed[static_cast<size_t>(j) + 1] = picked[0].token;
+        }
+        dseq->truncate(seq->n_past());  // the recursive slots were guesses
+        BatchItem item{seq.get(), fed, /*all_logits=*/true, /*checkpoints=*/true};
+        L_.model->forward_batch(L_.ctx, {&item, 1}, logits, LogitsOn::kDevice, &hidden);
+        picked.resize(static_cast<size_t>(k + 1));
+        ops::sample(L_.ctx, logits, greedy_t, {}, picked);
+        VI_CHECK(seq->rollback(seq->n_past() - k), "bench: the verify pass left no checkpoint to go back to");
+        hidden = hidden.slice_rows(0, 1);
+        if (r > 0) v.push_back(t.ms());  // the first warms the round's buffers
+        fed[0] = picked[0].token;
+      }
+      if (v.empty()) continue;
+      spec_ms[k].push_back(median(v));
+      emit({{"test", "spec_round"}, {"fill", a_.fill}, {"prompt_style", style}, {"context", depth}, {"drafts", k},
+            {"rep", rep}, {"round_ms", v}, {"round_ms_median", median(v)}});
+    }
+
     if (a_.profile_ops && rep == 0) {
       ops::OpProfiler prof(L_.ctx.device);
       L_.ctx.profiler = &prof;
@@ -354,6 +402,17 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
                                   summarize(host_ms_rep).mean);
   row(fmt::format("decode {} @{}", a_.n_gen, depth), a_.fill == "synthetic" ? "synthetic" : style, tps_rep, "tok/s",
       extra);
+  for (auto& [k, v] : spec_ms) {
+    // Tokens a round gives at per-draft acceptance a: 1 + a + ... + a^k (greedy drafts kept
+    // in order); the rates are the seeds' MTP k = 3 measurements on real text.
+    Stats s = summarize(v);
+    auto per_round = [&](double a) { return (1.0 - std::pow(a, static_cast<double>(k + 1))) / (1.0 - a); };
+    table_ += fmt::format(
+        "| {} | {} | MTP round, {} drafts @{} | {} | {:.2f} ms/round | {:.2f}–{:.2f} | computed: {:.0f} tok/s at "
+        "acceptance 0.77 (code), {:.0f} at 0.5 (Chinese); measured drafts kept: none (random weights) |\n",
+        device_, profile_, k, depth, a_.fill == "synthetic" ? "synthetic" : style, s.mean, s.min, s.max,
+        per_round(0.77) / (s.mean / 1e3), per_round(0.5) / (s.mean / 1e3));
+  }
   for (auto& [T, v] : verify_ms) {
     Stats s = summarize(v);
     const double base = verify_ms.count(1) ? summarize(verify_ms[1]).mean : 0;
@@ -422,7 +481,9 @@ void Bench::trace_test(int64_t depth, int64_t T, SequenceState& seq, int32_t& to
 void Bench::run() {
   int64_t longest = 0;
   for (int64_t p : a_.prompt_lens) longest = std::max(longest, p);
-  const int64_t verify_tokens = 4 * std::accumulate(a_.verify.begin(), a_.verify.end(), int64_t{0});
+  const int64_t verify_tokens = 4 * std::accumulate(a_.verify.begin(), a_.verify.end(), int64_t{0}) +
+                                6 * std::accumulate(a_.spec_rounds.begin(), a_.spec_rounds.end(), int64_t{0}) +
+                                2 * static_cast<int64_t>(a_.spec_rounds.size());
   const int64_t trace_tokens = std::accumulate(a_.trace_tokens.begin(), a_.trace_tokens.end(), int64_t{0});
   for (int64_t d : a_.depths)
     longest = std::max(longest, d + 3 + a_.n_gen + verify_tokens + (a_.profile_ops ? a_.profile_rounds : 0) +
@@ -493,6 +554,10 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-d,--depth", a->depths, "Decode tests: context lengths in tokens (e.g. 512,8192,131072)")
       ->delimiter(',');
   cmd->add_option("--verify", a->verify, "Round time for T tokens fed at once at each depth (e.g. 1,2,4,8)")
+      ->delimiter(',');
+  cmd->add_option("--spec-rounds", a->spec_rounds,
+                  "Time whole speculative rounds with K MTP drafts (e.g. 3): the draft head's passes, the verify "
+                  "pass with checkpoints, going back; tok/s computed at the reference acceptance rates")
       ->delimiter(',');
   cmd->add_flag("--verify-checkpoints", a->verify_checkpoints,
                 "Verify rounds keep the recurrent state after each token, as speculative decoding's do (--spec)");
