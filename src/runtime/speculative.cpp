@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "core/log.h"
 #include "ops/copy.h"
 #include "ops/memory.h"
 #include "runtime/sampler.h"
