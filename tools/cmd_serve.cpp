@@ -66,9 +66,14 @@ void run_serve(ServeArgs& a) {
                       : model_name(a.model.model.empty() ? default_model_path() : a.model.model);
   server::HttpServer http(engine, *L.tokenizer, L.chat_template, a.server);
   int port = http.bind();
-  std::fprintf(stderr, "serving '%s' on http://%s:%d (%d parallel sequences, context %lld tokens each%s)\n",
+  const std::string drafts = eo.spec.kind == SpecKind::kOff
+                                 ? ""
+                                 : fmt::format(", {} drafts (up to {} a step)", spec_kind_name(eo.spec.kind),
+                                               eo.spec.draft_max);
+  std::fprintf(stderr, "serving '%s' on http://%s:%d (%d parallel sequences, context %lld tokens each%s%s)\n",
                a.server.model_id.c_str(), a.server.host.c_str(), port, eo.max_seqs,
-               static_cast<long long>(eo.n_ctx), a.server.api_key.empty() ? "" : ", API key required");
+               static_cast<long long>(eo.n_ctx), drafts.c_str(),
+               a.server.api_key.empty() ? "" : ", API key required");
   std::fflush(stderr);
 
   std::thread waiter([&] {
