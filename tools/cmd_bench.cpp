@@ -489,6 +489,7 @@ void Bench::run() {
     longest = std::max(longest, d + 3 + a_.n_gen + verify_tokens + (a_.profile_ops ? a_.profile_rounds : 0) +
                                     (a_.trace_kernels ? (a_.trace_rounds + 1) * trace_tokens : 0));
   if (a_.model.ctx_size == 0) a_.model.ctx_size = longest + 16;
+  a_.model.draft_head = !a_.spec_rounds.empty();
   L_ = load(a_.model);
   if (a_.n_batch == 0) a_.n_batch = L_.ctx.device == Device::CPU ? 256 : 2048;  // what `serve` uses
   VI_CHECK(longest <= L_.n_ctx, "the tests need a context of {} tokens but -c is {}", longest, L_.n_ctx);

@@ -41,7 +41,9 @@ struct GenerateArgs {
 };
 
 void run_generate(const GenerateArgs& a) {
-  Loaded L = load(a.model);
+  ModelFlags mf = a.model;
+  mf.draft_head = a.spec.kind == "mtp";
+  Loaded L = load(mf);
   auto seq = L.model->new_sequence(L.n_ctx);
   std::vector<int32_t> prompt = L.tokenizer->encode(a.prompt, !a.no_bos, /*parse_special=*/true);
   GenerateOptions opts;
@@ -76,7 +78,9 @@ struct ChatArgs {
 };
 
 void run_chat(const ChatArgs& a) {
-  Loaded L = load(a.model);
+  ModelFlags mf = a.model;
+  mf.draft_head = a.spec.kind == "mtp";
+  Loaded L = load(mf);
   VI_CHECK(!L.chat_template.empty(),
            "the model has no chat template; use `voltinfer generate` for plain text completion");
   ChatTemplate tmpl(L.chat_template);

@@ -27,7 +27,9 @@ struct LogitsArgs {
 };
 
 void run_logits(const LogitsArgs& a) {
-  Loaded L = load(a.model, /*need_tokenizer=*/a.tokens.empty());
+  ModelFlags mf = a.model;
+  mf.draft_head = a.draft;
+  Loaded L = load(mf, /*need_tokenizer=*/a.tokens.empty());
   std::vector<int32_t> ids;
   if (!a.tokens.empty()) {
     ids = parse_token_list(a.tokens);

@@ -47,6 +47,7 @@ void run_serve(ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a vanished client must not kill the server
 
+  a.model.draft_head = a.spec.kind == "mtp";
   Loaded L = load(a.model);
   EngineOptions eo;
   eo.max_seqs = a.parallel;

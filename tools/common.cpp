@@ -181,6 +181,7 @@ Loaded load(const ModelFlags& flags, bool need_tokenizer) {
     return name == "int8" ? DType::I8 : dtype_from_name(name);
   };
   opts.kv_types = {cache_type(flags.cache_type_k), cache_type(flags.cache_type_v)};
+  opts.draft_head = flags.draft_head;
   opts.progress = [&](size_t done, size_t total) { bar.update(done, total); };
   L.model = load_model(*L.weights, opts);
   const ModelInfo& info = L.model->info();

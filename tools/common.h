@@ -28,6 +28,7 @@ struct ModelFlags {
   bool int8_act = false;                 // --int8-activations (cuda only): ops::Context::int8_act
   std::string cache_type_k, cache_type_v;  // -ctk/-ctv: f16, f32, int8; empty: the activation dtype
   std::string log_level = "warn";
+  bool draft_head = false;  // not a flag: set by commands that draft with the MTP head (--spec mtp)
   void add(CLI::App& app);
 };
 

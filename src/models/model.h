@@ -214,6 +214,9 @@ struct LoadOptions {
   // Called as tensors are prepared: (bytes done, bytes total), for a progress bar.
   std::function<void(size_t, size_t)> progress;
   KvCacheTypes kv_types;  // the KV pools the model makes
+  // Load the model's draft head (Qwen3.5's MTP block), if the file has one, for speculative
+  // decoding: its weights on the device and its layer in every KV pool. Off: the model has none.
+  bool draft_head = false;
 };
 
 // Picks the architecture from the file (GGUF general.architecture or HF model_type /

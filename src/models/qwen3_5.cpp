@@ -382,7 +382,7 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
     L.mlp = load_swiglu(w, g, h, d, hp_.d_ff);
     layers_.push_back(std::move(L));
   }
-  load_mtp(w);
+  if (opts.draft_head) load_mtp(w);
   w.finish();
   gdn_in_fused_ = std::all_of(layers_.begin(), layers_.end(),
                               [](const Layer& L) { return L.full || L.gdn.w_in.data() != nullptr; });

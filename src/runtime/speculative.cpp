@@ -36,8 +36,9 @@ void check_spec_options(const Model& model, const SpecOptions& opts) {
   if (opts.kind == SpecKind::kCustom) VI_CHECK(opts.custom != nullptr, "custom drafts need a drafter function");
   if (opts.kind == SpecKind::kMtp)
     VI_CHECK(model.has_draft_head(),
-             "--spec mtp: model '{}' ({}) has no MTP head (a Qwen3.5 file with its mtp.* / nextn weights has one); "
-             "--spec ngram needs none", model.info().name, model.info().arch);
+             "--spec mtp: model '{}' ({}) has no MTP head loaded (a Qwen3.5 file with its mtp.* / nextn weights has "
+             "one, loaded with LoadOptions::draft_head); --spec ngram needs none", model.info().name,
+             model.info().arch);
 }
 
 namespace {

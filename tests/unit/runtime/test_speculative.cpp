@@ -404,7 +404,9 @@ TEST(MtpHead, ItsCacheLivesInTheSequencesBlocks) {
   ops::Context ctx;
   ScratchDir dir;
   auto src = formats::open_weight_source(with_mtp_head("qwen35_a", dir.path));
-  auto model = load_model(*src);
+  LoadOptions with_head;
+  with_head.draft_head = true;
+  auto model = load_model(*src, with_head);
   ASSERT_TRUE(model->has_draft_head());
   const std::vector<int32_t> p{5, 9, 2, 7, 31, 4, 4, 18, 3, 60, 12, 8};
   const int64_t n = static_cast<int64_t>(p.size());
@@ -443,7 +445,9 @@ TEST(MtpHead, ItsCacheLivesInTheSequencesBlocks) {
 TEST(MtpHead, EngineWithMtpDraftsGivesTheSameTokensAcrossTurns) {
   ScratchDir dir;
   auto src = formats::open_weight_source(with_mtp_head("qwen35_b", dir.path));
-  auto model = load_model(*src);
+  LoadOptions with_head;
+  with_head.draft_head = true;
+  auto model = load_model(*src, with_head);
   const int64_t V = model->info().n_vocab;
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
