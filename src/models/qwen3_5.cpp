@@ -167,7 +167,6 @@ class Qwen35DraftState final : public SequenceState {
   }
   // Before a pass: the main sequence's blocks as they are now (the cache manager grows them).
   void follow_main() { block_table() = main_.block_table(); }
-  const SequenceState& main() const { return main_; }
 
  private:
   static std::shared_ptr<KvPool> main_pool(const SequenceState& s) {
@@ -773,7 +772,8 @@ std::unique_ptr<SequenceState> Qwen35Model::new_draft_sequence(const SequenceSta
 // MODEL_QWEN35.md section 7.2: slot i (main position p = n_past + i) takes the token after p
 // and the hidden state at p:
 //   u = fc([enorm(embed(token)) | hnorm(hidden)]); u = MTP block(u) at RoPE position p, over
-//   the head's own cache; h' = mtp.norm(u); logits = lm_head(h').
+//   the head's cache (its layer of the main sequence's KV pool); h' = mtp.norm(u);
+//   logits = lm_head(h').
 // The blocks run as the main model's full-attention layers without the deferred norms (a
 // draft pass is a few rows, once per round).
 void Qwen35Model::draft_forward(ops::Context& ctx, SequenceState& dseq, std::span<const int32_t> tokens,
