@@ -15,7 +15,9 @@
 #       built into the tests) and, when the build has voltinfer, the golden models
 #       (tests/golden, HF forms) on the GPU: in both profiles, or only in the volta profile
 #       for an sm_70-only build (what a V100 owner runs; on a newer GPU the driver JIT-compiles
-#       its compute_70 PTX). Full logs to LOG_DIR (default $OUT or /tmp/gpu_test), a summary last.
+#       its compute_70 PTX), and for builds with native kernels tests/e2e/test_speculative.py
+#       with VOLTINFER_GPU=1 (needs pytest). Full logs to LOG_DIR (default $OUT or /tmp/gpu_test),
+#       a summary last.
 #
 # Golden tolerance on the GPU: max |Δlogit| / row max <= 3e-2 (f16 activations and KV cache,
 # fp32 accumulation; the CPU runs the same fixtures at 1e-3).
@@ -94,6 +96,17 @@ run_build() {
         tee -a "$log/summary.txt"
       [ "$rc" -ne 0 ] && { fails=$((fails + 1)); grep -E 'FAIL' "$log/$name.golden_$prof.log" | head -10; }
     done
+    # Speculative decoding end to end (tests/e2e/test_speculative.py: the MTP head against a torch
+    # reference, --spec output equal to the plain output) on the CPU and in both GPU profiles;
+    # builds with native kernels only, and where pytest is installed.
+    if [ "$profiles" = "native volta" ] && python3 -c 'import pytest' 2>/dev/null; then
+      VOLTINFER_BIN="$b/bin/voltinfer" VOLTINFER_GPU=1 timeout "${SUITE_TIMEOUT:-480}" \
+        python3 -m pytest -q -p no:cacheprovider tests/e2e/test_speculative.py > "$log/$name.speculative.log" 2>&1
+      local rc=$?
+      echo "$name speculative (tests/e2e/test_speculative.py, cpu + cuda): rc=$rc $(tail -n 1 "$log/$name.speculative.log")" |
+        tee -a "$log/summary.txt"
+      [ "$rc" -ne 0 ] && { fails=$((fails + 1)); grep -E 'FAILED|Error' "$log/$name.speculative.log" | head -10; }
+    fi
   fi
   return "$fails"
 }
