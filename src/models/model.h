@@ -64,6 +64,7 @@ class SequenceState {
   virtual bool can_truncate_to(int64_t n) const { return n >= 0 && n <= n_past_; }
 
   KvPool& kv_pool() const { return *pool_; }
+  const std::shared_ptr<KvPool>& kv_pool_owner() const { return pool_; }  // to share the pool
   // Pool block of each run of block_size positions; must cover n_past + new tokens before
   // a forward pass. Sequences made by Model::new_sequence(n_ctx) own a private pool and a
   // full identity table; engine sequences get theirs from the cache manager.

@@ -159,7 +159,7 @@ class Qwen35DraftState final : public SequenceState {
  public:
   explicit Qwen35DraftState(const SequenceState& main) : main_(main) {
     capacity_ = main.capacity();
-    pool_ = main_pool(main);
+    pool_ = main.kv_pool_owner();
   }
   void truncate(int64_t n) override {
     VI_CHECK(can_truncate_to(n), "cannot cut a draft-head sequence of {} slots back to {}", n_past_, n);
@@ -169,10 +169,6 @@ class Qwen35DraftState final : public SequenceState {
   void follow_main() { block_table() = main_.block_table(); }
 
  private:
-  static std::shared_ptr<KvPool> main_pool(const SequenceState& s) {
-    // kv_pool() hands out a reference; the sequence's shared_ptr is what keeps the pool alive.
-    return std::shared_ptr<KvPool>(std::shared_ptr<KvPool>{}, &s.kv_pool());
-  }
   const SequenceState& main_;
 };
 
@@ -232,6 +228,7 @@ class Qwen35Model final : public Model {
   // embedding, mtp_fc_h_ on the normed hidden state), so no concatenated input is built.
   Tensor mtp_enorm_, mtp_hnorm_, mtp_fc_e_, mtp_fc_h_, mtp_norm_;
   std::vector<Layer> mtp_layers_;
+  std::vector<int64_t> gdn_index_;  // layer -> its index among the GDN layers (-1: full attention)
   mutable std::mutex draft_mu_;    // one draft pass at a time (its arena)
   mutable StepArena draft_arena_;  // the draft passes' staged inputs on the device
 };
@@ -352,6 +349,9 @@ std::vector<int64_t> iota_rows(int64_t begin, int64_t end) {
 Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
     : ctx_(opts.ctx), kv_types_(opts.kv_types) {
   hp_ = read_hparams(src);
+  gdn_index_.assign(static_cast<size_t>(hp_.n_layer), -1);
+  for (int64_t l = 0, gi = 0; l < hp_.n_layer; ++l)
+    if (!hp_.is_full[l]) gdn_index_[l] = gi++;
   WeightLoader w(src, opts.progress);
   const bool gguf = w.gguf();
   norm_offset_ = gguf ? 0.0f : 1.0f;
@@ -570,9 +570,6 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   }
   std::vector<Tensor> gdn_states;
   gdn_states.reserve(items.size());
-  std::vector<int64_t> gdn_index(hp_.n_layer, -1);  // layer -> its index among the GDN layers
-  for (int64_t l = 0, gi = 0; l < hp_.n_layer; ++l)
-    if (!hp_.is_full[l]) gdn_index[l] = gi++;
 
   // The norm each layer's residual stream goes through next: the next layer's input norm,
   // after the last layer the output norm.
@@ -684,7 +681,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
                                  la.slice_rows(a, b), lb.slice_rows(a, b), G.neg_exp_A, G.dt_bias,
                                  lz.slice_rows(a, b).reshape({1, Hv, dv}), G.norm, eps, {seq.ssm[l]}, gva_, yj);
             if (j + 1 == T) continue;  // the state after the last token is the live one
-            const size_t gl = static_cast<size_t>(gdn_index[l]);
+            const size_t gl = static_cast<size_t>(gdn_index_[l]);
             const Tensor* live[4] = {&seq.conv_q[l], &seq.conv_k[l], &seq.conv_v[l], &seq.ssm[l]};
             for (int part = 0; part < 4; ++part) {
               Tensor dst = seq.ckpt(j, gl, part);

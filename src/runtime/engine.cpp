@@ -282,7 +282,7 @@ void Engine::step() {
     kv_->reserve(*s.seq, static_cast<int64_t>(s.fed.size()));
     const bool drafted = s.fed.size() > 1;
     items.push_back({s.seq.get(), s.fed, /*all_logits=*/drafted,
-                     /*checkpoints=*/drafted && !s.seq->recurrent_state().empty()});
+                     /*checkpoints=*/drafted && kv_->has_state()});
     owners.push_back(&s);
     decoding.push_back(1);
     budget -= static_cast<int64_t>(s.fed.size());

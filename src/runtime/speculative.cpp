@@ -170,23 +170,25 @@ std::vector<int32_t> SpecSession::propose_ngram(std::span<const int32_t> history
   return {};
 }
 
-void SpecSession::keep_head_current(ops::Context& ctx, std::span<const int32_t> history, int32_t next) {
-  if (!dseq_ || pending_.data() == nullptr || pending_.rows() == 0) return;
+std::vector<int32_t> SpecSession::pending_tail(std::span<const int32_t> history, int32_t next) const {
   std::vector<int32_t> tail(history.begin() + dseq_->n_past() + 1, history.end());
   tail.push_back(next);
+  VI_CHECK(static_cast<int64_t>(tail.size()) == pending_.rows(),
+           "speculative decoding: {} pending MTP rows for {} tokens", pending_.rows(), tail.size());
+  return tail;
+}
+
+void SpecSession::keep_head_current(ops::Context& ctx, std::span<const int32_t> history, int32_t next) {
+  if (!dseq_ || pending_.data() == nullptr || pending_.rows() == 0) return;
   Tensor head_out;
-  feed_head(ctx, pending_.rows(), tail, nullptr, head_out);
+  feed_head(ctx, pending_.rows(), pending_tail(history, next), nullptr, head_out);
 }
 
 std::vector<int32_t> SpecSession::propose_mtp(ops::Context& ctx, std::span<const int32_t> history, int32_t next,
                                               int k) {
   if (pending_.data() == nullptr || pending_.rows() == 0) return {};
-  const int64_t p0 = dseq_->n_past(), n = pending_.rows();
-  // The tokens after the pending positions: the history's, then `next` after the last.
-  std::vector<int32_t> tail(history.begin() + p0 + 1, history.end());
-  tail.push_back(next);
-  VI_CHECK(static_cast<int64_t>(tail.size()) == n, "speculative decoding: {} pending MTP rows for {} tokens", n,
-           tail.size());
+  const int64_t n = pending_.rows();
+  const std::vector<int32_t> tail = pending_tail(history, next);
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   Sampler pick(greedy);  // drafts are the head's argmax: deterministic, as exactness needs

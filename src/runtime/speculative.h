@@ -105,6 +105,8 @@ class SpecSession {
  private:
   std::vector<int32_t> propose_ngram(std::span<const int32_t> history, int32_t next, int k) const;
   std::vector<int32_t> propose_mtp(ops::Context& ctx, std::span<const int32_t> history, int32_t next, int k);
+  // The tokens that follow the pending positions: the history's, then `next` after the last.
+  std::vector<int32_t> pending_tail(std::span<const int32_t> history, int32_t next) const;
   // Feeds the head every pending position (the last one followed by `next`) without drafting.
   void keep_head_current(ops::Context& ctx, std::span<const int32_t> history, int32_t next);
   // Runs the head over pending_ rows [0, n) with the tokens that follow them in `tail`
