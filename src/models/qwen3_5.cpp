@@ -117,31 +117,37 @@ class Qwen35State final : public SequenceState {
     return out;
   }
 
+  // One tensor per part of each GDN layer's state, [n, ...the part's shape]: checkpoint j is row
+  // j (made again, larger, when a pass asks for more; a pass's checkpoints are used before the
+  // next pass reserves).
   void reserve_checkpoints(int64_t n) override {
-    while (static_cast<int64_t>(ckpt_.size()) < n) {
-      std::vector<Tensor> set;
-      for (const Tensor& t : recurrent_state()) set.push_back(ops::empty(ctx_, t.dtype(), t.shape()));
-      ckpt_.push_back(std::move(set));
+    if (n <= ckpt_cap_) return;
+    ckpt_.clear();
+    for (const Tensor& t : recurrent_state()) {
+      std::vector<int64_t> shape = t.shape();
+      shape.insert(shape.begin(), n);
+      ckpt_.push_back(ops::empty(ctx_, t.dtype(), shape));
     }
+    ckpt_cap_ = n;
   }
-  std::vector<Tensor> checkpoint_state() const override {
-    std::vector<Tensor> out;
-    for (const auto& set : ckpt_) out.insert(out.end(), set.begin(), set.end());
-    return out;
-  }
-  // Checkpoint j's tensors of GDN layer g (the g-th GDN layer: conv q, k, v windows, ssm).
-  Tensor ckpt(int64_t j, size_t g, int part) const { return ckpt_[static_cast<size_t>(j)][4 * g + part]; }
+  std::vector<Tensor> checkpoint_state() const override { return ckpt_; }
+  // GDN layer g's (the g-th GDN layer's) checkpoints of part `part` (conv q, k, v windows, ssm):
+  // [capacity, ...], what ops::gdn_conv_step's `after` and gdn_decode_step's checkpoints take.
+  Tensor ckpt(size_t g, int part) const { return ckpt_[4 * g + static_cast<size_t>(part)]; }
 
   std::vector<Tensor> conv_q, conv_k, conv_v, ssm;  // GDN layers
 
  protected:
   void restore_checkpoint(int64_t j) override {
-    std::vector<Tensor> live = recurrent_state();
-    for (size_t i = 0; i < live.size(); ++i) ops::copy(ctx_, ckpt_[static_cast<size_t>(j)][i], live[i]);
+    const std::vector<Tensor> live = recurrent_state();
+    std::vector<Tensor> from;
+    for (size_t i = 0; i < live.size(); ++i) from.push_back(ckpt_[i].slice_rows(j, j + 1).reshape(live[i].shape()));
+    ops::copy_batch(ctx_, from, live);  // 4 tensors a GDN layer: one launch, not 4 x 48
   }
 
  private:
-  std::vector<std::vector<Tensor>> ckpt_;  // [j][4 * GDN layer + part], recurrent_state()'s order
+  std::vector<Tensor> ckpt_;  // [4 * GDN layer + part], recurrent_state()'s order: [ckpt_cap_, ...] each
+  int64_t ckpt_cap_ = 0;
   ops::Context ctx_;  // the device the states live on
   void reset() {
     n_past_ = 0;
@@ -551,25 +557,25 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   // 2 norms, the chunked delta rule, the gated norm) instead of 2. Steps with a prefill chunk
   // or with sequences of different T keep the unfused core (gdn_decode_step takes one T);
   // their sequences of at most kMaxFusedGdnRows rows still take the fused conv step.
-  // Items that ask for checkpoints (a verify pass that may go back, BatchItem::checkpoints) run
-  // their GDN steps token by token, each with the one-token step's ops, and copy the state
-  // after every token but the last aside; the others as below, the unfused core when any
-  // item checkpoints.
+  // Items that ask for checkpoints (a verify pass that may go back, BatchItem::checkpoints) take
+  // the fused step ops whatever the step, which write the state after each token but the last
+  // into the sequence's checkpoint buffers: with the others where the core is fused, in a core
+  // op of their own where it is not.
   bool fused_core = !items.empty(), ckpt_any = false;
   for (size_t i = 0; i < items.size(); ++i) {
     const int64_t T = plan.rows_of(i);
     fused_core = fused_core && T >= 1 && T <= ops::kMaxFusedGdnRows && T == plan.rows_of(0);
     ckpt_any = ckpt_any || items[i].checkpoints;
   }
-  fused_core = fused_core && !ckpt_any;
   Tensor g, beta, core;  // the unfused path's gates ([N, Hv] f32 each) and core ([N, value_dim])
   if (!fused_core) {
     g = ops::empty(ctx, DType::F32, {N, Hv});
     beta = ops::empty(ctx, DType::F32, {N, Hv});
     core = ops::empty(ctx, ctx.act, {N, value_dim});
   }
-  std::vector<Tensor> gdn_states;
+  std::vector<Tensor> gdn_states, gdn_ckpts;  // the fused core's states, and their checkpoints (or empty)
   gdn_states.reserve(items.size());
+  gdn_ckpts.reserve(items.size());
 
   // The norm each layer's residual stream goes through next: the next layer's input norm,
   // after the last layer the output norm.
@@ -665,35 +671,19 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
       }
       if (!fused_core) ops::gdn_gates(ctx, la, lb, G.neg_exp_A, G.dt_bias, g, beta);
       gdn_states.clear();
+      gdn_ckpts.clear();
       for (size_t i = 0; i < items.size(); ++i) {
         auto& seq = static_cast<Qwen35State&>(*items[i].seq);
         const int64_t r0 = plan.row0[i], T = plan.rows_of(i), r1 = r0 + T;
         Tensor cqi = cq.slice_rows(r0, r1), cki = ck.slice_rows(r0, r1), cvi = cv.slice_rows(r0, r1);
-        if (items[i].checkpoints) {
-          for (int64_t j = 0; j < T; ++j) {
-            const int64_t a = r0 + j, b = a + 1;
-            Tensor cqj = cq.slice_rows(a, b), ckj = ck.slice_rows(a, b), cvj = cv.slice_rows(a, b);
-            Tensor yj = y.slice_rows(a, b).reshape({1, Hv, dv});
-            ops::gdn_conv_step(ctx, ops::ConvGroup{lq.slice_rows(a, b), G.conv_q, seq.conv_q[l], cqj},
-                               ops::ConvGroup{lk.slice_rows(a, b), G.conv_k, seq.conv_k[l], ckj},
-                               ops::ConvGroup{lv.slice_rows(a, b), G.conv_v, seq.conv_v[l], cvj}, dk, 1e-6f, q_scale);
-            ops::gdn_decode_step(ctx, cqj.reshape({1, Hk, dk}), ckj.reshape({1, Hk, dk}), cvj.reshape({1, Hv, dv}),
-                                 la.slice_rows(a, b), lb.slice_rows(a, b), G.neg_exp_A, G.dt_bias,
-                                 lz.slice_rows(a, b).reshape({1, Hv, dv}), G.norm, eps, {seq.ssm[l]}, gva_, yj);
-            if (j + 1 == T) continue;  // the state after the last token is the live one
-            const size_t gl = static_cast<size_t>(gdn_index_[l]);
-            const Tensor* live[4] = {&seq.conv_q[l], &seq.conv_k[l], &seq.conv_v[l], &seq.ssm[l]};
-            for (int part = 0; part < 4; ++part) {
-              Tensor dst = seq.ckpt(j, gl, part);
-              ops::copy(ctx, *live[part], dst);
-            }
-          }
-          continue;
-        }
-        if (T >= 1 && T <= ops::kMaxFusedGdnRows) {  // decode or verify tokens: the five steps below in one op
-          ops::gdn_conv_step(ctx, ops::ConvGroup{lq.slice_rows(r0, r1), G.conv_q, seq.conv_q[l], cqi},
-                             ops::ConvGroup{lk.slice_rows(r0, r1), G.conv_k, seq.conv_k[l], cki},
-                             ops::ConvGroup{lv.slice_rows(r0, r1), G.conv_v, seq.conv_v[l], cvi}, dk, 1e-6f, q_scale);
+        const bool keep = items[i].checkpoints && T > 1;  // one token leaves none (its state is the live one)
+        const size_t gl = static_cast<size_t>(gdn_index_[l]);
+        auto after = [&](int part) { return keep ? seq.ckpt(gl, part) : Tensor(); };
+        if ((T >= 1 && T <= ops::kMaxFusedGdnRows) || keep) {  // decode or verify tokens: the five steps below in one op
+          ops::gdn_conv_step(ctx, ops::ConvGroup{lq.slice_rows(r0, r1), G.conv_q, seq.conv_q[l], cqi, after(0)},
+                             ops::ConvGroup{lk.slice_rows(r0, r1), G.conv_k, seq.conv_k[l], cki, after(1)},
+                             ops::ConvGroup{lv.slice_rows(r0, r1), G.conv_v, seq.conv_v[l], cvi, after(2)}, dk, 1e-6f,
+                             q_scale);
         } else {
           ops::conv1d_causal(ctx, lq.slice_rows(r0, r1), G.conv_q, seq.conv_q[l], /*silu=*/true, cqi);
           ops::conv1d_causal(ctx, lk.slice_rows(r0, r1), G.conv_k, seq.conv_k[l], true, cki);
@@ -704,6 +694,15 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
         }
         if (fused_core) {  // the delta rule runs for all sequences at once below
           gdn_states.push_back(seq.ssm[l]);
+          gdn_ckpts.push_back(after(3));
+          continue;
+        }
+        if (keep) {  // this item's gates, delta rule and output norm alone, with its checkpoints
+          Tensor yi = y.slice_rows(r0, r1).reshape({T, Hv, dv});
+          ops::gdn_decode_step(ctx, cqi.reshape({T, Hk, dk}), cki.reshape({T, Hk, dk}), cvi.reshape({T, Hv, dv}),
+                               la.slice_rows(r0, r1), lb.slice_rows(r0, r1), G.neg_exp_A, G.dt_bias,
+                               lz.slice_rows(r0, r1).reshape({T, Hv, dv}), G.norm, eps, {seq.ssm[l]}, gva_, yi,
+                               {after(3)});
           continue;
         }
         // HF's split: the chunked form for multi-token calls, the recurrent one per token.
@@ -715,7 +714,8 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
       if (fused_core) {  // gates, recurrent delta rule and output norm of every sequence's T rows: one op
         Tensor y3 = y.reshape({N, Hv, dv});
         ops::gdn_decode_step(ctx, cq.reshape({N, Hk, dk}), ck.reshape({N, Hk, dk}), cv.reshape({N, Hv, dv}), la, lb,
-                             G.neg_exp_A, G.dt_bias, lz.reshape({N, Hv, dv}), G.norm, eps, gdn_states, gva_, y3);
+                             G.neg_exp_A, G.dt_bias, lz.reshape({N, Hv, dv}), G.norm, eps, gdn_states, gva_, y3,
+                             ckpt_any ? gdn_ckpts : std::vector<Tensor>{});
       } else if (!ckpt_any) {
         Tensor yr = y.reshape({N * Hv, dv});
         ops::gated_rms_norm(ctx, core.reshape({N * Hv, dv}), lz.reshape({N * Hv, dv}), G.norm, eps, yr);

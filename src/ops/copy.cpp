@@ -18,6 +18,26 @@ void copy(Context& ctx, const Tensor& src, Tensor& dst) {
   copy_table().get(ctx.device, src.dtype())(ctx, src, dst);
 }
 
+OpTable<CopyBatchFn>& copy_batch_table() {
+  static OpTable<CopyBatchFn> table("copy_batch");
+  return table;
+}
+
+void copy_batch(Context& ctx, const std::vector<Tensor>& srcs, const std::vector<Tensor>& dsts) {
+  VI_CHECK(srcs.size() == dsts.size(), "copy_batch: {} sources, {} destinations", srcs.size(), dsts.size());
+  if (srcs.empty()) return;
+  double bytes = 0;
+  for (size_t i = 0; i < srcs.size(); ++i) {
+    check_same_device("copy_batch", ctx, {&srcs[i], &dsts[i]});
+    VI_CHECK(srcs[i].dtype() == dsts[i].dtype() && srcs[i].numel() == dsts[i].numel(),
+             "copy_batch: pair {}: {} {} into {} {}", i, srcs[i].shape_str(), dtype_name(srcs[i].dtype()),
+             dsts[i].shape_str(), dtype_name(dsts[i].dtype()));
+    bytes += 2.0 * static_cast<double>(srcs[i].nbytes());
+  }
+  VI_OP_SCOPE(ctx, "copy_batch", srcs[0].dtype(), bytes, "{} tensors", srcs.size());
+  copy_batch_table().get(ctx.device, srcs[0].dtype())(ctx, srcs.data(), dsts.data(), srcs.size());
+}
+
 OpTable<SplitColsFn>& split_cols_table() {
   static OpTable<SplitColsFn> table("split_cols");
   return table;

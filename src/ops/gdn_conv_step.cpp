@@ -31,6 +31,14 @@ void gdn_conv_step(Context& ctx, const ConvGroup& q, const ConvGroup& k, const C
                  gr->state.dim(1) == C,
              "op 'gdn_conv_step': {} state {} must be [{}, {}] f32", name, describe(gr->state), K - 1, C);
     bytes += static_cast<double>(2 * gr->x.nbytes() + gr->w.nbytes() + 2 * gr->state.nbytes());
+    if (gr->after.data() != nullptr) {
+      check_same_device("gdn_conv_step", ctx, {&gr->after});
+      VI_CHECK(gr->after.dtype() == DType::F32 && gr->after.ndim() == 3 && gr->after.dim(0) >= T - 1 &&
+                   gr->after.dim(1) == K - 1 && gr->after.dim(2) == C,
+               "op 'gdn_conv_step': {} windows after each token {} must be [>= T - 1 = {}, {}, {}] f32", name,
+               describe(gr->after), T - 1, K - 1, C);
+      bytes += static_cast<double>(T - 1) * static_cast<double>(gr->state.nbytes());
+    }
   }
   VI_CHECK(head_dim > 0 && q.x.dim(1) % head_dim == 0 && k.x.dim(1) % head_dim == 0,
            "op 'gdn_conv_step': q {} and k {} must be whole heads of {}", describe(q.x), describe(k.x), head_dim);

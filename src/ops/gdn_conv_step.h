@@ -21,6 +21,10 @@ struct ConvGroup {
   Tensor w;      // [C, K] f32 (w[:, K-1] multiplies the current token)
   Tensor state;  // [K-1, C] f32 in/out: the previous K-1 inputs, oldest first
   Tensor y;      // [T, C], x's dtype (may alias x)
+  // Optional (speculative decoding's verify pass): [>= T - 1, K-1, C] f32 receives the window
+  // after each token but the last (row t: after token t), i.e. what state would hold after a
+  // step of the first t + 1 tokens alone. Empty (no data): none.
+  Tensor after = {};
 };
 
 // For each of q, k and v: y = silu(conv1d_causal(x, w, state)) over the T tokens in order,

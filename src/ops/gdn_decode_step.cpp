@@ -17,7 +17,8 @@ OpTable<GdnDecodeStepFn>& gdn_decode_step_table() {
 
 void gdn_decode_step(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
                      const Tensor& b, const Tensor& neg_exp_A, const Tensor& dt_bias, const Tensor& z,
-                     const Tensor& norm_w, float eps, const std::vector<Tensor>& states, GvaLayout layout, Tensor& y) {
+                     const Tensor& norm_w, float eps, const std::vector<Tensor>& states, GvaLayout layout, Tensor& y,
+                     const std::vector<Tensor>& checkpoints) {
   check_same_device("gdn_decode_step", ctx, {&q, &k, &v, &a, &b, &neg_exp_A, &dt_bias, &z, &norm_w, &y});
   const DType t = q.dtype();
   VI_CHECK(t == DType::F32 || t == DType::F16 || t == DType::BF16,
@@ -51,17 +52,30 @@ void gdn_decode_step(Context& ctx, const Tensor& q, const Tensor& k, const Tenso
     VI_CHECK(s.dtype() == DType::F32 && s.ndim() == 3 && s.dim(0) == Hv && s.dim(1) == dk && s.dim(2) == dv,
              "op 'gdn_decode_step': state {} must be [Hv={}, dk={}, dv={}] f32", describe(s), Hv, dk, dv);
   }
+  VI_CHECK(checkpoints.empty() || checkpoints.size() == states.size(),
+           "op 'gdn_decode_step': {} checkpoint tensors for {} sequences (one each, or none)", checkpoints.size(),
+           states.size());
+  double ckpt_bytes = 0;
+  for (const Tensor& c : checkpoints) {
+    if (c.data() == nullptr) continue;
+    check_same_device("gdn_decode_step", ctx, {&c});
+    VI_CHECK(c.dtype() == DType::F32 && c.ndim() == 4 && c.dim(0) >= R / n_seq - 1 && c.dim(1) == Hv &&
+                 c.dim(2) == dk && c.dim(3) == dv,
+             "op 'gdn_decode_step': checkpoints {} must be [>= T - 1 = {}, Hv={}, dk={}, dv={}] f32", describe(c),
+             R / n_seq - 1, Hv, dk, dv);
+    ckpt_bytes += static_cast<double>(R / n_seq - 1) * Hv * dk * dv * 4;
+  }
   VI_CHECK(layout == GvaLayout::kGrouped || layout == GvaLayout::kTiled,
            "op 'gdn_decode_step': unknown GVA layout {}", static_cast<int>(layout));
   // The states are read and written once per step (CUDA) however many tokens it takes.
   const double state_bytes = static_cast<double>(n_seq) * Hv * dk * dv * 4;
   VI_OP_SCOPE_F(ctx, "gdn_decode_step", t,
                 q.nbytes() + k.nbytes() + v.nbytes() + a.nbytes() + b.nbytes() + z.nbytes() + y.nbytes() +
-                    2 * state_bytes,
+                    2 * state_bytes + ckpt_bytes,
                 6.0 * R * Hv * dk * dv,  // k^T S, update, q^T S per row
                 "N={} T={} Hv={} dk={} dv={}", n_seq, R / n_seq, Hv, dk, dv);
   gdn_decode_step_table().get(ctx.device, t)(ctx, q, k, v, a, b, neg_exp_A, dt_bias, z, norm_w, eps, states, layout,
-                                             y);
+                                             y, checkpoints);
 }
 
 }  // namespace vi::ops

@@ -27,13 +27,19 @@ namespace vi::ops {
 // states: N >= 1 tensors [Hv, dk, dv] f32, in/out, one per sequence; R a multiple of N.
 // y may alias z. Meant for T <= kMaxFusedGdnRows (ops/gdn_conv_step.h); larger T is correct
 // and runs in passes of that many tokens on CUDA.
+// checkpoints (speculative decoding's verify pass, which may have to go back): empty, or one
+// tensor per sequence, [>= T - 1, Hv, dk, dv] f32, that receives the state after each of its
+// tokens but the last (row t: after token t; the state after the last is states[n]); a
+// sequence whose tensor is empty (no data) keeps none. The same values as the state would
+// have after a step of the first t + 1 tokens alone.
 void gdn_decode_step(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
                      const Tensor& b, const Tensor& neg_exp_A, const Tensor& dt_bias, const Tensor& z,
-                     const Tensor& norm_w, float eps, const std::vector<Tensor>& states, GvaLayout layout, Tensor& y);
+                     const Tensor& norm_w, float eps, const std::vector<Tensor>& states, GvaLayout layout, Tensor& y,
+                     const std::vector<Tensor>& checkpoints = {});
 using GdnDecodeStepFn = void (*)(Context&, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
                                  const Tensor& b, const Tensor& neg_exp_A, const Tensor& dt_bias, const Tensor& z,
                                  const Tensor& norm_w, float eps, const std::vector<Tensor>& states, GvaLayout layout,
-                                 Tensor& y);
+                                 Tensor& y, const std::vector<Tensor>& checkpoints);
 OpTable<GdnDecodeStepFn>& gdn_decode_step_table();  // keyed by q dtype
 
 }  // namespace vi::ops

@@ -184,10 +184,9 @@ void KvCache::take_snapshot(SequenceState& seq, uint64_t parent, int64_t pos, st
   std::vector<Tensor> state = seq.recurrent_state();
   VI_CHECK(state.size() == state_shapes_.size(), "sequence has {} recurrent state tensors, the cache expects {}",
            state.size(), state_shapes_.size());
-  for (size_t i = 0; i < state.size(); ++i) {
-    Tensor dst = dev_snap_state_[i].slice_rows(*s, *s + 1).reshape(state_shapes_[i]);
-    ops::copy(ctx_, state[i], dst);
-  }
+  std::vector<Tensor> to;
+  for (size_t i = 0; i < state.size(); ++i) to.push_back(dev_snap_state_[i].slice_rows(*s, *s + 1).reshape(state_shapes_[i]));
+  ops::copy_batch(ctx_, state, to);  // one launch for every layer's state
   const int64_t n_tail = static_cast<int64_t>(tail.size());
   if (n_tail > 0) {
     const int64_t src_row = static_cast<int64_t>(seq.block_table()[static_cast<size_t>(pos / bs_)]) * bs_;
@@ -208,8 +207,10 @@ void KvCache::restore_snapshot(SequenceState& seq, const PrefixIndex::Snapshot& 
            state.size(), state_shapes_.size());
   const int64_t n_tail = static_cast<int64_t>(s.tail.size());
   if (s.loc.tier == Tier::kDevice) {
+    std::vector<Tensor> from;
     for (size_t i = 0; i < state.size(); ++i)
-      ops::copy(ctx_, dev_snap_state_[i].slice_rows(s.loc.slot, s.loc.slot + 1).reshape(state_shapes_[i]), state[i]);
+      from.push_back(dev_snap_state_[i].slice_rows(s.loc.slot, s.loc.slot + 1).reshape(state_shapes_[i]));
+    ops::copy_batch(ctx_, from, state);
     for (size_t i = 0; n_tail > 0 && i < rows_.size(); ++i) {
       Tensor dst = rows_[i].slice_rows(tail_block * bs_, tail_block * bs_ + n_tail);
       ops::copy(ctx_, dev_snap_tail_[i].slice_rows(s.loc.slot * bs_, s.loc.slot * bs_ + n_tail), dst);

@@ -32,6 +32,8 @@ struct GroupArgs {
   float* state;    // [K-1, C]
   void* y;         // [T, C] T
   int64_t C;
+  float* after;    // [n_after, K-1, C]: the window after each of the launch's first n_after tokens, or null
+  int n_after;
 };
 
 // Channels per thread in a head block: norm_threads(hd) threads take at most 4 channels each
@@ -101,6 +103,11 @@ __device__ __forceinline__ void conv_channel(const GroupArgs& g, int64_t c, int 
       for (int i = 0; i < kConvMaxTaps - 1; ++i) {
         if (i + 1 < H) st[i] = st[i + 1];
         else if (i + 1 == H) st[i] = xv[t];
+      }
+      if (g.after != nullptr && t < g.n_after) {  // checkpoints (ops/gdn_conv_step.h)
+#pragma unroll
+        for (int i = 0; i < kConvMaxTaps - 1; ++i)
+          if (i < H) g.after[(int64_t(t) * H + i) * g.C + c] = st[i];
       }
       const T o = from_f32<T>(silu_f(acc));
       y[t * g.C + c] = o;
@@ -217,10 +224,16 @@ __global__ void __launch_bounds__(TOK == 1 ? 1024 : kConvStepMaxThreads)
   }
 }
 
-// The group's tokens [t0, ...): its x and y moved on by t0 rows, w and the state as they are.
-GroupArgs args_of(const ops::ConvGroup& g, int64_t t0) {
-  return GroupArgs{static_cast<const char*>(g.x.data()) + t0 * g.x.row_bytes(), g.w.ptr<float>(),
-                   g.state.ptr<float>(), static_cast<char*>(g.y.data()) + t0 * g.y.row_bytes(), g.x.dim(1)};
+// The group's tokens [t0, t0 + nt): its x and y moved on by t0 rows, w and the state as they
+// are, and where asked the windows after tokens t0 .. (all but the group's last token).
+GroupArgs args_of(const ops::ConvGroup& g, int64_t t0, int nt) {
+  GroupArgs a{static_cast<const char*>(g.x.data()) + t0 * g.x.row_bytes(), g.w.ptr<float>(), g.state.ptr<float>(),
+              static_cast<char*>(g.y.data()) + t0 * g.y.row_bytes(), g.x.dim(1), nullptr, 0};
+  if (g.after.data() != nullptr) {
+    a.after = g.after.ptr<float>() + t0 * g.state.numel();
+    a.n_after = static_cast<int>(std::min<int64_t>(nt, g.x.dim(0) - 1 - t0));
+  }
+  return a;
 }
 
 // VI_CONV_KW=0 keeps the width-4 kernels off (the run-time width runs), for A/B runs.
@@ -245,7 +258,7 @@ void gdn_conv_step_cuda(ops::Context& ctx, const ops::ConvGroup& q, const ops::C
     using T = decltype(tag);
     for (int64_t t0 = 0; t0 < n_tok; t0 += per_launch) {
       const int nt = static_cast<int>(std::min(per_launch, n_tok - t0));
-      const GroupArgs qa = args_of(q, t0), ka = args_of(k, t0), va = args_of(v, t0);
+      const GroupArgs qa = args_of(q, t0, nt), ka = args_of(k, t0, nt), va = args_of(v, t0, nt);
       // 4 tokens (the verify width MTP uses) get a kernel of exactly that many; other counts the
       // 8-token kernel with its guards (an exact 8-token kernel spilled in f32).
       // Kernel width 4 (Qwen3.5's) for one and four tokens: kernels of that width.

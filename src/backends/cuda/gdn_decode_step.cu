@@ -261,8 +261,8 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
     gdn_decode_step_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                            const T* __restrict__ a, const T* __restrict__ b, const float* __restrict__ neg_exp_A,
                            const float* __restrict__ dt_bias, const T* z, const float* __restrict__ norm_w, float eps,
-                           StatePtrs states, int64_t n0, int T_, T* y, int Hk, int Hv, int dk, int dv, int cols,
-                           bool tiled) {
+                           StatePtrs states, StatePtrs ckpts, int64_t n0, int T_, T* y, int Hk, int Hv, int dk, int dv,
+                           int cols, bool tiled) {
   __shared__ float kq[kDecodeStepTokens][2][kDeltaMaxDk];  // the chunk's k and q heads, fp32
   __shared__ float red_kv[kDeltaRowGroups][kDecodeMaxCols];
   __shared__ float red_o[kDeltaRowGroups][kDecodeMaxCols];
@@ -273,6 +273,8 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
   // Before the wait: the head's state and gate constants (last read a round ago) into L2, as
   // the cluster kernel does.
   float* S = states.p[blockIdx.y] + int64_t(j) * dk * dv;
+  // Checkpoints (ops/gdn_decode_step.h): the state after token t at CK + t Hv dk dv, or none.
+  float* CK = ckpts.p[blockIdx.y] != nullptr ? ckpts.p[blockIdx.y] + int64_t(j) * dk * dv : nullptr;
   prefetch_state(S, dk, dv, 0, dv);
   if (threadIdx.x == 0) {
     prefetch_l2(dt_bias + j);
@@ -321,6 +323,8 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
           for (int w = 0; w < kDeltaRowGroups; ++w) o += red_o[w][col];
           o_sh[t][e] = to_f32(from_f32<T>(o));
         }
+        if (CK != nullptr && t0 + t + 1 < T_)  // the state after this token, aside
+          store_state_column(s, CK + int64_t(t0 + t) * Hv * dk * dv, rg, e, dk, dv, live);
       }
       store_state_column(s, S, rg, e, dk, dv, live);
     }
@@ -390,8 +394,8 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
     gdn_decode_step_cluster_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                    const T* __restrict__ a, const T* __restrict__ b,
                                    const float* __restrict__ neg_exp_A, const float* __restrict__ dt_bias, const T* z,
-                                   const float* __restrict__ norm_w, float eps, StatePtrs states, int64_t n0, int T_,
-                                   T* y, int Hk, int Hv, int dk, int dv, int cols, bool tiled) {
+                                   const float* __restrict__ norm_w, float eps, StatePtrs states, StatePtrs ckpts,
+                                   int64_t n0, int T_, T* y, int Hk, int Hv, int dk, int dv, int cols, bool tiled) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // never launched: gdn_decode_uses_cluster asks for sm_90 code
 #else
@@ -414,6 +418,7 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
   const int e = part * cols + col;  // value column
   const bool live = e < dv;
   float* S = states.p[blockIdx.y] + int64_t(j) * dk * dv;
+  float* CK = ckpts.p[blockIdx.y] != nullptr ? ckpts.p[blockIdx.y] + int64_t(j) * dk * dv : nullptr;
   prefetch_cluster_block(S, dt_bias, neg_exp_A, norm_w, j, dk, dv, part, cols);
   pdl_wait();
   pdl_trigger();
@@ -461,6 +466,8 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
         }
         o_sh[t][col] = o;
       }
+      if (CK != nullptr && t0 + t + 1 < T_)  // the state after this token, aside (checkpoints)
+        store_state_column(s, CK + int64_t(t0 + t) * Hv * dk * dv, rg, e, dk, dv, live);
     }
     if (t0 + nt >= T_) {  // the last chunk: the state goes back
       store_state_column(s, S, rg, e, dk, dv, live);
@@ -784,7 +791,8 @@ __global__ void __launch_bounds__(kLeanThreads)
     gdn_decode_step_lean_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                 const T* __restrict__ a, const T* __restrict__ b, const float* __restrict__ neg_exp_A,
                                 const float* __restrict__ dt_bias, const T* z, const float* __restrict__ norm_w,
-                                float eps, StatePtrs states, int64_t n0, int T_, T* y, int Hk, int Hv, bool tiled) {
+                                float eps, StatePtrs states, StatePtrs ckpts, int64_t n0, int T_, T* y, int Hk, int Hv,
+                                bool tiled) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // never launched: gdn_decode_uses_cluster asks for sm_90 code
 #else
@@ -797,6 +805,8 @@ __global__ void __launch_bounds__(kLeanThreads)
   const LeanThread th = lean_start(states, dt_bias, neg_exp_A, norm_w, s);
   const int j = th.j, part = th.part, lane = th.lane, warp = th.warp, g = th.g, e = th.e;
   const int64_t row0 = (n0 + blockIdx.y) * T_;  // the sequence's first row
+  // Checkpoints: this thread's rows of the state after token t at CK + t Hv D², or none.
+  float* CK = ckpts.p[blockIdx.y] != nullptr ? ckpts.p[blockIdx.y] + (th.S - states.p[blockIdx.y]) : nullptr;
   const int hk = tiled ? j % Hk : j / (Hv / Hk);
   const int ti = static_cast<int>(threadIdx.x);  // the k and q element this thread stages
   const int kq_at = (ti % kDeltaRowGroups) * kLeanKqStride + ti / kDeltaRowGroups;
@@ -832,9 +842,11 @@ __global__ void __launch_bounds__(kLeanThreads)
     float o[TOK];  // column e's outputs rounded to T
 #pragma unroll
     for (int t = 0; t < TOK; ++t) {
-      if (t < nt)
+      if (t < nt) {
         o[t] = to_f32(from_f32<T>(lean_delta_token(s, &kq[t][0][g * kLeanKqStride], &kq[t][1][g * kLeanKqStride],
                                                    gate[0][t], gate[1][t], to_f32(vt[t]), lane)));
+        if (CK != nullptr && t0 + t + 1 < T_) lean_store_state(s, CK + int64_t(t0 + t) * Hv * kLeanD * kLeanD);
+      }
     }
     float (&ss_chunk)[TOK][kDecodeClusterBlocks * kLeanWarps] = ss_all[chunk & 1];
     float ss[TOK];
@@ -880,7 +892,8 @@ bool lean_env_allows() {
 template <class T, int R>
 void launch_decode_step(const ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
                         const Tensor& b, const Tensor& neg_exp_A, const Tensor& dt_bias, const Tensor& z,
-                        const Tensor& norm_w, float eps, const std::vector<Tensor>& states, bool tiled, Tensor& y) {
+                        const Tensor& norm_w, float eps, const std::vector<Tensor>& states,
+                        const std::vector<Tensor>& checkpoints, bool tiled, Tensor& y) {
   // N sequences (states) of T_ tokens each: rows q.dim(0) = N T_.
   const int64_t N = static_cast<int64_t>(states.size()), T_ = q.dim(0) / N;
   const int64_t Hk = q.dim(1), dk = q.dim(2), Hv = v.dim(1), dv = v.dim(2);
@@ -892,7 +905,12 @@ void launch_decode_step(const ops::Context& ctx, const Tensor& q, const Tensor& 
   for (int64_t n0 = 0; n0 < N; n0 += kDecodeMaxSeqs) {
     const int64_t ns = std::min<int64_t>(kDecodeMaxSeqs, N - n0);
     StatePtrs ptrs{};
-    for (int64_t i = 0; i < ns; ++i) ptrs.p[i] = states[static_cast<size_t>(n0 + i)].ptr<float>();
+    StatePtrs ck{};  // null where a sequence keeps no checkpoints
+    for (int64_t i = 0; i < ns; ++i) {
+      const auto at = static_cast<size_t>(n0 + i);
+      ptrs.p[i] = states[at].ptr<float>();
+      if (!checkpoints.empty() && checkpoints[at].data() != nullptr) ck.p[i] = checkpoints[at].ptr<float>();
+    }
 #if CUDART_VERSION >= 12000
     if (cluster && T_ == 1 && dk == kLeanD && dv == kLeanD && lean_env_allows()) {
       const dim3 grid(static_cast<unsigned>(Hv * kDecodeClusterBlocks), static_cast<unsigned>(ns));
@@ -908,7 +926,7 @@ void launch_decode_step(const ops::Context& ctx, const Tensor& q, const Tensor& 
       VI_CUDA_CHECK(pdl_launch_cluster(gdn_decode_step_lean_kernel<T>, grid, kLeanThreads, 0, stream_of(ctx),
                                        kDecodeClusterBlocks, q.ptr<T>(), k.ptr<T>(), v.ptr<T>(), a.ptr<T>(),
                                        b.ptr<T>(), neg_exp_A.ptr<float>(), dt_bias.ptr<float>(), z.ptr<T>(),
-                                       norm_w.ptr<float>(), eps, ptrs, n0, static_cast<int>(T_), y.ptr<T>(),
+                                       norm_w.ptr<float>(), eps, ptrs, ck, n0, static_cast<int>(T_), y.ptr<T>(),
                                        static_cast<int>(Hk), static_cast<int>(Hv), tiled));
       continue;
     }
@@ -927,7 +945,7 @@ void launch_decode_step(const ops::Context& ctx, const Tensor& q, const Tensor& 
       VI_CUDA_CHECK(pdl_launch_cluster(gdn_decode_step_cluster_kernel<T, R>, grid, cols * kDeltaRowGroups, 0,
                                        stream_of(ctx), kDecodeClusterBlocks, q.ptr<T>(), k.ptr<T>(), v.ptr<T>(),
                                        a.ptr<T>(), b.ptr<T>(), neg_exp_A.ptr<float>(), dt_bias.ptr<float>(),
-                                       z.ptr<T>(), norm_w.ptr<float>(), eps, ptrs, n0, static_cast<int>(T_), y.ptr<T>(),
+                                       z.ptr<T>(), norm_w.ptr<float>(), eps, ptrs, ck, n0, static_cast<int>(T_), y.ptr<T>(),
                                        static_cast<int>(Hk), static_cast<int>(Hv), static_cast<int>(dk),
                                        static_cast<int>(dv), cols, tiled));
       continue;
@@ -944,7 +962,7 @@ void launch_decode_step(const ops::Context& ctx, const Tensor& q, const Tensor& 
     }
     VI_CUDA_CHECK(pdl_launch(gdn_decode_step_kernel<T, R>, grid, cols * kDeltaRowGroups, 0, stream_of(ctx),
                              q.ptr<T>(), k.ptr<T>(), v.ptr<T>(), a.ptr<T>(), b.ptr<T>(), neg_exp_A.ptr<float>(),
-                             dt_bias.ptr<float>(), z.ptr<T>(), norm_w.ptr<float>(), eps, ptrs, n0, static_cast<int>(T_), y.ptr<T>(),
+                             dt_bias.ptr<float>(), z.ptr<T>(), norm_w.ptr<float>(), eps, ptrs, ck, n0, static_cast<int>(T_), y.ptr<T>(),
                              static_cast<int>(Hk), static_cast<int>(Hv), static_cast<int>(dk), static_cast<int>(dv),
                              cols, tiled));
   }
@@ -953,7 +971,7 @@ void launch_decode_step(const ops::Context& ctx, const Tensor& q, const Tensor& 
 void gdn_decode_step_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
                           const Tensor& b, const Tensor& neg_exp_A, const Tensor& dt_bias, const Tensor& z,
                           const Tensor& norm_w, float eps, const std::vector<Tensor>& states, ops::GvaLayout layout,
-                          Tensor& y) {
+                          Tensor& y, const std::vector<Tensor>& checkpoints) {
   const int64_t dk = q.dim(2), Hv = v.dim(1), dv = v.dim(2);
   VI_CHECK(dk <= kDeltaMaxDk, "op 'gdn_decode_step' on cuda: key head dim {} exceeds {}", dk, kDeltaMaxDk);
   VI_CHECK(dv <= kDecodeMaxDv, "op 'gdn_decode_step' on cuda: value head dim {} exceeds {}", dv, kDecodeMaxDv);
@@ -965,10 +983,10 @@ void gdn_decode_step_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k, c
   dispatch_act("gdn_decode_step", q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t rows = (dk + kDeltaRowGroups - 1) / kDeltaRowGroups;
-    if (rows <= 8) launch_decode_step<T, 8>(ctx, q, k, v, a, b, neg_exp_A, dt_bias, z, norm_w, eps, states, tiled, y);
-    else if (rows <= 16) launch_decode_step<T, 16>(ctx, q, k, v, a, b, neg_exp_A, dt_bias, z, norm_w, eps, states, tiled, y);
-    else if (rows <= 32) launch_decode_step<T, 32>(ctx, q, k, v, a, b, neg_exp_A, dt_bias, z, norm_w, eps, states, tiled, y);
-    else launch_decode_step<T, 64>(ctx, q, k, v, a, b, neg_exp_A, dt_bias, z, norm_w, eps, states, tiled, y);
+    if (rows <= 8) launch_decode_step<T, 8>(ctx, q, k, v, a, b, neg_exp_A, dt_bias, z, norm_w, eps, states, checkpoints, tiled, y);
+    else if (rows <= 16) launch_decode_step<T, 16>(ctx, q, k, v, a, b, neg_exp_A, dt_bias, z, norm_w, eps, states, checkpoints, tiled, y);
+    else if (rows <= 32) launch_decode_step<T, 32>(ctx, q, k, v, a, b, neg_exp_A, dt_bias, z, norm_w, eps, states, checkpoints, tiled, y);
+    else launch_decode_step<T, 64>(ctx, q, k, v, a, b, neg_exp_A, dt_bias, z, norm_w, eps, states, checkpoints, tiled, y);
   });
 }
 

@@ -28,6 +28,23 @@ TEST(CpuCopy, SplitColsPutsEachColumnBlockInItsPart) {
   }
 }
 
+TEST(CpuCopy, CopyBatchCopiesEachPair) {
+  ops::Context ctx;
+  std::vector<Tensor> src, dst;
+  for (int64_t n : {1, 7, 1000}) {
+    src.push_back(Tensor::empty(DType::F32, {n}));
+    for (int64_t i = 0; i < n; ++i) src.back().ptr<float>()[i] = static_cast<float>(n + i);
+    dst.push_back(Tensor::empty(DType::F32, {n}));
+  }
+  ops::copy_batch(ctx, src, dst);
+  for (size_t p = 0; p < src.size(); ++p)
+    for (int64_t i = 0; i < src[p].numel(); ++i) EXPECT_EQ(dst[p].ptr<float>()[i], src[p].ptr<float>()[i]);
+  std::string msg = test::error_of([&] { ops::copy_batch(ctx, src, {dst[0], dst[1]}); });
+  EXPECT_NE(msg.find("3 sources, 2 destinations"), std::string::npos) << msg;
+  msg = test::error_of([&] { ops::copy_batch(ctx, {src[0], src[1]}, {dst[0], dst[2]}); });
+  EXPECT_NE(msg.find("pair 1"), std::string::npos) << msg;
+}
+
 TEST(CpuCopy, SplitColsErrors) {
   ops::Context ctx;
   Tensor src = Tensor::empty(DType::F16, {2, 10});

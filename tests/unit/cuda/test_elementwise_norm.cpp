@@ -1,4 +1,4 @@
-// CUDA vs CPU: add, swiglu, swiglu_halves, sigmoid_mul, softmax, add_bias, copy, rms_norm,
+// CUDA vs CPU: add, swiglu, swiglu_halves, sigmoid_mul, softmax, add_bias, copy, copy_batch, rms_norm,
 // add_rms_norm, l2_norm, gated_rms_norm and rope on fresh random inputs of odd sizes, in both
 // kernel profiles and both activation dtypes. Tolerances (relative L2): f32 1e-5 (summation order only), f16
 // 2e-3 (one f16 rounding of the output, plus the f16 inputs of in-place ops).
@@ -91,6 +91,43 @@ TEST_P(Elementwise, SplitColsMatchesCpuExactly) {
         const Tensor back = ops::download(g, got[i]);
         ASSERT_EQ(back.nbytes(), ref[i].nbytes());
         EXPECT_EQ(std::memcmp(back.data(), ref[i].data(), back.nbytes()), 0) << "part " << i << " of R=" << R;
+      }
+    }
+  }
+}
+
+// copy_batch: 200 pairs (more than one launch's 64) of mixed sizes and dtypes, some of odd byte
+// counts and offsets (the byte path), each destination exactly its source; the bytes around a
+// destination untouched.
+TEST_P(Elementwise, CopyBatchCopiesEveryPairExactly) {
+  std::vector<Tensor> src, dst, host, pad;
+  std::vector<int> off;
+  std::mt19937 pick(rng()());
+  for (int i = 0; i < 200; ++i) {
+    const int64_t n = std::uniform_int_distribution<int64_t>(1, 3000)(pick) * (i % 7 == 0 ? 97 : 1);
+    const DType t = i % 3 == 0 ? DType::I8 : DType::F32;
+    Tensor h = Tensor::empty(t, {n});
+    for (size_t b = 0; b < h.nbytes(); ++b) static_cast<uint8_t*>(h.data())[b] = static_cast<uint8_t>(pick());
+    host.push_back(h);
+    src.push_back(ops::upload(g, h));
+    // The destination inside a larger buffer of 0xff: at its start (16-byte aligned: the wide
+    // path) or one element on (the byte path).
+    Tensor p = Tensor::empty(t, {n + 2});
+    std::memset(p.data(), 0xff, p.nbytes());
+    pad.push_back(ops::upload(g, p));
+    dst.push_back(pad.back().slice_rows(i % 2, n + i % 2));
+    off.push_back(i % 2);
+  }
+  ops::copy_batch(g, src, dst);
+  for (size_t i = 0; i < src.size(); ++i) {
+    const Tensor back = ops::download(g, pad[i]);
+    const size_t es = back.nbytes() / static_cast<size_t>(back.numel());
+    const uint8_t* b = static_cast<const uint8_t*>(back.data());
+    const size_t at = es * static_cast<size_t>(off[i]), end = at + host[i].nbytes();
+    EXPECT_EQ(std::memcmp(b + at, host[i].data(), host[i].nbytes()), 0) << "pair " << i;
+    for (size_t k = 0; k < back.nbytes(); ++k) {
+      if (k < at || k >= end) {
+        EXPECT_EQ(b[k], 0xff) << "pair " << i << ": byte " << k << " outside the destination written";
       }
     }
   }
