@@ -14,7 +14,7 @@
 
 namespace vi {
 
-Model::Model() : runner_(std::make_unique<StepRunner>()) {}
+Model::Model() : runner_(std::make_unique<StepRunner>()), draft_runner_(std::make_unique<StepRunner>()) {}
 Model::~Model() = default;
 
 namespace {
@@ -129,14 +129,84 @@ std::unique_ptr<SequenceState> Model::new_draft_sequence(const SequenceState&) c
           info().name, info().arch);
 }
 
-void Model::draft_forward(ops::Context&, SequenceState&, std::span<const int32_t>, const Tensor&, Tensor*, Tensor&,
-                          LogitsOn) const {
+void Model::draft_begin(const ops::Context&, SequenceState&, int64_t, const Tensor&) const {
   VI_FAIL("model '{}' ({}) has no draft head", info().name, info().arch);
+}
+
+void Model::draft_plan(ops::Context&, const BatchPlan&, std::span<const BatchItem>, const Tensor&, Tensor*, Tensor&,
+                       LogitsOn) const {
+  VI_FAIL("model '{}' ({}) has no draft head", info().name, info().arch);
+}
+
+void Model::draft_forward(ops::Context& ctx, SequenceState& dseq, std::span<const int32_t> tokens,
+                          const Tensor& hidden, Tensor* logits, Tensor& head_out, LogitsOn where) const {
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  draft_begin(ctx, dseq, T, hidden);
+  const BatchItem item{&dseq, tokens, false};
+  const std::span<const BatchItem> items(&item, 1);
+  BatchPlan plan = BatchPlan::make(items, info().n_vocab);
+  StepRunner& r = *draft_runner_;
+  std::lock_guard<std::mutex> lock(r.mu);
+  const bool recordable = ctx.graphs && !r.disabled && (logits == nullptr || where == LogitsOn::kDevice) &&
+                          ctx.profiler == nullptr && T <= kMaxRecordedRows && ops::graphs_supported(ctx);
+  plan.stage(ctx, items, r.arena, recordable);
+  bool done = false;
+  std::string record_error;
+  if (recordable) {
+    if (r.input.data() == nullptr) r.input = ops::empty(ctx, ctx.act, {kMaxRecordedRows, info().d_model});
+    Tensor in = r.input.slice_rows(0, T);
+    ops::copy(ctx, hidden, in);  // the recording reads its hidden input from here
+    Fnv f;
+    f.add(step_key(ctx, r.arena, plan, items, false));
+    f.add(static_cast<uint64_t>(logits != nullptr));
+    f.add(r.input.data());
+    auto it = r.steps.find(f.h);
+    if (it == r.steps.end()) {
+      if (r.steps.size() >= kMaxRecordings) r.steps.clear();
+      RecordedStep st;
+      if (logits != nullptr) st.logits = ops::empty(ctx, ctx.act, {1, info().n_vocab});
+      st.hidden = ops::empty(ctx, ctx.act, {1, info().d_model});
+      try {
+        st.graph = ops::record(ctx, [&](ops::Context& rctx) {
+          Tensor out, h;  // made and freed inside: the recording's own memory
+          draft_plan(rctx, plan, items, in, logits != nullptr ? &out : nullptr, h, LogitsOn::kDevice);
+          if (logits != nullptr) ops::copy(rctx, out, st.logits);
+          ops::copy(rctx, h, st.hidden);
+        });
+        it = r.steps.emplace(f.h, std::move(st)).first;
+        ++r.stats.recorded;
+      } catch (const std::exception& e) {
+        record_error = e.what();
+      }
+    } else {
+      ++r.stats.replayed;
+    }
+    if (it != r.steps.end()) {
+      it->second.graph->launch(ctx);
+      if (logits != nullptr) *logits = it->second.logits;
+      head_out = it->second.hidden;
+      done = true;
+    }
+  }
+  if (!done) {
+    draft_plan(ctx, plan, items, hidden, logits, head_out, where);
+    ++r.stats.eager;
+    if (!record_error.empty()) {
+      r.disabled = true;
+      VI_LOG_WARN("recording a draft pass failed ({}); draft passes run op by op from now on", record_error);
+    }
+  }
+  dseq.advance(T);
 }
 
 Model::StepStats Model::step_stats() const {
   std::lock_guard<std::mutex> lock(runner_->mu);
   return runner_->stats;
+}
+
+Model::StepStats Model::draft_step_stats() const {
+  std::lock_guard<std::mutex> lock(draft_runner_->mu);
+  return draft_runner_->stats;
 }
 
 std::unique_ptr<SequenceState> Model::new_sequence(int64_t n_ctx) const {

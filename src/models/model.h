@@ -172,6 +172,7 @@ class Model {
     int64_t kernels_behind_memory = 0;
   };
   StepStats step_stats() const;
+  StepStats draft_step_stats() const;  // the draft head's passes (draft_forward)
 
   static constexpr int64_t kMaxRecordedRows = 8;
 
@@ -191,8 +192,12 @@ class Model {
   // last slot (where: host f32 or the device; null when only the cache is wanted: no LM head);
   // head_out: [1, d_model] the head's normed output of the last slot (the hidden input of a
   // recursive step), activation dtype, on the device.
-  virtual void draft_forward(ops::Context& ctx, SequenceState& dseq, std::span<const int32_t> tokens,
-                             const Tensor& hidden, Tensor* logits, Tensor& head_out, LogitsOn where) const;
+  // Passes of up to kMaxRecordedRows slots whose logits (if any) stay on the device are recorded
+  // and replayed as forward_batch's steps are (the hidden input is copied into the recording's
+  // input buffer first); logits and head_out are then the recording's buffers, valid until the
+  // next draft pass of that shape.
+  void draft_forward(ops::Context& ctx, SequenceState& dseq, std::span<const int32_t> tokens, const Tensor& hidden,
+                     Tensor* logits, Tensor& head_out, LogitsOn where) const;
 
  protected:
   // The architecture's forward pass over a validated, staged plan (inputs in plan.dev). With
@@ -202,11 +207,17 @@ class Model {
   // ([n_rows, d_model], activation dtype).
   virtual void forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
                             Tensor& logits, LogitsOn where, Tensor* hidden) const = 0;
-  // Advances a sequence after a pass the model ran itself (a draft head's).
-  static void advance_sequence(SequenceState& s, int64_t t) { s.advance(t); }
+  // The draft head's part of draft_forward. draft_begin: checks the call (T slots, hidden [T,
+  // d_model]) and readies dseq (throws vi::Error where the model has no draft head); draft_plan:
+  // the head's pass over the staged plan, with forward_plan's rules (only device work when the
+  // logits stay on the device; null logits: no LM head), head_out as draft_forward's.
+  virtual void draft_begin(const ops::Context& ctx, SequenceState& dseq, int64_t T, const Tensor& hidden) const;
+  virtual void draft_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
+                          const Tensor& hidden, Tensor* logits, Tensor& head_out, LogitsOn where) const;
 
  private:
   std::unique_ptr<StepRunner> runner_;
+  std::unique_ptr<StepRunner> draft_runner_;  // the draft head's passes: their arena and recordings
 };
 
 struct LoadOptions {

@@ -207,10 +207,11 @@ class Qwen35Model final : public Model {
   // --- end paged KV cache ---
   bool has_draft_head() const override { return !mtp_layers_.empty(); }
   std::unique_ptr<SequenceState> new_draft_sequence(const SequenceState& main) const override;
-  void draft_forward(ops::Context& ctx, SequenceState& dseq, std::span<const int32_t> tokens, const Tensor& hidden,
-                     Tensor* logits, Tensor& head_out, LogitsOn where) const override;
 
  protected:
+  void draft_begin(const ops::Context& ctx, SequenceState& dseq, int64_t T, const Tensor& hidden) const override;
+  void draft_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items, const Tensor& hidden,
+                  Tensor* logits, Tensor& head_out, LogitsOn where) const override;
   void forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items, Tensor& logits,
                     LogitsOn where, Tensor* hidden) const override;
 
@@ -235,8 +236,6 @@ class Qwen35Model final : public Model {
   Tensor mtp_enorm_, mtp_hnorm_, mtp_fc_e_, mtp_fc_h_, mtp_norm_;
   std::vector<Layer> mtp_layers_;
   std::vector<int64_t> gdn_index_;  // layer -> its index among the GDN layers (-1: full attention)
-  mutable std::mutex draft_mu_;    // one draft pass at a time (its arena)
-  mutable StepArena draft_arena_;  // the draft passes' staged inputs on the device
 };
 
 Qwen35HParams read_hparams(const WeightSource& src) {
@@ -773,25 +772,23 @@ std::unique_ptr<SequenceState> Qwen35Model::new_draft_sequence(const SequenceSta
 //   logits = lm_head(h').
 // The blocks run as the main model's full-attention layers without the deferred norms (a
 // draft pass is a few rows, once per round).
-void Qwen35Model::draft_forward(ops::Context& ctx, SequenceState& dseq, std::span<const int32_t> tokens,
-                                const Tensor& hidden, Tensor* logits, Tensor& head_out, LogitsOn where) const {
+void Qwen35Model::draft_begin(const ops::Context& ctx, SequenceState& dseq, int64_t T, const Tensor& hidden) const {
   VI_CHECK(has_draft_head(), "model '{}' has no MTP head", info_.name);
   auto* draft = dynamic_cast<Qwen35DraftState*>(&dseq);
   VI_CHECK(draft != nullptr, "draft sequence was not made by this model");
-  draft->follow_main();
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, kv_w = hp_.n_kv_head * hd;
-  const float off = norm_offset_, eps = hp_.norm_eps;
-  const int64_t n_full = std::count(hp_.is_full.begin(), hp_.is_full.end(), true);  // the head's layers follow
+  const int64_t d = hp_.d_model;
   VI_CHECK(T >= 1 && hidden.rows() == T && hidden.cols() == d && hidden.dtype() == ctx.act,
            "draft_forward: {} tokens need hidden [{}, {}] in {}, got {} {}", T, T, d, dtype_name(ctx.act),
            hidden.shape_str(), dtype_name(hidden.dtype()));
-  BatchItem item{&dseq, tokens, false};
-  const std::span<const BatchItem> items(&item, 1);
-  BatchPlan plan = BatchPlan::make(items, hp_.n_vocab);
-  std::lock_guard<std::mutex> lock(draft_mu_);
-  plan.stage(ctx, items, draft_arena_, /*bucketed=*/false);
+  draft->follow_main();
+}
 
+void Qwen35Model::draft_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
+                             const Tensor& hidden, Tensor* logits, Tensor& head_out, LogitsOn where) const {
+  const int64_t T = plan.n_rows;
+  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, kv_w = hp_.n_kv_head * hd;
+  const float off = norm_offset_, eps = hp_.norm_eps;
+  const int64_t n_full = std::count(hp_.is_full.begin(), hp_.is_full.end(), true);  // the head's layers follow
   Tensor e = ops::empty(ctx, ctx.act, {T, d}), en = ops::empty(ctx, ctx.act, {T, d});
   Tensor hn = ops::empty(ctx, ctx.act, {T, d});
   Tensor x = ops::empty(ctx, ctx.act, {T, d}), o = ops::empty(ctx, ctx.act, {T, d});
@@ -832,7 +829,6 @@ void Qwen35Model::draft_forward(ops::Context& ctx, SequenceState& dseq, std::spa
   }
   head_out = n.slice_rows(T - 1, T);
   if (logits != nullptr) output_logits(ctx, plan, n, lm_head_, where, out_logits, *logits);
-  advance_sequence(dseq, T);
 }
 
 }  // namespace

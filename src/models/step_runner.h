@@ -25,6 +25,7 @@ struct StepRunner {
   // Key: a hash of the plan's shape and of every address the recording bakes in.
   std::map<uint64_t, RecordedStep> steps;
   bool disabled = false;  // a recording failed once: run eagerly from then on (said once)
+  Tensor input;  // the draft passes' hidden input [kMaxRecordedRows, d_model], copied in before a replay
   Model::StepStats stats;
 };
 

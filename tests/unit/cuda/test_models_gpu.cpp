@@ -18,6 +18,7 @@
 #include "models/kv_budget.h"
 #include "models/loader.h"
 #include "models/model.h"
+#include "unit/golden_model.h"
 #include "ops/device_memory.h"
 
 namespace vi::cudatest {
@@ -237,6 +238,63 @@ TEST_P(GoldenOnGpu, RecordedStepsMatchOpByOpSteps) {
                 static_cast<long long>(after.recorded - before.recorded),
                 static_cast<long long>(after.replayed - before.replayed), worst_same, worst_cpu);
   }
+}
+
+// Recorded draft-head passes (Model::draft_forward on ops::record) against the same passes run
+// op by op: a golden Qwen3.5 with a random MTP head (tests/unit/golden_model.h) on the GPU, two
+// main sequences fed the same 8 tokens, then on each a catch-up pass over 7 slots and three
+// recursive one-slot passes (what a speculative round runs), with ctx.graphs off and on. The
+// logits and the head's output must agree (only the attention split count differs: bucketed vs
+// exact key bound), and the recorded side must have recorded and replayed.
+TEST_P(GoldenOnGpu, RecordedDraftPassesMatchOpByOp) {
+  test::ScratchDir dir;
+  auto src = formats::open_weight_source(test::with_mtp_head("qwen35_a", dir.path));
+  LoadOptions opts;
+  opts.ctx = g;
+  opts.draft_head = true;
+  auto model = load_model(*src, opts);
+  ASSERT_TRUE(model->has_draft_head());
+  const double same = tol(1e-5, 2e-2);
+  const int64_t V = model->info().n_vocab;
+  std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(V - 1));
+  std::vector<int32_t> toks(8);
+  for (auto& t : toks) t = u(rng());
+  ops::Context eager = g, rec = g;
+  eager.graphs = false;
+  const Model::StepStats before = model->draft_step_stats();
+  struct Side {
+    std::unique_ptr<SequenceState> seq, dseq;
+    Tensor hidden, logits, head_out;
+  };
+  Side e, r;
+  for (Side* s : {&e, &r}) {
+    s->seq = model->new_sequence(256);
+    Tensor l;
+    const BatchItem item{s->seq.get(), toks, true};
+    model->forward_batch(eager, {&item, 1}, l, LogitsOn::kDevice, &s->hidden);
+    s->dseq = model->new_draft_sequence(*s->seq);
+    s->dseq->block_table() = s->seq->block_table();
+    s->dseq->resume_at(0);
+  }
+  auto pass = [&](std::span<const int32_t> t, bool first, const std::string& what) {
+    for (auto [s, ctx] : {std::pair{&e, &eager}, std::pair{&r, &rec}}) {
+      const Tensor h = first ? s->hidden.slice_rows(0, static_cast<int64_t>(t.size())) : s->head_out;
+      model->draft_forward(*ctx, *s->dseq, t, h, &s->logits, s->head_out, LogitsOn::kDevice);
+    }
+    auto [err, arg] = compare_logits(logits_to_host_f32(rec, r.logits), logits_to_host_f32(eager, e.logits), same);
+    EXPECT_LE(err, same) << what << ": logits, recorded vs op by op";
+    EXPECT_TRUE(arg) << what << ": argmax";
+    EXPECT_CLOSE(down(r.head_out), down(e.head_out), tol(1e-5, 2e-2), what + ": head output");
+  };
+  pass(std::span<const int32_t>(toks.data() + 1, 7), true, "catch-up pass over 7 slots");
+  for (int j = 0; j < 3; ++j) {
+    const int32_t next = u(rng());
+    pass(std::span<const int32_t>(&next, 1), false, "recursive pass " + std::to_string(j));
+  }
+  const Model::StepStats after = model->draft_step_stats();
+  EXPECT_GE(after.recorded - before.recorded, 2) << "the 7-slot and the 1-slot passes";
+  EXPECT_GE(after.replayed - before.replayed, 2) << "the later 1-slot passes";
+  EXPECT_GE(after.eager - before.eager, 4) << "the op-by-op side";
 }
 
 // A context whose KV cache cannot fit in the GPU is refused before allocating, naming the
