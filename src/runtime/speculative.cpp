@@ -60,7 +60,7 @@ Tensor cat_rows(ops::Context& ctx, const Tensor& a, const Tensor& b) {
 }  // namespace
 
 SpecSession::SpecSession(const Model& model, const SpecOptions& opts, const SequenceState& seq)
-    : model_(model), opts_(opts) {
+    : model_(model), opts_(opts), ngrams_(opts.ngram_min, opts.ngram_max) {
   check_spec_options(model, opts);
   if (opts.kind == SpecKind::kMtp) dseq_ = model.new_draft_sequence(seq);
 }
@@ -141,31 +141,12 @@ std::vector<int32_t> SpecSession::propose(ops::Context& ctx, std::span<const int
     }
     idle_rounds_ = 0;
   }
-  if (opts_.kind == SpecKind::kNgram) return propose_ngram(history, next, k);
+  if (opts_.kind == SpecKind::kNgram) return ngrams_.propose(history, next, k);
   if (opts_.kind == SpecKind::kMtp) return propose_mtp(ctx, history, next, k);
   if (opts_.kind == SpecKind::kCustom) {
     std::vector<int32_t> d = opts_.custom(history, next, k);
     if (static_cast<int>(d.size()) > k) d.resize(static_cast<size_t>(k));
     return d;
-  }
-  return {};
-}
-
-std::vector<int32_t> SpecSession::propose_ngram(std::span<const int32_t> history, int32_t next, int k) const {
-  // The sequence as it will be: history + next. Find, for n = ngram_max .. ngram_min, the
-  // latest earlier place where its last n tokens occurred, and propose what followed.
-  const int64_t L = static_cast<int64_t>(history.size()) + 1;
-  auto at = [&](int64_t i) { return i < L - 1 ? history[static_cast<size_t>(i)] : next; };
-  for (int n = std::min<int64_t>(opts_.ngram_max, L - 1); n >= opts_.ngram_min; --n) {
-    // Earlier occurrences end at e < L - 1 (the suffix itself ends at L - 1).
-    for (int64_t e = L - 2; e >= n - 1; --e) {
-      bool match = true;
-      for (int j = 0; j < n && match; ++j) match = at(e - j) == at(L - 1 - j);
-      if (!match) continue;
-      std::vector<int32_t> out;
-      for (int64_t i = e + 1; i < L && static_cast<int>(out.size()) < k; ++i) out.push_back(at(i));
-      if (!out.empty()) return out;
-    }
   }
   return {};
 }

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "runtime/ngram_index.h"
 
 namespace vi {
 
@@ -103,7 +104,6 @@ class SpecSession {
   std::vector<int32_t> propose(ops::Context& ctx, std::span<const int32_t> history, int32_t next, int k);
 
  private:
-  std::vector<int32_t> propose_ngram(std::span<const int32_t> history, int32_t next, int k) const;
   std::vector<int32_t> propose_mtp(ops::Context& ctx, std::span<const int32_t> history, int32_t next, int k);
   // The tokens that follow the pending positions: the history's, then `next` after the last.
   std::vector<int32_t> pending_tail(std::span<const int32_t> history, int32_t next) const;
@@ -118,6 +118,7 @@ class SpecSession {
   SpecOptions opts_;
   SpecStats stats_;
   std::unique_ptr<SequenceState> dseq_;  // the draft head's cache (mtp)
+  NgramIndex ngrams_;                    // the history's n-grams (ngram)
   Tensor pending_;  // [p, d] final hidden states of positions dseq_->n_past() .. + p - 1 (mtp)
   // opts_.adaptive: recent drafts proposed and kept (each round's counts added to 0.9 x the
   // sums before), and rounds since drafting was last tried while they run low.

@@ -127,7 +127,11 @@ __global__ void __launch_bounds__(32 * kWarps)
 // L1-cached loads without the hoist): Q4_KR at every token count (gate|up 74.4 against 81.9 at
 // T = 1, FFN down 48.4 against 66.3), Q8_0R from 2 tokens (gate|up 88.3 against 157.4 at T = 4).
 // Q8_0R at one token keeps its L1-cached loads: evict-first cost it 11-49% there (FFN down 63.3
-// against 42.4). tt: the kernel's token count (TT). VI_SIMT_STREAM=0 / =1 forces them off / on.
+// against 42.4). The 8-token Q4_KR kernel (5 to 8 tokens) keeps them too: the 2026-12-05 02:09
+// job measured its L1-cached loads faster on the wide matrices (gate|up 157.9 against 173.4,
+// GDN inputs 79.8 against 92.2, the head 1084 against 1160) and ~5% faster over a round's GEMVs,
+// while every other token count confirmed the rule above. tt: the kernel's token count (TT).
+// VI_SIMT_STREAM=0 / =1 forces them off / on.
 template <DType W>
 bool simt_stream(int tt) {
   static const int forced = [] {
@@ -136,7 +140,7 @@ bool simt_stream(int tt) {
   }();
   if (W != DType::Q8_0R && W != DType::Q4_KR) return false;
   if (forced >= 0) return forced == 1;
-  return W == DType::Q4_KR || tt >= 2;
+  return W == DType::Q4_KR ? tt < 8 : tt >= 2;
 }
 
 template <DType W, class T, int TT>
