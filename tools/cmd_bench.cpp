@@ -16,6 +16,7 @@
 // writes every raw sample as a JSON line. An MBU above 100% is refused as a measurement
 // error, never printed as a result.
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -240,6 +241,7 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
   std::vector<double> round_ms_rep, tps_rep, mbu_rep, host_ms_rep;
   double bytes_round = 0;
   std::map<int64_t, std::vector<double>> verify_ms, spec_ms;
+  std::map<int64_t, std::vector<std::array<double, 3>>> spec_parts_ms;  // per rep: draft, verify, rollback medians
   for (int rep = 0; rep < a_.reps; ++rep) {
     int32_t tok = 0;
     auto seq = filled_sequence(style, depth, rep, tok);
@@ -328,7 +330,7 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
       auto dseq = L_.model->new_draft_sequence(*seq);
       dseq->block_table() = seq->block_table();
       dseq->resume_at(seq->n_past());
-      std::vector<double> v;
+      std::vector<double> v, v_draft, v_verify, v_back;  // whole rounds, and their three parts
       std::vector<int32_t> fed(static_cast<size_t>(k + 1), tok);
       const std::vector<ops::SampleParams> greedy_t(static_cast<size_t>(k + 1));
       Tensor hidden, head_out, dl;
@@ -348,19 +350,29 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
           fed[static_cast<size_t>(j) + 1] = picked[0].token;
         }
         dseq->truncate(seq->n_past());  // the recursive slots were guesses
+        const double drafted_at = t.ms();  // the last draft's pick has come back to the host
         BatchItem item{seq.get(), fed, /*all_logits=*/true, /*checkpoints=*/true};
         L_.model->forward_batch(L_.ctx, {&item, 1}, logits, LogitsOn::kDevice, &hidden);
         picked.resize(static_cast<size_t>(k + 1));
         ops::sample(L_.ctx, logits, greedy_t, {}, picked);
+        const double verified_at = t.ms();
         VI_CHECK(seq->rollback(seq->n_past() - k), "bench: the verify pass left no checkpoint to go back to");
         hidden = hidden.slice_rows(0, 1);
-        if (r > 0) v.push_back(t.ms());  // the first warms the round's buffers
+        ops::synchronize(L_.ctx);  // the parts are timed apart: the round waits for its rollback here
+        if (r > 0) {  // the first warms the round's buffers
+          v.push_back(t.ms());
+          v_draft.push_back(drafted_at);
+          v_verify.push_back(verified_at - drafted_at);
+          v_back.push_back(v.back() - verified_at);
+        }
         fed[0] = picked[0].token;
       }
       if (v.empty()) continue;
       spec_ms[k].push_back(median(v));
+      spec_parts_ms[k].push_back({median(v_draft), median(v_verify), median(v_back)});
       emit({{"test", "spec_round"}, {"fill", a_.fill}, {"prompt_style", style}, {"context", depth}, {"drafts", k},
-            {"rep", rep}, {"round_ms", v}, {"round_ms_median", median(v)}});
+            {"rep", rep}, {"round_ms", v}, {"round_ms_median", median(v)}, {"draft_ms", v_draft},
+            {"verify_ms", v_verify}, {"rollback_ms", v_back}});
     }
 
     if (a_.profile_ops && rep == 0) {
@@ -407,11 +419,15 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
     // in order); the rates are the seeds' MTP k = 3 measurements on real text.
     Stats s = summarize(v);
     auto per_round = [&](double a) { return (1.0 - std::pow(a, static_cast<double>(k + 1))) / (1.0 - a); };
+    std::array<double, 3> parts{};  // mean over reps of each part's median
+    for (const auto& p : spec_parts_ms[k])
+      for (size_t i = 0; i < 3; ++i) parts[i] += p[i] / static_cast<double>(spec_parts_ms[k].size());
     table_ += fmt::format(
-        "| {} | {} | MTP round, {} drafts @{} | {} | {:.2f} ms/round | {:.2f}–{:.2f} | computed: {:.0f} tok/s at "
-        "acceptance 0.77 (code), {:.0f} at 0.5 (Chinese); measured drafts kept: none (random weights) |\n",
-        device_, profile_, k, depth, a_.fill == "synthetic" ? "synthetic" : style, s.mean, s.min, s.max,
-        per_round(0.77) / (s.mean / 1e3), per_round(0.5) / (s.mean / 1e3));
+        "| {} | {} | MTP round, {} drafts @{} | {} | {:.2f} ms/round | {:.2f}–{:.2f} | drafts {:.2f} ms, verify with "
+        "checkpoints {:.2f}, rollback {:.2f}; computed: {:.0f} tok/s at acceptance 0.77 (code), {:.0f} at 0.5 "
+        "(Chinese); measured drafts kept: none (random weights) |\n",
+        device_, profile_, k, depth, a_.fill == "synthetic" ? "synthetic" : style, s.mean, s.min, s.max, parts[0],
+        parts[1], parts[2], per_round(0.77) / (s.mean / 1e3), per_round(0.5) / (s.mean / 1e3));
   }
   for (auto& [T, v] : verify_ms) {
     Stats s = summarize(v);
