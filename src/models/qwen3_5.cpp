@@ -560,11 +560,14 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   // the fused step ops whatever the step, which write the state after each token but the last
   // into the sequence's checkpoint buffers: with the others where the core is fused, in a core
   // op of their own where it is not.
+  // An item keeps checkpoints when it asks and brings more than one token (the state after
+  // its last token is the live one).
+  auto keeps = [&](size_t i) { return items[i].checkpoints && plan.rows_of(i) > 1; };
   bool fused_core = !items.empty(), ckpt_any = false;
   for (size_t i = 0; i < items.size(); ++i) {
     const int64_t T = plan.rows_of(i);
     fused_core = fused_core && T >= 1 && T <= ops::kMaxFusedGdnRows && T == plan.rows_of(0);
-    ckpt_any = ckpt_any || items[i].checkpoints;
+    ckpt_any = ckpt_any || keeps(i);
   }
   Tensor g, beta, core;  // the unfused path's gates ([N, Hv] f32 each) and core ([N, value_dim])
   if (!fused_core) {
@@ -675,7 +678,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
         auto& seq = static_cast<Qwen35State&>(*items[i].seq);
         const int64_t r0 = plan.row0[i], T = plan.rows_of(i), r1 = r0 + T;
         Tensor cqi = cq.slice_rows(r0, r1), cki = ck.slice_rows(r0, r1), cvi = cv.slice_rows(r0, r1);
-        const bool keep = items[i].checkpoints && T > 1;  // one token leaves none (its state is the live one)
+        const bool keep = keeps(i);
         const size_t gl = static_cast<size_t>(gdn_index_[l]);
         auto after = [&](int part) { return keep ? seq.ckpt(gl, part) : Tensor(); };
         if ((T >= 1 && T <= ops::kMaxFusedGdnRows) || keep) {  // decode or verify tokens: the five steps below in one op
@@ -720,7 +723,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
         ops::gated_rms_norm(ctx, core.reshape({N * Hv, dv}), lz.reshape({N * Hv, dv}), G.norm, eps, yr);
       } else {  // the rows the checkpointing items wrote stay
         for (size_t i = 0; i < items.size(); ++i) {
-          if (items[i].checkpoints) continue;
+          if (keeps(i)) continue;
           const int64_t r0 = plan.row0[i], r1 = r0 + plan.rows_of(i), R = (r1 - r0) * Hv;
           Tensor yr = y.slice_rows(r0, r1).reshape({R, dv});
           ops::gated_rms_norm(ctx, core.slice_rows(r0, r1).reshape({R, dv}), lz.slice_rows(r0, r1).reshape({R, dv}),

@@ -177,6 +177,56 @@ TEST(SequenceRollback, GoesBackOnlyInsideAPassWithCheckpoints) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.nbytes()));
 }
 
+// A step of sequences with different token counts (the GDN core then runs unfused for the plain
+// ones and per sequence for those with checkpoints), one asking for checkpoints with one token
+// (which leaves none): the rows of the sequences without checkpoints kept equal the same step
+// without any; the rows of the one that keeps them equal one-token steps (the recurrent form, as
+// the plain decode loop runs it), and it can go back.
+TEST(SequenceRollback, MixedStepWithAndWithoutCheckpoints) {
+  ops::Context ctx;
+  Loaded L = load("qwen35_b");
+  const int64_t V = L.model->info().n_vocab;
+  const std::vector<int32_t> prompt{5, 9, 2, 7, 6}, one{3}, three{8, 1, 4}, two{2, 6};
+  auto make = [&] {
+    std::vector<std::unique_ptr<SequenceState>> s;
+    Tensor l;
+    for (int i = 0; i < 3; ++i) {
+      s.push_back(L.model->new_sequence(64));
+      L.model->forward(ctx, prompt, *s.back(), l, false);
+    }
+    return s;
+  };
+  auto with = make(), plain = make();
+  Tensor a, b;
+  std::vector<BatchItem> iw{{with[0].get(), one, true, true}, {with[1].get(), three, true, true},
+                            {with[2].get(), two, true, false}};
+  std::vector<BatchItem> ip{{plain[0].get(), one, true, false}, {plain[1].get(), three, true, false},
+                            {plain[2].get(), two, true, false}};
+  L.model->forward_batch(ctx, iw, a);
+  L.model->forward_batch(ctx, ip, b);
+  ASSERT_EQ(a.rows(), 6);
+  auto same_rows = [&](const Tensor& x, int64_t rx, const Tensor& y, int64_t ry) {
+    return std::memcmp(x.row<float>(rx), y.row<float>(ry), static_cast<size_t>(V) * sizeof(float)) == 0;
+  };
+  EXPECT_TRUE(same_rows(a, 0, b, 0)) << "the one-token sequence that asked for checkpoints";
+  EXPECT_TRUE(same_rows(a, 4, b, 4) && same_rows(a, 5, b, 5)) << "the sequence without checkpoints";
+  auto ref = L.model->new_sequence(64);
+  Tensor l;
+  L.model->forward(ctx, prompt, *ref, l, false);
+  for (int64_t t = 0; t < 3; ++t) {
+    L.model->forward(ctx, {&three[static_cast<size_t>(t)], 1}, *ref, l, false);
+    EXPECT_TRUE(same_rows(a, 1 + t, l, 0)) << "row " << t << " of the sequence with checkpoints";
+  }
+  ASSERT_TRUE(with[1]->rollback(static_cast<int64_t>(prompt.size()) + 1));  // after 8
+  auto back = L.model->new_sequence(64);
+  L.model->forward(ctx, prompt, *back, l, false);
+  L.model->forward(ctx, std::vector<int32_t>{8}, *back, l, false);
+  const int32_t next = 11;
+  L.model->forward(ctx, {&next, 1}, *with[1], a, false);
+  L.model->forward(ctx, {&next, 1}, *back, b, false);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.nbytes())) << "the state after going back";
+}
+
 TEST(SpeculativeNgram, ProposesWhatFollowedTheLongestEarlierSuffix) {
   ops::Context ctx;
   Loaded L = load("llama_tiny");
