@@ -61,6 +61,8 @@ void run_serve(ServeArgs& a) {
   eo.prefix_cache = !a.no_prefix_cache;
   eo.kv_blocks = a.kv_blocks;
   eo.spec = a.spec.options();
+  // On a GPU, steps of decoding sequences keep their drafts within what one recorded step takes.
+  if (L.ctx.device != Device::CPU) eo.spec_step_rows = Model::kMaxRecordedRows;
   Engine engine(*L.model, L.ctx, eo);
 
   a.server.model_id = !a.alias.empty() ? a.alias
@@ -69,8 +71,11 @@ void run_serve(ServeArgs& a) {
   int port = http.bind();
   const std::string drafts = eo.spec.kind == SpecKind::kOff
                                  ? ""
-                                 : fmt::format(", {} drafts (up to {} a step)", spec_kind_name(eo.spec.kind),
-                                               eo.spec.draft_max);
+                                 : fmt::format(", {} drafts (up to {} a sequence{})", spec_kind_name(eo.spec.kind),
+                                               eo.spec.draft_max,
+                                               eo.spec_step_rows > 0
+                                                   ? fmt::format(", {} rows a decoding step", eo.spec_step_rows)
+                                                   : "");
   std::fprintf(stderr, "serving '%s' on http://%s:%d (%d parallel sequences, context %lld tokens each%s%s)\n",
                a.server.model_id.c_str(), a.server.host.c_str(), port, eo.max_seqs,
                static_cast<long long>(eo.n_ctx), drafts.c_str(),

@@ -265,12 +265,19 @@ void Engine::step() {
   int64_t n_decoding = 0;
   for (auto& sp : slots_) n_decoding += sp->req && sp->pending >= 0 ? 1 : 0;
   int64_t spare = std::max<int64_t>(budget - n_decoding, 0);  // step tokens drafts may take
+  bool prefilling = false;  // a prompt chunk will join the step
+  for (auto& sp : slots_) prefilling = prefilling || (sp->req && sp->pending < 0);
+  if (opts_.spec_step_rows > 0 && !prefilling)
+    spare = std::min<int64_t>(spare, std::max<int64_t>(opts_.spec_step_rows - n_decoding, 0));
+  int64_t left = n_decoding;  // decoding sequences not planned yet, this one included
   for (auto& sp : slots_) {
     Slot& s = *sp;
     if (!s.req || s.pending < 0) continue;
     s.fed.assign(1, s.pending);
     if (s.spec) {
-      int64_t k = std::min<int64_t>(s.spec->options().draft_max, spare);
+      // An even share of what is left, so that a tight step does not give every draft to the
+      // first sequences.
+      int64_t k = std::min<int64_t>(s.spec->options().draft_max, spare / std::max<int64_t>(left, 1));
       k = std::min<int64_t>(k, s.seq->capacity() - s.seq->n_past() - 1);
       if (s.req->params.max_tokens >= 0) k = std::min<int64_t>(k, s.req->params.max_tokens - s.generated - 1);
       k = std::max<int64_t>(k, 0);
@@ -286,6 +293,7 @@ void Engine::step() {
     owners.push_back(&s);
     decoding.push_back(1);
     budget -= static_cast<int64_t>(s.fed.size());
+    --left;
   }
   for (auto& sp : slots_) {
     Slot& s = *sp;
@@ -324,6 +332,9 @@ void Engine::step() {
   // that follows (one sampling call per round of rows).
   std::lock_guard<std::mutex> lock(mu_);
   stats_.steps++;
+  if (std::find(decoding.begin(), decoding.end(), 0) == decoding.end())
+    stats_.decode_step_rows_max = std::max<int64_t>(stats_.decode_step_rows_max, static_cast<int64_t>(hrow0.back()) +
+                                                    static_cast<int64_t>(items.back().tokens.size()));
   const auto now = Clock::now();
   std::vector<size_t> walking;  // items whose rows are sampled
   for (size_t k = 0; k < items.size(); ++k) {

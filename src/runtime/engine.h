@@ -101,6 +101,11 @@ struct EngineOptions {
   // Speculative decoding (runtime/speculative.h): each decoding sequence's pass also takes its
   // drafts; the tokens are those of decoding without them.
   SpecOptions spec;
+  // A step whose sequences all decode keeps their tokens and drafts within this many rows (0: only
+  // step_tokens binds), the drafts shared out evenly. `serve` sets Model::kMaxRecordedRows on a
+  // GPU: larger steps are not recorded and their projections leave the decode GEMVs for the
+  // prefill path.
+  int64_t spec_step_rows = 0;
 };
 
 // Counters and distributions for /metrics; a consistent snapshot.
@@ -128,6 +133,7 @@ struct EngineStats {
   uint64_t prompt_tokens_cached = 0;  // of prompt_tokens, those served from the cache
   KvCacheStats cache;
   SpecStats spec;  // drafts proposed and kept (EngineOptions::spec)
+  int64_t decode_step_rows_max = 0;  // the most rows a step of decoding sequences only has taken
 };
 
 class Engine {

@@ -361,7 +361,10 @@ TEST_P(Speculative, EngineWithDraftsGivesTheSameTokens) {
         return corrupted(c.out, history.size() - c.prompt.size(), k, *rng_d, V);
     return std::vector<int32_t>{};
   };
-  Engine plain(*L.model, {}, base), drafted(*L.model, {}, spec);
+  // The same drafts with the rows of a decoding-only step capped at 8 (serve's GPU setting).
+  EngineOptions capped = spec;
+  capped.spec_step_rows = 8;
+  Engine plain(*L.model, {}, base), drafted(*L.model, {}, spec), tight(*L.model, {}, capped);
   std::vector<std::vector<int32_t>> convs;
   std::vector<SamplingParams> sampling;
   for (int i = 0; i < 4; ++i) {
@@ -377,13 +380,21 @@ TEST_P(Speculative, EngineWithDraftsGivesTheSameTokens) {
     known->clear();
     for (size_t i = 0; i < convs.size(); ++i) known->push_back({convs[i], a[i]});
     const auto b = run_engine(drafted, convs, sampling, 60);
+    const auto c = run_engine(tight, convs, sampling, 60);
+    for (size_t i = 0; i < convs.size(); ++i) EXPECT_EQ(c[i], a[i]) << "capped rows: turn " << turn << ", request " << i;
     compare_and_go_on(convs, a, b, rng, V, turn);
   }
   drafted.wait_idle();
-  const EngineStats st = drafted.stats();
+  tight.wait_idle();
+  const EngineStats st = drafted.stats(), ct = tight.stats();
   EXPECT_GT(st.spec.accepted, 0) << "no draft was ever kept";
   EXPECT_LT(st.spec.accepted, st.spec.drafted) << "no draft was ever refused";
   EXPECT_EQ(plain.stats().spec.drafted, 0);
+  // 3 slots with up to 5 drafts each would take 18 rows; capped, a decoding-only step takes 8 at
+  // most, and still drafts.
+  EXPECT_GT(st.decode_step_rows_max, 8) << "the uncapped engine never drafted past 8 rows: the cap is not tested";
+  EXPECT_LE(ct.decode_step_rows_max, 8);
+  EXPECT_GT(ct.spec.accepted, 0) << "the capped engine kept no draft";
 }
 
 TEST(MtpHead, ItsCacheLivesInTheSequencesBlocks) {
