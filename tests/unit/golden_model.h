@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "formats/safetensors.h"
 #include "formats/weight_source.h"
 #include "models/model.h"
@@ -25,9 +26,16 @@ struct GoldenModel {
   std::unique_ptr<Model> model;
 };
 
+// tests/golden of the source tree this was built from, else of the current directory (a test
+// binary carried to a GPU machine runs from a copy of the repository root there).
+inline std::filesystem::path golden_dir() {
+  const std::filesystem::path built = std::filesystem::path(VI_SOURCE_DIR) / "tests" / "golden";
+  return std::filesystem::is_directory(built) ? built : std::filesystem::current_path() / "tests" / "golden";
+}
+
 inline GoldenModel load_golden(const std::string& name) {
   GoldenModel g;
-  g.src = formats::open_weight_source(std::string(VI_SOURCE_DIR) + "/tests/golden/" + name);
+  g.src = formats::open_weight_source((golden_dir() / name).string());
   g.model = load_model(*g.src);
   return g;
 }
@@ -36,9 +44,10 @@ inline GoldenModel load_golden(const std::string& name) {
 // first shard is the fixture's weights and whose second holds the head's (HF names).
 inline std::string with_mtp_head(const std::string& name, const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
-  const fs::path src = fs::path(VI_SOURCE_DIR) / "tests" / "golden" / name;
+  const fs::path src = golden_dir() / name;
   fs::create_directories(dir);
   std::ifstream cin(src / "config.json");
+  VI_CHECK(cin.good(), "with_mtp_head: no {}", (src / "config.json").string());
   nlohmann::json cfg = nlohmann::json::parse(cin);
   cfg["mtp_num_hidden_layers"] = 1;
   std::ofstream(dir / "config.json") << cfg.dump(2);
