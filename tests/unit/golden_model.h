@@ -1,6 +1,6 @@
-// A tiny golden model (tests/golden/NAME, Hugging Face form) loaded on the CPU, for tests that
-// drive whole models: the weight source must outlive the model (its tensors may be views of
-// the mapped file).
+// Tiny golden models (tests/golden/NAME, Hugging Face form) for tests that drive whole models:
+// one loaded on the CPU (the weight source must outlive the model: its tensors may be views of
+// the mapped file), a golden Qwen3.5 with a random MTP head added, and a scratch folder.
 #pragma once
 
 #include <gtest/gtest.h>
