@@ -4,6 +4,7 @@
 # unpacks it into a fresh temporary folder (bundle_tmp: remove it when done), sets vi to its
 # bin/voltinfer and puts its lib/, the toolkit's and the Python cuBLAS wheel's libraries on
 # LD_LIBRARY_PATH. Exits with a message if the bundle does not unpack or holds no voltinfer.
+# After it, copy_bandwidth and make_27b (below) run that voltinfer.
 unpack_bundle() {
   local lib cublas_dir
   bundle_tmp=$(mktemp -d)
@@ -15,4 +16,19 @@ unpack_bundle() {
   lib=$(dirname "$(dirname "$vi")")/lib:$(dirname "$(dirname "$(dirname "$vi")")")/lib
   cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null)
   export LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
+}
+
+# copy_bandwidth OUT: runs hwcheck (OUT/hwcheck.json, OUT/hwcheck.txt) and prints its median copy
+# bandwidth in GB/s, the denominator of MBU (0 where hwcheck failed).
+copy_bandwidth() {
+  timeout 90 "$vi" hwcheck --json > "$1/hwcheck.json" 2> "$1/hwcheck.txt"
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["devices"][0]["copy_gbs"]["median"])' \
+    "$1/hwcheck.json" 2>/dev/null || echo 0
+}
+
+# make_27b DTYPE LOG: sets m to the 27B-shaped Qwen3.5 (make-model, seed 1, with its MTP head) of
+# DTYPE in /tmp, made once per machine (its output to LOG); returns make-model's status.
+make_27b() {
+  m=/tmp/q27-$1.gguf
+  [ -s "$m" ] || timeout 150 "$vi" make-model --arch qwen3_5 --preset 27b --dtype "$1" --seed 1 -o "$m" > "$2" 2>&1
 }

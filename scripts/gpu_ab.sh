@@ -35,13 +35,10 @@ t0=$SECONDS
   if [ -n "${C:-}" ]; then echo "C: $C"; fi
   if [ -n "${D:-}" ]; then echo "D: $D"; fi
 } | tee "$out/summary.txt"
-timeout 90 "$vi" hwcheck --json > "$out/hwcheck.json" 2> "$out/hwcheck.txt"
-bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["devices"][0]["copy_gbs"]["median"])' \
-     "$out/hwcheck.json" 2>/dev/null || echo 0)
+bw=$(copy_bandwidth "$out")
 echo "copy bandwidth: $bw GB/s" | tee -a "$out/summary.txt"
 dtype=${DTYPE:-q4_k}
-m=/tmp/q27-$dtype.gguf
-[ -s $m ] || timeout 150 "$vi" make-model --arch qwen3_5 --preset 27b --dtype "$dtype" --seed 1 -o $m > "$out/make.log" 2>&1
+make_27b "$dtype" "$out/make.log"
 echo "make-model $dtype: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
 
 # One setting: bin=NAME picks the binary, other NAME=value words go to env, the rest to bench.

@@ -22,10 +22,8 @@ namespace {
 
 using gdn_test::make;
 using gdn_test::Rng;
+using gdn_test::same_bits;
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
 Tensor nans(const std::vector<int64_t>& shape) {
   Tensor t = Tensor::empty(DType::F32, shape);
   std::fill_n(t.ptr<float>(), t.numel(), std::numeric_limits<float>::quiet_NaN());

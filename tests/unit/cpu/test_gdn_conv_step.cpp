@@ -19,6 +19,7 @@ namespace {
 
 using gdn_test::make;
 using gdn_test::Rng;
+using gdn_test::same_bits;
 using gdn_test::values;
 
 struct Groups {
@@ -45,9 +46,6 @@ Groups deep_copy(const Groups& g) {
   return Groups{c(g.q), c(g.k), c(g.v)};
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
 
 TEST(GdnConvStep, EqualsConvThenL2Norm) {
   const uint64_t seed = gdn_test::fresh_seed();

@@ -25,10 +25,8 @@ namespace {
 
 using gdn_test::make;
 using gdn_test::Rng;
+using gdn_test::same_bits;
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
 
 // Rows of an [N, H, d] f32 value list L2-normalised and scaled (the delta rule's q/k input).
 std::vector<float> unit_heads(std::vector<float> x, int64_t d, float scale) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -100,6 +101,11 @@ double max_mixed_err(const std::vector<A>& a, const std::vector<B>& b, double at
     worst = std::max(worst, std::abs(static_cast<double>(a[i]) - r) / (atol + std::abs(r)));
   }
   return worst;
+}
+
+// Whether two tensors hold the same bytes (the fused ops against the ops they stand for).
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
 }  // namespace vi::gdn_test

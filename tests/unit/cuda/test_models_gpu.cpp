@@ -28,10 +28,7 @@ namespace fs = std::filesystem;
 
 std::vector<std::string> golden_models() {
   std::vector<std::string> out;
-  // The source tree this was built from, else the current directory (a binary carried to a
-  // GPU machine runs from a copy of the repository root there).
-  fs::path root = fs::path(VI_SOURCE_DIR) / "tests" / "golden";
-  if (!fs::is_directory(root)) root = fs::current_path() / "tests" / "golden";
+  const fs::path root = test::golden_dir();
   if (!fs::is_directory(root)) return out;
   for (const auto& e : fs::directory_iterator(root))
     if (fs::exists(e.path() / "config.json") && fs::exists(e.path() / "model.safetensors")) out.push_back(e.path().string());
