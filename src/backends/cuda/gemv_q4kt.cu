@@ -1,7 +1,10 @@
 // Tensor-core decode GEMV on Q4_KT weights: see gemv_q4kt.cuh for the plan, core/dtype.h for the
 // layout and q4kr_mma.cuh for the arithmetic.
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <type_traits>
+#include <utility>
 
 #include "backends/cuda/cp_async.cuh"
 #include "backends/cuda/device.cuh"
@@ -75,6 +78,14 @@ struct NormArgs {
   __half* u;                        // produce: [T, N]
   unsigned long long* ss;           // produce: [T, kSsWords], added to
   __half* sums;                     // produce: [T, N / 8] u's sums16, or null
+  // The hand-off (gemv_handoff.cuh; counters one per 256 columns):
+  unsigned* signal;          // where this grid counts its finished blocks (SwiGLU: h's; producer: u's), or null
+  const unsigned* ready;     // READY: the input's counters, one per super-block of K
+  unsigned ready_target;     // READY: the blocks that write one super-block's activations
+  bool acquire_first;        // READY: each warp's first wait ends with an acquire (gemv_handoff.cuh)
+  const unsigned* before;    // READY producer: the residual's writer's u counters where it may still run, or null
+  int before_n;              // their number
+  unsigned before_target;    // the count at which each is full
 };
 
 // Consume. A thread's sums at the end are for tokens of its warp's parity (store_tile_sums and
@@ -196,53 +207,79 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
 // the deferred norm's part (above; produce only without SWIGLU). PAIR: super-blocks two at a time.
 // PAIRED: with SWIGLU, w is Q4_KTS, whose tile b holds the block's gate rows (its rows g) and up
 // rows (g + 8): the block walks one whole tile as the plain GEMV does, and the same sums meet the
-// same SwiGLU epilogue (h equals the Q4_KT kernel's bit for bit).
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false>
+// same SwiGLU epilogue (h equals the Q4_KT kernel's bit for bit). A SwiGLU block given na.signal
+// counts its 8 columns of h as done in counter b / 32 (gemv_handoff.cuh).
+// A producer given na.signal counts its 16 rows of u in counter b / 16.
+// READY: x is the output of the grid launched just before this one, still being written
+// (gemv_handoff.cuh): no pdl_wait; each super-block waits for its counter in na.ready instead
+// (the walk). The producer (x = the SwiGLU's h): the norm weight is a weight; the residual was
+// written by the producer of the SwiGLU's input, complete before the SwiGLU started unless that
+// SwiGLU took a hand-off itself (na.before: then warp 0 waits for that producer's counters before
+// staging it); u, its sums and ss are written only after every counter was full, when no SwiGLU
+// block reads u any more. A consumer (x = a producer's u): its sums are read like u, and ss only
+// once every counter of u is full (at the start where they already are, else after the walk).
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool READY = false>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
                      int n_sb, int64_t K, uint32_t magic, NormArgs na) {
   static_assert(!(SWIGLU && NORM == kNormProduce), "the producer writes the residual, not h");
   static_assert(SWIGLU || !PAIRED, "Q4_KTS is read by the fused SwiGLU only");
-  Q4ktTileWalk<SWIGLU && !PAIRED, PAIR, NORM == kNormConsumeSums> walk(w, x, n_tok, N, n_sb, K, blockIdx.x,
-                                                                       na.sums_in);
+  static_assert(!READY || NORM != kNormNone, "a hand-off is between the deferred norm's kernels");
+  Q4ktTileWalk<SWIGLU && !PAIRED, PAIR, NORM == kNormConsumeSums, READY> walk(
+      w, x, n_tok, N, n_sb, K, blockIdx.x, na.sums_in, na.ready, na.ready_target, na.acquire_first);
   walk.start();
   [[maybe_unused]] __shared__ ProduceStage produce;
   [[maybe_unused]] __shared__ ConsumeStage consume;
   if constexpr (NORM == kNormProduce) stage_norm_weight(na, produce);
-  pdl_wait();
+  if constexpr (!READY) pdl_wait();
   pdl_trigger();
-  if constexpr (NORM == kNormProduce) stage_residual(na, N, n_tok, produce);
-  if constexpr (consumes(NORM)) stage_totals(na, n_tok, consume);
+  if constexpr (NORM == kNormProduce) {
+    if (READY && na.before != nullptr && threadIdx.x < 32) handoff_wait_all(na.before, na.before_n, na.before_target);
+    stage_residual(na, N, n_tok, produce);
+  }
+  [[maybe_unused]] bool staged = false;  // consumer: the totals' copies issued
+  if constexpr (consumes(NORM)) {
+    staged = !READY || handoff_all_ready(na.ready, n_sb, na.ready_target);
+    if (staged) stage_totals(na, n_tok, consume);
+  }
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   walk.run(magic, acc);
   if constexpr (NORM == kNormProduce) {
     finish_deferred_tile(acc, na, produce, N, n_tok);
+    if (na.signal != nullptr) handoff_signal(na.signal + (blockIdx.x >> 4));  // 16 tiles: 256 columns of u
   } else if constexpr (consumes(NORM)) {
+    if (!staged) {  // READY, and some producer block was still running at the start
+      handoff_wait_all(na.ready, n_sb, na.ready_target);
+      stage_totals(na, n_tok, consume);
+    }
     __shared__ float s_warp[4][8];
     warp_scales(na, n_tok, consume, s_warp[threadIdx.x >> 5]);
     finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok, s_warp[threadIdx.x >> 5]);
   } else {
     finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
   }
+  if constexpr (SWIGLU) {
+    if (na.signal != nullptr) handoff_signal(na.signal + (blockIdx.x >> 5));  // 32 blocks: 256 columns of h
+  }
 }
 
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false>
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool READY = false>
 void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
   const int64_t N = w.dim(0), K = w.dim(1);
   const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED>, dim3(blocks), dim3(128), 0,
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED, READY>, dim3(blocks), dim3(128), 0,
                            stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
                            static_cast<int>(K / kQKK), K, kQ4krMagic, na));
 }
 
-template <bool SWIGLU, int NORM = kNormNone, bool PAIRED = false>
+template <bool SWIGLU, int NORM = kNormNone, bool PAIRED = false, bool READY = false>
 void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, Q4ktShape shape,
                 const NormArgs& na = {}) {
   switch (2 * shape.blocks + (shape.pair ? 1 : 0)) {
-    case 6: launch<3, SWIGLU, NORM, false, PAIRED>(ctx, x, w, out, na); break;
-    case 8: launch<4, SWIGLU, NORM, false, PAIRED>(ctx, x, w, out, na); break;
-    case 7: launch<3, SWIGLU, NORM, true, PAIRED>(ctx, x, w, out, na); break;
-    case 9: launch<4, SWIGLU, NORM, true, PAIRED>(ctx, x, w, out, na); break;
+    case 6: launch<3, SWIGLU, NORM, false, PAIRED, READY>(ctx, x, w, out, na); break;
+    case 8: launch<4, SWIGLU, NORM, false, PAIRED, READY>(ctx, x, w, out, na); break;
+    case 7: launch<3, SWIGLU, NORM, true, PAIRED, READY>(ctx, x, w, out, na); break;
+    case 9: launch<4, SWIGLU, NORM, true, PAIRED, READY>(ctx, x, w, out, na); break;
     default: VI_FAIL("gemv_q4kt: no kernel for {}", gemv_q4kt_shape_name(shape));
   }
 }
@@ -274,6 +311,62 @@ NormArgs consume_args(const ops::DeferredNorm& in) {
 bool sums_on() {
   static const bool on = env_switch_on("VI_DEFER_SUMS");
   return on;
+}
+
+// The hand-offs (gemv_handoff.cuh), by level: 1 from the fused SwiGLU to the down projection; 2
+// also from each deferred-norm producer to its consumer. VI_GEMV_HANDOFF=N picks the level (0,
+// the default, until measured); set_gemv_handoff_allowed overrides it. Only where PDL is on:
+// without it a kernel never overlaps the one before.
+std::atomic<int> g_handoff_override{-1};
+std::atomic<uint64_t> g_handoffs{0};
+int handoff_level() {
+  static const int env_level = [] {
+    const char* v = std::getenv("VI_GEMV_HANDOFF");
+    return v != nullptr && (v[0] == '1' || v[0] == '2') && v[1] == '\0' ? v[0] - '0' : 0;
+  }();
+  const int o = g_handoff_override.load(std::memory_order_relaxed);
+  return pdl_enabled() ? (o < 0 ? env_level : o) : 0;
+}
+// A site's counters (DeferredNorm::handoff): [0, 128) its producer's u, [128, 256) its SwiGLU's h.
+constexpr int64_t kHandoffHalf = ops::kHandoffChunks / 2;
+constexpr unsigned kHandoffTilesPerChunk = 16;   // producer tiles of 16 rows of u in 256 columns
+constexpr unsigned kHandoffBlocksPerChunk = 32;  // SwiGLU blocks of 8 columns of h in 256 columns
+
+// The last launch on this host thread that counted its output: a kernel takes the hand-off only
+// if its input is that output, on the same stream, and it is launched right after (no
+// pdl_launch between).
+struct HandoffRecord {
+  const void* out = nullptr;  // u (a producer) or h (a SwiGLU)
+  int64_t rows = 0, cols = 0;
+  unsigned* counters = nullptr;
+  const unsigned* before = nullptr;  // a SwiGLU that took a hand-off: its producer's u counters
+  int before_n = 0;
+  bool overlapped = false;  // a producer that took a hand-off: the last reader of the old u may run beside
+  cudaStream_t stream = nullptr;
+  uint64_t launch = 0;  // pdl_launches() after the launch
+};
+thread_local HandoffRecord t_handoff;
+
+// The record, cleared, if `input` is what it counted and this is the next launch on ctx's stream.
+HandoffRecord take_handoff(const ops::Context& ctx, const Tensor& input) {
+  const HandoffRecord rec = std::exchange(t_handoff, HandoffRecord{});
+  const bool follows = rec.counters != nullptr && rec.out == input.data() && rec.rows == input.rows() &&
+                       rec.cols == input.cols() && rec.stream == stream_of(ctx) && rec.launch == pdl_launches();
+  return follows ? rec : HandoffRecord{};
+}
+void record_handoff(const ops::Context& ctx, const Tensor& out, unsigned* counters, const unsigned* before = nullptr,
+                    int before_n = 0, bool overlapped = false) {
+  t_handoff = HandoffRecord{out.data(), out.rows(), out.cols(), counters, before, before_n, overlapped,
+                            stream_of(ctx), pdl_launches()};
+}
+
+// Half `half` of the site's counters if it can count `cols` columns (256 a counter), else null.
+unsigned* site_counters(const ops::DeferredNorm& site, int half, int64_t cols) {
+  const Tensor& c = site.handoff;
+  if (c.data() == nullptr || c.dtype() != DType::I32 || c.numel() != ops::kHandoffChunks || cols % 256 != 0 ||
+      cols / 256 > kHandoffHalf)
+    return nullptr;
+  return c.ptr<unsigned>() + half * kHandoffHalf;
 }
 
 }  // namespace
@@ -371,9 +464,31 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
                     s16.rows() == a.rows() && w.dim(0) % 256 == 0 && s16.cols() == w.dim(0) / 8 &&
                     is_aligned(s16.data(), 4);
   na.sums = sums ? s16.ptr<__half>() : nullptr;
-  launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, gemv_q4kt_default_shape(w.dim(0)), na);
+  const int level = handoff_level();
+  const HandoffRecord rec = take_handoff(ctx, a);  // from the SwiGLU whose h is a
+  na.signal = level >= 2 ? site_counters(out, 0, w.dim(0)) : nullptr;
+  const Q4ktShape shape = gemv_q4kt_default_shape(w.dim(0));
+  if (level >= 1 && rec.counters != nullptr) {  // a's super-block s is whole when counter s has all its blocks
+    g_handoffs.fetch_add(1, std::memory_order_relaxed);
+    na.ready = rec.counters;
+    na.ready_target = kHandoffBlocksPerChunk;
+    na.before = rec.before;
+    na.before_n = rec.before_n;
+    na.before_target = kHandoffTilesPerChunk;
+    if (shape.blocks == 3)
+      launch<3, false, kNormProduce, false, false, true>(ctx, a, w, GemvOut{}, na);
+    else
+      launch<4, false, kNormProduce, false, false, true>(ctx, a, w, GemvOut{}, na);
+  } else {
+    launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, shape, na);
+  }
+  if (na.signal != nullptr) record_handoff(ctx, out.u, na.signal, nullptr, 0, na.ready != nullptr);
   out.sums_written = sums;
 }
+
+void set_gemv_handoff_allowed(int level) { g_handoff_override.store(level, std::memory_order_relaxed); }
+int gemv_handoff_level() { return handoff_level(); }
+uint64_t gemv_handoffs_taken() { return g_handoffs.load(std::memory_order_relaxed); }
 
 bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
                                  ops::DeferredConsumer kind, const std::vector<Tensor*>& parts) {
@@ -395,10 +510,28 @@ bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNor
 
 void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
                         ops::DeferredConsumer kind, const std::vector<Tensor*>& outs) {
-  const NormArgs na = consume_args(in);
+  NormArgs na = consume_args(in);
+  const int level = handoff_level();
+  const HandoffRecord rec = take_handoff(ctx, in.u);  // from the producer of u, if it counted it
+  // READY takes the sums (the usual case; without them, the ordinary launch) and, for the SwiGLU,
+  // the paired layout (the walk of whole tiles).
+  const bool ready = level >= 2 && rec.counters != nullptr && rec.counters == site_counters(in, 0, in.u.cols()) &&
+                     na.sums_in != nullptr && (kind != ops::DeferredConsumer::kSwiglu || w.dtype() == DType::Q4_KTS);
+  if (ready) {
+    g_handoffs.fetch_add(1, std::memory_order_relaxed);
+    na.ready = rec.counters;
+    na.ready_target = kHandoffTilesPerChunk;
+    na.acquire_first = rec.overlapped;
+  }
   auto run = [&](auto swiglu, const GemvOut& out) {
     constexpr bool kSwiglu = decltype(swiglu)::value;
-    if (na.sums_in != nullptr) {
+    if (ready) {
+      if constexpr (kSwiglu)
+        launch_for<true, kNormConsumeSums, true, true>(ctx, in.u, w, out, gemv_q4kt_swiglu_default_shape(w.dim(0)),
+                                                        na);
+      else
+        launch_for<false, kNormConsumeSums, false, true>(ctx, in.u, w, out, gemv_q4kt_default_shape(w.dim(0)), na);
+    } else if (na.sums_in != nullptr) {
       if constexpr (kSwiglu)
         launch_swiglu<kNormConsumeSums>(ctx, in.u, w, out, gemv_q4kt_swiglu_default_shape(w.dim(0)), na);
       else
@@ -416,12 +549,18 @@ void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, co
     case ops::DeferredConsumer::kSplit:
       run(std::false_type{}, gemv_out_parts(outs, w.dim(0), in.u.rows(), "gemv_q4kt_deferred"));
       break;
-    case ops::DeferredConsumer::kSwiglu:
-      VI_CHECK(outs.at(0)->cols() * 2 == w.dim(0) && outs.at(0)->rows() == in.u.rows(),
-               "gemv_q4kt_deferred: h [{}, {}] for a gate|up weight of {} rows and {} tokens", outs.at(0)->rows(),
-               outs.at(0)->cols(), w.dim(0), in.u.rows());
-      run(std::true_type{}, gemv_out_whole(*outs.at(0), w.dim(0) / 2));
+    case ops::DeferredConsumer::kSwiglu: {
+      Tensor& h = *outs.at(0);
+      VI_CHECK(h.cols() * 2 == w.dim(0) && h.rows() == in.u.rows(),
+               "gemv_q4kt_deferred: h [{}, {}] for a gate|up weight of {} rows and {} tokens", h.rows(), h.cols(),
+               w.dim(0), in.u.rows());
+      na.signal = level >= 1 ? site_counters(in, 1, h.cols()) : nullptr;
+      run(std::true_type{}, gemv_out_whole(h, w.dim(0) / 2));
+      // A producer taking h may start while the producer of u still runs where this took a hand-off.
+      if (na.signal != nullptr)
+        record_handoff(ctx, h, na.signal, ready ? na.ready : nullptr, static_cast<int>(in.u.cols() / 256));
       break;
+    }
   }
 }
 

@@ -82,4 +82,16 @@ bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNor
 void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
                         ops::DeferredConsumer kind, const std::vector<Tensor*>& outs);
 
+// The hand-offs (gemv_handoff.cuh), where PDL is on, by level: 1: a fused SwiGLU consumer whose
+// `in` has handoff counters counts its h in them, and the down projection launched right after
+// it on the same stream with that h as its input starts before the SwiGLU ends, waiting per
+// super-block; 2: also each deferred-norm producer counts its u, and the consumer launched right
+// after it (sums16 written; a SwiGLU on Q4_KTS) starts on it likewise. VI_GEMV_HANDOFF=1 or 2
+// picks the level (0, the default, off); set_gemv_handoff_allowed (tests) overrides it: 0..2, or
+// -1 back to the environment. gemv_handoff_level: the level now (0 without PDL);
+// gemv_handoffs_taken: kernels launched as a hand-off's receiver so far.
+void set_gemv_handoff_allowed(int level);
+int gemv_handoff_level();
+uint64_t gemv_handoffs_taken();
+
 }  // namespace vi::cuda

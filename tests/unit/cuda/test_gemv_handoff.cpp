@@ -1,0 +1,123 @@
+// The hand-offs between the deferred norm's Q4_KT kernels (backends/cuda/gemv_handoff.cuh): a
+// kernel launched right after the one that writes its input starts before that one ends and
+// waits per super-block for the input's counters. The chain of a layer's MLP, as the model runs
+// it: a producer (site 0), the fused gate|up + SwiGLU on it, the down projection producing site
+// 1, and a consumer matmul of site 1. At level 1 the down projection takes the hand-off from the
+// SwiGLU; at level 2 the SwiGLU and the consumer take theirs from the producers as well. Every
+// output (h, residual, u, both sites' sums of squares, sums16, the consumer's y) must equal, bit
+// for bit, the same chain launched the ordinary way (level 0: each kernel waits for the whole grid
+// before it), over repetitions with fresh inputs and h poisoned with NaN before the SwiGLU, so a
+// read before a block finished shows. Where PDL is on (sm_90 code, CUDA 12.3) each hand-off must
+// be taken; with a kernel launched between the SwiGLU and the down projection that one must not.
+// Off the native f16 path the test says why it skips.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "backends/cuda/gemv_q4kt.cuh"
+#include "cuda_test_util.h"
+#include "ops/copy.h"
+#include "ops/deferred_norm.h"
+#include "ops/memory.h"
+#include "ops/prepare_matmul_weight.h"
+
+namespace vi::cudatest {
+namespace {
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+class GemvHandoffGpu : public CudaOpTest {
+ protected:
+  // d: the residual width; F: h's width (64 counters; 2048 SwiGLU blocks, several waves); R: the
+  // consumer's rows.
+  static constexpr int64_t kD = 1024, kF = 16384, kR = 512;
+  static constexpr float kEps = 1e-6f, kOff = 1.0f;
+
+  void SetUp() override {
+    CudaOpTest::SetUp();
+    if (IsSkipped()) return;
+    if (act() != DType::F16 || g.profile != ops::KernelProfile::kNative)
+      GTEST_SKIP() << "the hand-offs are between the fused Q4_KT kernels (native profile, f16 activations)";
+    ops::set_deferred_norm_allowed(1);
+    dwgu = ops::prepare_matmul_weight(g, ops::upload(g, rand_weight(DType::Q4_K, 2 * kF, kD, 0.5f)), {kF, kF},
+                                      ops::MatmulInput::kNorm, ops::MatmulUse::kSwiglu);
+    dwd = ops::prepare_matmul_weight(g, ops::upload(g, rand_weight(DType::Q4_K, kD, kF, 0.5f)));
+    dwi = ops::prepare_matmul_weight(g, ops::upload(g, rand_weight(DType::Q4_K, kR, kD, 0.5f)));
+    dnw = ops::upload(g, rand_f32({kD}, DType::F32, -0.5f, 0.5f));
+  }
+  void TearDown() override {
+    ops::set_deferred_norm_allowed(-1);
+    cuda::set_gemv_handoff_allowed(-1);
+  }
+
+  struct Out {
+    Tensor h, x, u, ss, sums16, y;
+  };
+  // The chain on (a0, x0); `between`: a kernel (copy_batch of h) launched between the SwiGLU and
+  // the down projection.
+  Out run(const Tensor& a0, const Tensor& x0, bool between) {
+    const int64_t T = a0.rows();
+    ops::DeferredNorm all = ops::deferred_norm_scratch(g, T, kD, kEps, 2);
+    ops::DeferredNorm in = ops::deferred_norm_site(all, 0), out = ops::deferred_norm_site(all, 1);
+    Tensor x = up(x0), h = up(nan_f32({T, kF})), y = up(nan_f32({T, kR}));
+    Tensor gu = gpu_empty({T, 2 * kF});
+    ops::matmul_add_deferred_norm(g, up(a0), dwd, x, dnw, kOff, in);
+    ops::matmul_swiglu_deferred(g, in, dwgu, gu, h);
+    if (between) ops::copy_batch(g, {h}, {gpu_empty({T, kF})});
+    ops::matmul_add_deferred_norm(g, h, dwd, x, dnw, kOff, out);
+    ops::matmul_deferred(g, out, dwi, y);
+    Out o;
+    o.h = down(h);
+    o.x = down(x);
+    o.u = down(out.u);
+    o.ss = ops::download(g, all.ss);  // both sites
+    o.sums16 = out.sums_written ? down(out.sums16) : Tensor::empty(DType::F32, {0});
+    o.y = down(y);
+    return o;
+  }
+
+  Tensor dwgu, dwd, dwi, dnw;
+};
+
+TEST_P(GemvHandoffGpu, ChainEqualsTheWaitingOne) {
+  if (!ops::deferred_norm_fused(g, dwd, dwgu, ops::DeferredConsumer::kSwiglu, 1) ||
+      !ops::deferred_norm_fused(g, dwd, dwi, ops::DeferredConsumer::kMatmul, 1))
+    GTEST_SKIP() << "this device does not fuse the deferred norm on Q4_KT (sm_80+ code needed)";
+  for (int level : {1, 2}) {
+    for (int64_t T : {1, 4, 8}) {
+      for (int rep = 0; rep < 6; ++rep) {
+        const std::string at = fmt::format("level {} T={} rep {}", level, T, rep);
+        const Tensor a0 = rand_f32({T, kF}, act(), -1.0f, 1.0f), x0 = rand_f32({T, kD}, act(), -4.0f, 4.0f);
+        cuda::set_gemv_handoff_allowed(0);
+        const uint64_t before = cuda::gemv_handoffs_taken();
+        const Out want = run(a0, x0, false);
+        EXPECT_EQ(cuda::gemv_handoffs_taken(), before) << "taken while off, " << at;
+        cuda::set_gemv_handoff_allowed(level);
+        const bool on = cuda::gemv_handoff_level() == level;  // 0 where PDL is off
+        const Out got = run(a0, x0, false);
+        const uint64_t expected = on ? (level == 1 ? 1 : 3) : 0;
+        EXPECT_EQ(cuda::gemv_handoffs_taken(), before + expected) << "hand-offs taken (on: " << on << "), " << at;
+        EXPECT_TRUE(same_bits(got.h, want.h)) << "h, " << at;
+        EXPECT_TRUE(same_bits(got.x, want.x)) << "residual, " << at;
+        EXPECT_TRUE(same_bits(got.u, want.u)) << "u, " << at;
+        EXPECT_TRUE(same_bits(got.ss, want.ss)) << "sums of squares, " << at;
+        EXPECT_TRUE(same_bits(got.sums16, want.sums16)) << "sums16, " << at;
+        EXPECT_TRUE(same_bits(got.y, want.y)) << "consumer's y, " << at;
+        // A kernel between the SwiGLU and the down projection: that one launched the ordinary way
+        // (at level 2 the SwiGLU and the consumer still take theirs).
+        const uint64_t mid = cuda::gemv_handoffs_taken();
+        const Out apart = run(a0, x0, true);
+        EXPECT_EQ(cuda::gemv_handoffs_taken(), mid + (on && level == 2 ? 2 : 0)) << "with a kernel between, " << at;
+        EXPECT_TRUE(same_bits(apart.x, want.x) && same_bits(apart.u, want.u) && same_bits(apart.y, want.y))
+            << "apart, " << at;
+      }
+    }
+  }
+}
+
+VI_CUDA_INSTANTIATE(GemvHandoffGpu);
+
+}  // namespace
+}  // namespace vi::cudatest
