@@ -39,11 +39,21 @@ __device__ __forceinline__ unsigned handoff_load(const unsigned* p) {
   return v;
 }
 
+// One turn of a spin. A counter that never fills is a bug (a writer that did not count, a broken
+// launch order): after 2^23 turns (each a sleep of ~128 ns and an L2 load: seconds) the kernel
+// traps, so the call fails with a launch error instead of hanging the GPU.
+constexpr unsigned kHandoffMaxSpins = 1u << 23;
+__device__ __forceinline__ void handoff_backoff(unsigned& spins) {
+  __nanosleep(128);
+  if (++spins > kHandoffMaxSpins) __trap();
+}
+
 // Spins until *p reaches target (seen first as `seen`, a handoff_load issued earlier); every lane
 // of the warp calls it with the same p.
 __device__ __forceinline__ void handoff_wait(const unsigned* p, unsigned seen, unsigned target) {
+  unsigned spins = 0;
   while (seen < target) {
-    __nanosleep(128);
+    handoff_backoff(spins);
     seen = handoff_load(p);
   }
   __syncwarp();
@@ -78,7 +88,8 @@ __device__ __forceinline__ bool handoff_all_ready(const unsigned* c, int n, unsi
 }
 // Spins until every one of counters c[0..n) has reached target; every lane of the warp calls it.
 __device__ __forceinline__ void handoff_wait_all(const unsigned* c, int n, unsigned target) {
-  while (!handoff_all_ready(c, n, target)) __nanosleep(128);
+  unsigned spins = 0;
+  while (!handoff_all_ready(c, n, target)) handoff_backoff(spins);
 }
 
 // The producer block's end: its stores made visible, then its chunk counted once. Every thread
