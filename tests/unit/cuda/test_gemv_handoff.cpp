@@ -12,7 +12,8 @@
 // Off the native f16 path the test says why it skips.
 #include <gtest/gtest.h>
 
-#include <cstring>
+#include <cstdint>
+#include <string>
 
 #include "backends/cuda/gemv_q4kt.cuh"
 #include "cuda_test_util.h"
@@ -24,8 +25,17 @@
 namespace vi::cudatest {
 namespace {
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+// "" where a and b hold the same bytes, else how many 4-byte words differ and the first one
+// (which element went wrong tells a read before its block finished from a stale line).
+std::string differs(const Tensor& a, const Tensor& b) {
+  if (a.nbytes() != b.nbytes()) return fmt::format("{} against {} bytes", a.nbytes(), b.nbytes());
+  const auto* x = static_cast<const uint32_t*>(a.data());
+  const auto* y = static_cast<const uint32_t*>(b.data());
+  const size_t n = a.nbytes() / 4;
+  size_t bad = 0, first = n;
+  for (size_t i = 0; i < n; ++i)
+    if (x[i] != y[i] && bad++ == 0) first = i;
+  return bad == 0 ? "" : fmt::format("{} of {} words differ, the first at word {}", bad, n, first);
 }
 
 class GemvHandoffGpu : public CudaOpTest {
@@ -99,18 +109,18 @@ TEST_P(GemvHandoffGpu, ChainEqualsTheWaitingOne) {
         const Out got = run(a0, x0, false);
         const uint64_t expected = on ? (level == 1 ? 1 : 3) : 0;
         EXPECT_EQ(cuda::gemv_handoffs_taken(), before + expected) << "hand-offs taken (on: " << on << "), " << at;
-        EXPECT_TRUE(same_bits(got.h, want.h)) << "h, " << at;
-        EXPECT_TRUE(same_bits(got.x, want.x)) << "residual, " << at;
-        EXPECT_TRUE(same_bits(got.u, want.u)) << "u, " << at;
-        EXPECT_TRUE(same_bits(got.ss, want.ss)) << "sums of squares, " << at;
-        EXPECT_TRUE(same_bits(got.sums16, want.sums16)) << "sums16, " << at;
-        EXPECT_TRUE(same_bits(got.y, want.y)) << "consumer's y, " << at;
+        EXPECT_EQ(differs(got.h, want.h), "") << "h, " << at;
+        EXPECT_EQ(differs(got.x, want.x), "") << "residual, " << at;
+        EXPECT_EQ(differs(got.u, want.u), "") << "u, " << at;
+        EXPECT_EQ(differs(got.ss, want.ss), "") << "sums of squares, " << at;
+        EXPECT_EQ(differs(got.sums16, want.sums16), "") << "sums16, " << at;
+        EXPECT_EQ(differs(got.y, want.y), "") << "consumer's y, " << at;
         // A kernel between the SwiGLU and the down projection: that one launched the ordinary way
         // (at level 2 the SwiGLU and the consumer still take theirs).
         const uint64_t mid = cuda::gemv_handoffs_taken();
         const Out apart = run(a0, x0, true);
         EXPECT_EQ(cuda::gemv_handoffs_taken(), mid + (on && level == 2 ? 2 : 0)) << "with a kernel between, " << at;
-        EXPECT_TRUE(same_bits(apart.x, want.x) && same_bits(apart.u, want.u) && same_bits(apart.y, want.y))
+        EXPECT_EQ(differs(apart.x, want.x) + differs(apart.u, want.u) + differs(apart.y, want.y), "")
             << "apart, " << at;
       }
     }
