@@ -65,6 +65,7 @@ __global__ void q4kt_from_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_
 // memory by cp.async when the block starts and read at its end (read from L2 after the loop it
 // cost a round trip per block).
 enum : int { kNormNone = 0, kNormConsume = 1, kNormProduce = 2, kNormConsumeSums = 3 };
+enum : int { kHandNone = 0, kHandSignal = 1, kHandReady = 2 };  // gemv_q4kt_kernel's HAND
 constexpr bool consumes(int norm) { return norm == kNormConsume || norm == kNormConsumeSums; }
 constexpr int kSsWords = 2 * ops::kDeferredNormSlots;  // u64 words per token
 static_assert(kSsWords == 4, "a token's words are two 16-byte copies");
@@ -79,7 +80,7 @@ struct NormArgs {
   unsigned long long* ss;           // produce: [T, kSsWords], added to
   __half* sums;                     // produce: [T, N / 8] u's sums16, or null
   // The hand-off (gemv_handoff.cuh; counters one per 256 columns):
-  unsigned* signal;          // where this grid counts its finished blocks (SwiGLU: h's; producer: u's), or null
+  unsigned* signal;          // HAND: where this grid counts its finished blocks (SwiGLU: h's; producer: u's), or null
   const unsigned* ready;     // READY: the input's counters, one per super-block of K
   unsigned ready_target;     // READY: the blocks that write one super-block's activations
   bool acquire_first;        // READY: each warp's first wait ends with an acquire (gemv_handoff.cuh)
@@ -210,6 +211,9 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
 // same SwiGLU epilogue (h equals the Q4_KT kernel's bit for bit). A SwiGLU block given na.signal
 // counts its 8 columns of h as done in counter b / 32 (gemv_handoff.cuh).
 // A producer given na.signal counts its 16 rows of u in counter b / 16.
+// HAND (the hand-offs, gemv_handoff.cuh): kHandNone: neither end of one (the kernels as they were
+// before the hand-offs); kHandSignal: counts its blocks in na.signal; kHandReady: READY (below),
+// and counts its blocks where na.signal is set.
 // READY: x is the output of the grid launched just before this one, still being written
 // (gemv_handoff.cuh): no pdl_wait; each super-block waits for its counter in na.ready instead
 // (the walk). The producer (x = the SwiGLU's h): the norm weight is a weight; the residual was
@@ -218,13 +222,14 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
 // staging it); u, its sums and ss are written only after every counter was full, when no SwiGLU
 // block reads u any more. A consumer (x = a producer's u): its sums are read like u, and ss only
 // once every counter of u is full (at the start where they already are, else after the walk).
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool READY = false>
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, int HAND = kHandNone>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
                      int n_sb, int64_t K, uint32_t magic, NormArgs na) {
   static_assert(!(SWIGLU && NORM == kNormProduce), "the producer writes the residual, not h");
   static_assert(SWIGLU || !PAIRED, "Q4_KTS is read by the fused SwiGLU only");
-  static_assert(!READY || NORM != kNormNone, "a hand-off is between the deferred norm's kernels");
+  static_assert(HAND == kHandNone || NORM != kNormNone, "a hand-off is between the deferred norm's kernels");
+  constexpr bool READY = HAND == kHandReady;
   Q4ktTileWalk<SWIGLU && !PAIRED, PAIR, NORM == kNormConsumeSums, READY> walk(
       w, x, n_tok, N, n_sb, K, blockIdx.x, na.sums_in, na.ready, na.ready_target, na.acquire_first);
   walk.start();
@@ -242,11 +247,29 @@ __global__ void __launch_bounds__(128, MINB)
     staged = !READY || handoff_all_ready(na.ready, n_sb, na.ready_target);
     if (staged) stage_totals(na, n_tok, consume);
   }
+  // READY consumer whose producer still ran at the start: u's counters loaded after the warp's
+  // first step and looked at after its second, so that the totals are staged while the walk goes
+  // on rather than after it where the producer has ended by then (up to 32 counters: one a lane).
+  [[maybe_unused]] unsigned pending = 0;
+  auto late_totals = [&](int step) {
+    if constexpr (consumes(NORM) && READY) {
+      if (staged || n_sb > 32 || step > 1) return;
+      const int lane = threadIdx.x & 31;
+      if (step == 0) {
+        pending = lane < n_sb ? handoff_load(na.ready + lane) : na.ready_target;
+      } else {
+        staged = __all_sync(0xffffffffu, pending >= na.ready_target);
+        if (staged) stage_totals(na, n_tok, consume);
+      }
+    }
+  };
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  walk.run(magic, acc);
+  walk.run(magic, acc, late_totals);
   if constexpr (NORM == kNormProduce) {
     finish_deferred_tile(acc, na, produce, N, n_tok);
-    if (na.signal != nullptr) handoff_signal(na.signal + (blockIdx.x >> 4));  // 16 tiles: 256 columns of u
+    if constexpr (HAND != kHandNone) {
+      if (na.signal != nullptr) handoff_signal(na.signal + (blockIdx.x >> 4));  // 16 tiles: 256 columns of u
+    }
   } else if constexpr (consumes(NORM)) {
     if (!staged) {  // READY, and some producer block was still running at the start
       handoff_wait_all(na.ready, n_sb, na.ready_target);
@@ -258,28 +281,28 @@ __global__ void __launch_bounds__(128, MINB)
   } else {
     finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
   }
-  if constexpr (SWIGLU) {
+  if constexpr (SWIGLU && HAND != kHandNone) {
     if (na.signal != nullptr) handoff_signal(na.signal + (blockIdx.x >> 5));  // 32 blocks: 256 columns of h
   }
 }
 
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool READY = false>
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, int HAND = kHandNone>
 void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
   const int64_t N = w.dim(0), K = w.dim(1);
   const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED, READY>, dim3(blocks), dim3(128), 0,
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED, HAND>, dim3(blocks), dim3(128), 0,
                            stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
                            static_cast<int>(K / kQKK), K, kQ4krMagic, na));
 }
 
-template <bool SWIGLU, int NORM = kNormNone, bool PAIRED = false, bool READY = false>
+template <bool SWIGLU, int NORM = kNormNone, bool PAIRED = false, int HAND = kHandNone>
 void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, Q4ktShape shape,
                 const NormArgs& na = {}) {
   switch (2 * shape.blocks + (shape.pair ? 1 : 0)) {
-    case 6: launch<3, SWIGLU, NORM, false, PAIRED, READY>(ctx, x, w, out, na); break;
-    case 8: launch<4, SWIGLU, NORM, false, PAIRED, READY>(ctx, x, w, out, na); break;
-    case 7: launch<3, SWIGLU, NORM, true, PAIRED, READY>(ctx, x, w, out, na); break;
-    case 9: launch<4, SWIGLU, NORM, true, PAIRED, READY>(ctx, x, w, out, na); break;
+    case 6: launch<3, SWIGLU, NORM, false, PAIRED, HAND>(ctx, x, w, out, na); break;
+    case 8: launch<4, SWIGLU, NORM, false, PAIRED, HAND>(ctx, x, w, out, na); break;
+    case 7: launch<3, SWIGLU, NORM, true, PAIRED, HAND>(ctx, x, w, out, na); break;
+    case 9: launch<4, SWIGLU, NORM, true, PAIRED, HAND>(ctx, x, w, out, na); break;
     default: VI_FAIL("gemv_q4kt: no kernel for {}", gemv_q4kt_shape_name(shape));
   }
 }
@@ -468,6 +491,14 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
   const HandoffRecord rec = take_handoff(ctx, a);  // from the SwiGLU whose h is a
   na.signal = level >= 2 ? site_counters(out, 0, w.dim(0)) : nullptr;
   const Q4ktShape shape = gemv_q4kt_default_shape(w.dim(0));
+  // The hand-off kernels exist for the default shapes (one super-block at a time).
+  auto launch_hand = [&](auto hand) {
+    constexpr int kHand = decltype(hand)::value;
+    if (shape.blocks == 3)
+      launch<3, false, kNormProduce, false, false, kHand>(ctx, a, w, GemvOut{}, na);
+    else
+      launch<4, false, kNormProduce, false, false, kHand>(ctx, a, w, GemvOut{}, na);
+  };
   if (level >= 1 && rec.counters != nullptr) {  // a's super-block s is whole when counter s has all its blocks
     g_handoffs.fetch_add(1, std::memory_order_relaxed);
     na.ready = rec.counters;
@@ -475,10 +506,9 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
     na.before = rec.before;
     na.before_n = rec.before_n;
     na.before_target = kHandoffTilesPerChunk;
-    if (shape.blocks == 3)
-      launch<3, false, kNormProduce, false, false, true>(ctx, a, w, GemvOut{}, na);
-    else
-      launch<4, false, kNormProduce, false, false, true>(ctx, a, w, GemvOut{}, na);
+    launch_hand(std::integral_constant<int, kHandReady>{});
+  } else if (na.signal != nullptr) {
+    launch_hand(std::integral_constant<int, kHandSignal>{});
   } else {
     launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, shape, na);
   }
@@ -527,11 +557,21 @@ void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, co
     constexpr bool kSwiglu = decltype(swiglu)::value;
     if (ready) {
       if constexpr (kSwiglu)
-        launch_for<true, kNormConsumeSums, true, true>(ctx, in.u, w, out, gemv_q4kt_swiglu_default_shape(w.dim(0)),
-                                                        na);
+        launch_for<true, kNormConsumeSums, true, kHandReady>(ctx, in.u, w, out,
+                                                              gemv_q4kt_swiglu_default_shape(w.dim(0)), na);
       else
-        launch_for<false, kNormConsumeSums, false, true>(ctx, in.u, w, out, gemv_q4kt_default_shape(w.dim(0)), na);
-    } else if (na.sums_in != nullptr) {
+        launch_for<false, kNormConsumeSums, false, kHandReady>(ctx, in.u, w, out, gemv_q4kt_default_shape(w.dim(0)),
+                                                                na);
+      return;
+    }
+    if constexpr (kSwiglu) {
+      if (na.signal != nullptr) {  // set only where the sums are and w is Q4_KTS
+        launch_for<true, kNormConsumeSums, true, kHandSignal>(ctx, in.u, w, out,
+                                                               gemv_q4kt_swiglu_default_shape(w.dim(0)), na);
+        return;
+      }
+    }
+    if (na.sums_in != nullptr) {
       if constexpr (kSwiglu)
         launch_swiglu<kNormConsumeSums>(ctx, in.u, w, out, gemv_q4kt_swiglu_default_shape(w.dim(0)), na);
       else
@@ -554,7 +594,9 @@ void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, co
       VI_CHECK(h.cols() * 2 == w.dim(0) && h.rows() == in.u.rows(),
                "gemv_q4kt_deferred: h [{}, {}] for a gate|up weight of {} rows and {} tokens", h.rows(), h.cols(),
                w.dim(0), in.u.rows());
-      na.signal = level >= 1 ? site_counters(in, 1, h.cols()) : nullptr;
+      // The SwiGLU counts its h where it runs a hand-off kernel: with sums, on Q4_KTS.
+      na.signal = level >= 1 && na.sums_in != nullptr && w.dtype() == DType::Q4_KTS ? site_counters(in, 1, h.cols())
+                                                                                    : nullptr;
       run(std::true_type{}, gemv_out_whole(h, w.dim(0) / 2));
       // A producer taking h may start while the producer of u still runs where this took a hand-off.
       if (na.signal != nullptr)

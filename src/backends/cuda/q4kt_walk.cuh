@@ -117,16 +117,24 @@ struct Q4ktTileWalk {
       if (j < n_mine) load_sb(j, buf[j]);
   }
 
+  struct NoHook {
+    __device__ __forceinline__ void operator()(int) const {}
+  };
+
   // Every super-block of the warp multiplied into acc (rows g: acc[0..1], g + 8: acc[2..3]).
-  __device__ __forceinline__ void run(uint32_t magic, float acc[4]) {
+  // hook(k) runs after the warp's k-th step (a super-block, or a pair of them with PAIR) and its
+  // refills: a kernel's own work between steps (the hand-off's late sums, gemv_q4kt.cu).
+  template <class Hook = NoHook>
+  __device__ __forceinline__ void run(uint32_t magic, float acc[4], Hook hook = {}) {
     if constexpr (PAIR)
-      run_pairs(magic, acc);
+      run_pairs(magic, acc, hook);
     else
-      run_singles(magic, acc);
+      run_singles(magic, acc, hook);
   }
 
   // One super-block at a time, each buffer refilled right after it is multiplied.
-  __device__ __forceinline__ void run_singles(uint32_t magic, float acc[4]) {
+  template <class Hook>
+  __device__ __forceinline__ void run_singles(uint32_t magic, float acc[4], Hook& hook) {
     for (int i0 = 0; i0 < n_mine; i0 += kDepth) {
 #pragma unroll
       for (int j = 0; j < kDepth; ++j) {
@@ -134,6 +142,7 @@ struct Q4ktTileWalk {
           if constexpr (READY) await(j, buf[j].seen);
           multiply(buf[j], xs + 1024 * j, XSUM ? ps + 128 * j : nullptr, magic, acc);
           if (i0 + j + kDepth < n_mine) load_sb(j + kDepth, buf[j]);
+          hook(i0 + j);
         }
       }
       advance(kDepth);
@@ -176,7 +185,8 @@ struct Q4ktTileWalk {
   // Buffers 0 and 1 multiplied together while both hold a super-block, then both refilled (each
   // refill goes out one super-block later than in run_singles: the interleaved chains pay for it
   // on the wide matrices, not on the 5120-row ones, docs/notes/gemv.md run 31).
-  __device__ __forceinline__ void run_pairs(uint32_t magic, float acc[4]) {
+  template <class Hook>
+  __device__ __forceinline__ void run_pairs(uint32_t magic, float acc[4], Hook& hook) {
     static_assert(kDepth == 2, "pairs of the two buffers");
     for (int i0 = 0; i0 < n_mine; i0 += 2) {
       if (i0 + 1 < n_mine) {
@@ -211,6 +221,7 @@ struct Q4ktTileWalk {
         if constexpr (READY) await(0, buf[0].seen);
         multiply(buf[0], xs, ps, magic, acc);  // the odd last one
       }
+      hook(i0 / 2);
       advance(2);
     }
   }
