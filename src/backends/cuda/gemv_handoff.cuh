@@ -23,7 +23,9 @@
 // is no longer read by the grids it overlaps (gemv_q4kt.cu says how each receiver ensures both).
 // Counters are zeroed per use (DeferredNorm::handoff is filled with the sums of squares) and never
 // reset by the kernels. Without PDL the receiver simply runs after the writer: every counter is
-// full at its first look.
+// full at its first look. Likewise after any launch between them that does not go through
+// pdl_launch (a library's kernel, a copy), which gemv_q4kt.cu's check does not see: the receiver
+// then starts only once that work, and so the writer, has finished.
 #pragma once
 
 #include <cuda_fp16.h>
