@@ -221,7 +221,8 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
 // SwiGLU took a hand-off itself (na.before: then warp 0 waits for that producer's counters before
 // staging it); u, its sums and ss are written only after every counter was full, when no SwiGLU
 // block reads u any more. A consumer (x = a producer's u): its sums are read like u, and ss only
-// once every counter of u is full (at the start where they already are, else after the walk).
+// once every counter of u is full (staged at the start where they already are, else after the
+// warp's second step where they are by then, else after the walk).
 template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, int HAND = kHandNone>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
