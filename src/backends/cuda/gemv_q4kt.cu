@@ -351,6 +351,15 @@ int handoff_level() {
   const int o = g_handoff_override.load(std::memory_order_relaxed);
   return pdl_enabled() ? (o < 0 ? env_level : o) : 0;
 }
+// VI_GEMV_HANDOFF_ACQUIRE=1: every receiver's warps end their first wait with an acquire, not only
+// where gemv_handoff.cuh says a stale L1 line is possible (a check of that argument on a device).
+bool acquire_always() {
+  static const bool on = [] {
+    const char* v = std::getenv("VI_GEMV_HANDOFF_ACQUIRE");
+    return v != nullptr && v[0] == '1' && v[1] == '\0';
+  }();
+  return on;
+}
 // A site's counters (DeferredNorm::handoff): [0, 128) its producer's u, [128, 256) its SwiGLU's h.
 constexpr int64_t kHandoffHalf = ops::kHandoffChunks / 2;
 constexpr unsigned kHandoffTilesPerChunk = 16;   // producer tiles of 16 rows of u in 256 columns
@@ -504,6 +513,7 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
     g_handoffs.fetch_add(1, std::memory_order_relaxed);
     na.ready = rec.counters;
     na.ready_target = kHandoffBlocksPerChunk;
+    na.acquire_first = acquire_always();
     na.before = rec.before;
     na.before_n = rec.before_n;
     na.before_target = kHandoffTilesPerChunk;
@@ -552,7 +562,7 @@ void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, co
     g_handoffs.fetch_add(1, std::memory_order_relaxed);
     na.ready = rec.counters;
     na.ready_target = kHandoffTilesPerChunk;
-    na.acquire_first = rec.overlapped;
+    na.acquire_first = rec.overlapped || acquire_always();
   }
   auto run = [&](auto swiglu, const GemvOut& out) {
     constexpr bool kSwiglu = decltype(swiglu)::value;
