@@ -5,7 +5,8 @@
 #
 #   scripts/gpu_handoff.sh BUNDLE.tar.xz [LOG_DIR]
 #
-# 1. cuda_test_gemv_handoff (each hand-off level against the waiting kernels, bit for bit),
+# 1. cuda_test_gemv_handoff (each hand-off level against the waiting kernels, bit for bit; also
+#    with VI_GEMV_HANDOFF_ACQUIRE=1),
 #    cuda_test_deferred_norm and cuda_test_pdl as they are, and cuda_test_models_gpu's recorded
 #    steps with VI_GEMV_HANDOFF=2 (recorded decode against op by op, and the golden models).
 # 2. The 27B-shaped make-model (q4_k, seed 1): `voltinfer generate` sampled (temperature 0.8,
@@ -50,6 +51,7 @@ suite() {  # suite NAME [ENV=VALUE ...] -- [gtest args]
   [ $rc = 0 ] || fails=$((fails + 1))
 }
 suite gemv_handoff
+suite gemv_handoff VI_GEMV_HANDOFF_ACQUIRE=1  # every receiver acquiring: tells a stale L1 line from the rest
 suite deferred_norm
 suite pdl
 suite models_gpu VI_GEMV_HANDOFF=2
