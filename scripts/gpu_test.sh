@@ -2,7 +2,8 @@
 # GPU test suite of the CUDA backend, in two steps so the slow compile happens off the GPU:
 #
 #   scripts/gpu_test.sh bundle BUILD_DIR BUNDLE_DIR [NAME]   (build machine) copy the CUDA op
-#       tests and voltinfer of BUILD_DIR, stripped, into BUNDLE_DIR/NAME (default: the build
+#       tests (TESTS="a b": only cuda_test_a and cuda_test_b) and voltinfer of BUILD_DIR,
+#       stripped, into BUNDLE_DIR/NAME (default: the build
 #       folder's name), and what the build is (toolkit, architectures, cuBLAS) into
 #       NAME/build.txt. The non-system shared libraries they need (fmt, spdlog, ICU, PCRE2,
 #       ...; not cuBLAS, which the GPU machine's toolkit provides) go to BUNDLE_DIR/lib, shared
@@ -29,7 +30,11 @@ bundle() {
   local build=$1 root=$2 name=${3:-$(basename "$1")}
   local dst=$root/$name
   mkdir -p "$dst/bin" "$root/lib"
-  cp "$build"/tests/cuda_test_* "$dst/bin/" 2>/dev/null
+  if [ -n "${TESTS:-}" ]; then  # only these suites (names without cuda_test_), for a smaller bundle
+    for t in $TESTS; do cp "$build/tests/cuda_test_$t" "$dst/bin/" || return 1; done
+  else
+    cp "$build"/tests/cuda_test_* "$dst/bin/" 2>/dev/null
+  fi
   rm -f "$dst"/bin/*.cmake
   [ -x "$build/voltinfer" ] && cp "$build/voltinfer" "$dst/bin/"
   strip --strip-unneeded "$dst"/bin/*
