@@ -16,11 +16,12 @@
 #    3e-2 (GOLDEN=0 skips it).
 # The rounds are timed apart, with gpu_ab.sh:
 #   A="VI_GEMV_HANDOFF=2" B="" C="VI_GEMV_HANDOFF=1" TRACE=1 scripts/gpu_ab.sh BUNDLE.tar.xz
-# Logs to LOG_DIR (default $OUT or /tmp/gpu_handoff); summary.txt says what passed.
+# Logs to LOG_DIR (default /tmp/gpu_handoff); summary.txt says what passed. Where $OUT is set (a
+# device call), summary.txt and all the logs as gpu_handoff.tgz are copied there (two files).
 set -uo pipefail
 
 bundle=$1
-out=${2:-${OUT:-/tmp/gpu_handoff}}
+out=${2:-/tmp/gpu_handoff}
 mkdir -p "$out"
 . "$(dirname "$0")/bundle_env.sh"
 unpack_bundle "$bundle"
@@ -75,8 +76,9 @@ for spec in off mtp; do
 done
 if [ "${GOLDEN:-1}" = 1 ]; then
   here=$(cd "$(dirname "$0")/.." && pwd)
-  if timeout 240 "$here/scripts/golden_q4k.sh" make "$out/q4k" > "$out/golden_make.log" 2>&1; then
-    VI_GEMV_HANDOFF=2 timeout 240 "$here/scripts/golden_q4k.sh" run "$out/q4k" "$vi" 3e-2 -- --device cuda \
+  gdir=$(mktemp -d)  # the fixture and its reference logits: large, not logs
+  if timeout 240 "$here/scripts/golden_q4k.sh" make "$gdir" > "$out/golden_make.log" 2>&1; then
+    VI_GEMV_HANDOFF=2 timeout 240 "$here/scripts/golden_q4k.sh" run "$gdir" "$vi" 3e-2 -- --device cuda \
       --kernel-profile native > "$out/golden.log" 2>&1
     rc=$?
     sed 's/^/golden (level 2): /' "$out/golden.log" | tee -a "$out/summary.txt"
@@ -85,8 +87,12 @@ if [ "${GOLDEN:-1}" = 1 ]; then
     echo "golden_q4k make failed: $(tail -2 "$out/golden_make.log")" | tee -a "$out/summary.txt"
     fails=$((fails + 1))
   fi
-  rm -f "$out/q4k/q4k.gguf"
+  rm -rf "$gdir"
 fi
 echo "failures: $fails ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
 rm -rf "$bundle_tmp"
+if [ -n "${OUT:-}" ] && [ "$OUT" != "$out" ]; then
+  cp "$out/summary.txt" "$OUT/summary.txt"
+  tar -C "$(dirname "$out")" -czf "$OUT/gpu_handoff.tgz" "$(basename "$out")"
+fi
 exit $((fails > 0))
