@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GEMV hand-offs (src/backends/cuda/gemv_handoff.cuh, VI_GEMV_HANDOFF=1|2) checked on a GPU
+# The GEMV hand-offs (src/backends/cuda/gemv_handoff.cuh, VI_GEMV_HANDOFF=1|2|3) checked on a GPU
 # machine (repository root), from a bundle that holds bin/voltinfer and the CUDA op tests
 # (scripts/gpu_test.sh bundle + pack):
 #
@@ -7,15 +7,16 @@
 #
 # 1. cuda_test_gemv_handoff (each hand-off level against the waiting kernels, bit for bit; also
 #    with VI_GEMV_HANDOFF_ACQUIRE=1),
-#    cuda_test_deferred_norm and cuda_test_pdl as they are, and cuda_test_models_gpu's recorded
-#    steps with VI_GEMV_HANDOFF=2 (recorded decode against op by op, and the golden models).
+#    cuda_test_deferred_norm, cuda_test_pdl and cuda_test_gdn_conv_step as they are, and
+#    cuda_test_models_gpu with VI_GEMV_HANDOFF=3 (recorded decode against op by op, the golden
+#    models).
 # 2. The 27B-shaped make-model (q4_k, seed 1): `voltinfer generate` sampled (temperature 0.8,
-#    seed 7, 48 tokens) plain and with --spec mtp (4-token verify rounds), at levels 0, 1 and 2:
+#    seed 7, 48 tokens) plain and with --spec mtp (4-token verify rounds), at levels 0 to 3:
 #    the texts must be the same at every level (a hand-off changes no arithmetic).
-# 3. scripts/golden_q4k.sh (qwen35_k as Q4_K against transformers; needs torch) at level 2, tol
+# 3. scripts/golden_q4k.sh (qwen35_k as Q4_K against transformers; needs torch) at level 3, tol
 #    3e-2 (GOLDEN=0 skips it).
 # The rounds are timed apart, with gpu_ab.sh:
-#   A="VI_GEMV_HANDOFF=2" B="" C="VI_GEMV_HANDOFF=1" TRACE=1 scripts/gpu_ab.sh BUNDLE.tar.xz
+#   A="VI_GEMV_HANDOFF=3" B="" C="VI_GEMV_HANDOFF=2" D="VI_GEMV_HANDOFF=1" TRACE=1 scripts/gpu_ab.sh BUNDLE.tar.xz
 # Logs to LOG_DIR (default /tmp/gpu_handoff); summary.txt says what passed. Where $OUT is set (a
 # device call), summary.txt and all the logs as gpu_handoff.tgz are copied there (two files).
 set -uo pipefail
@@ -55,20 +56,22 @@ suite gemv_handoff
 suite gemv_handoff VI_GEMV_HANDOFF_ACQUIRE=1  # every receiver acquiring: tells a stale L1 line from the rest
 suite deferred_norm
 suite pdl
-suite models_gpu VI_GEMV_HANDOFF=2
+suite gdn_conv_step
+suite models_gpu VI_GEMV_HANDOFF=3
 
 make_27b q4_k "$out/make.log"
 echo "make-model q4_k: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
 for spec in off mtp; do
-  for level in 0 1 2; do
+  for level in 0 1 2 3; do
     VI_GEMV_HANDOFF=$level timeout 180 "$vi" generate -m "$m" --device cuda --kernel-profile native \
       --cache-type-k int8 --cache-type-v int8 -p "def quicksort(xs):" -n 48 --temp 0.8 -s 7 --spec $spec \
       > "$out/gen_${spec}_$level.txt" 2> "$out/gen_${spec}_$level.err"
     echo "generate --spec $spec level $level: rc=$?" >> "$out/summary.txt"
   done
-  if cmp -s "$out/gen_${spec}_0.txt" "$out/gen_${spec}_1.txt" && cmp -s "$out/gen_${spec}_0.txt" "$out/gen_${spec}_2.txt" &&
-    [ -s "$out/gen_${spec}_0.txt" ]; then
-    echo "generate --spec $spec: the same text at levels 0, 1, 2" | tee -a "$out/summary.txt"
+  same=1
+  for level in 1 2 3; do cmp -s "$out/gen_${spec}_0.txt" "$out/gen_${spec}_$level.txt" || same=0; done
+  if [ $same = 1 ] && [ -s "$out/gen_${spec}_0.txt" ]; then
+    echo "generate --spec $spec: the same text at levels 0 to 3" | tee -a "$out/summary.txt"
   else
     echo "generate --spec $spec: TEXTS DIFFER (or are empty) between levels" | tee -a "$out/summary.txt"
     fails=$((fails + 1))
@@ -78,10 +81,10 @@ if [ "${GOLDEN:-1}" = 1 ]; then
   here=$(cd "$(dirname "$0")/.." && pwd)
   gdir=$(mktemp -d)  # the fixture and its reference logits: large, not logs
   if timeout 240 "$here/scripts/golden_q4k.sh" make "$gdir" > "$out/golden_make.log" 2>&1; then
-    VI_GEMV_HANDOFF=2 timeout 240 "$here/scripts/golden_q4k.sh" run "$gdir" "$vi" 3e-2 -- --device cuda \
+    VI_GEMV_HANDOFF=3 timeout 240 "$here/scripts/golden_q4k.sh" run "$gdir" "$vi" 3e-2 -- --device cuda \
       --kernel-profile native > "$out/golden.log" 2>&1
     rc=$?
-    sed 's/^/golden (level 2): /' "$out/golden.log" | tee -a "$out/summary.txt"
+    sed 's/^/golden (level 3): /' "$out/golden.log" | tee -a "$out/summary.txt"
     [ $rc = 0 ] || fails=$((fails + 1))
   else
     echo "golden_q4k make failed: $(tail -2 "$out/golden_make.log")" | tee -a "$out/summary.txt"

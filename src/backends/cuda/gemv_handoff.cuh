@@ -1,7 +1,9 @@
-// Hand-off between two decode GEMVs without a grid boundary: the kernel after a GEMV that
+// Hand-off between two decode kernels without a grid boundary: the kernel after a GEMV that
 // counts its finished tiles starts on the parts of its input that are ready instead of waiting
 // for the whole grid before it (pdl_wait), so its weight stream overlaps the first kernel's last
-// partial wave and end (docs/notes/gemv.md, run 38).
+// partial wave and end (docs/notes/gemv.md, run 38). The receivers: the Q4_KT GEMVs
+// (gemv_q4kt.cu) and the GDN conv step (gdn_conv_step.cu, which reads its few inputs from L2 by
+// __ldcg instead of load_x_ordered).
 //
 // The producer grid writes an output column chunk's values, then every writing thread fences
 // (__threadfence: its stores are in L2, the point of coherence) before the block barrier, and one

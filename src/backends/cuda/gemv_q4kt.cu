@@ -279,6 +279,9 @@ __global__ void __launch_bounds__(128, MINB)
     __shared__ float s_warp[4][8];
     warp_scales(na, n_tok, consume, s_warp[threadIdx.x >> 5]);
     finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok, s_warp[threadIdx.x >> 5]);
+    if constexpr (!SWIGLU && HAND != kHandNone) {  // a stacked projection's tile (level 3)
+      if (na.signal != nullptr) handoff_signal(na.signal + (blockIdx.x >> 4));  // 16 tiles: 256 rows
+    }
   } else {
     finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
   }
@@ -338,15 +341,16 @@ bool sums_on() {
 }
 
 // The hand-offs (gemv_handoff.cuh), by level: 1 from the fused SwiGLU to the down projection; 2
-// also from each deferred-norm producer to its consumer. VI_GEMV_HANDOFF=N picks the level (0,
-// the default, until measured); set_gemv_handoff_allowed overrides it. Only where PDL is on:
-// without it a kernel never overlaps the one before.
+// also from each deferred-norm producer to its consumer; 3 also from a stacked input projection
+// to the GDN conv step (gdn_conv_step.cu). VI_GEMV_HANDOFF=N picks the level (0, the default,
+// until measured); set_gemv_handoff_allowed overrides it. Only where PDL is on: without it a
+// kernel never overlaps the one before.
 std::atomic<int> g_handoff_override{-1};
 std::atomic<uint64_t> g_handoffs{0};
 int handoff_level() {
   static const int env_level = [] {
     const char* v = std::getenv("VI_GEMV_HANDOFF");
-    return v != nullptr && (v[0] == '1' || v[0] == '2') && v[1] == '\0' ? v[0] - '0' : 0;
+    return v != nullptr && v[0] >= '1' && v[0] <= '3' && v[1] == '\0' ? v[0] - '0' : 0;
   }();
   const int o = g_handoff_override.load(std::memory_order_relaxed);
   return pdl_enabled() ? (o < 0 ? env_level : o) : 0;
@@ -393,6 +397,20 @@ void record_handoff(const ops::Context& ctx, const Tensor& out, unsigned* counte
                             stream_of(ctx), pdl_launches()};
 }
 
+// Level 3: the last stacked input projection on this host thread that counted its tiles, for
+// the conv step that may follow it (gemv_q4kt.cuh, take_stack_handoff).
+struct StackRecord {
+  const char* all = nullptr;   // one token: the stack's row [1, N], which the outputs are views of
+  const void* parts[ops::kSplitMaxParts] = {};  // more: the split's parts, in the stack's order
+  int64_t part_row0[ops::kSplitMaxParts] = {};  // their first stack rows
+  int n_parts = 0;
+  int64_t rows = 0, width = 0;  // tokens; the stack's rows N
+  unsigned* counters = nullptr;
+  cudaStream_t stream = nullptr;
+  uint64_t launch = 0;
+};
+thread_local StackRecord t_stack;
+
 // Half `half` of the site's counters if it can count `cols` columns (256 a counter), else null.
 unsigned* site_counters(const ops::DeferredNorm& site, int half, int64_t cols) {
   const Tensor& c = site.handoff;
@@ -400,6 +418,15 @@ unsigned* site_counters(const ops::DeferredNorm& site, int half, int64_t cols) {
       cols / 256 > kHandoffHalf)
     return nullptr;
   return c.ptr<unsigned>() + half * kHandoffHalf;
+}
+// The second half for a stacked projection's N rows in tiles of 16 (the last counter may count
+// fewer than 16 tiles), else null. A site's consumer is a SwiGLU or a stack, never both.
+unsigned* stack_counters(const ops::DeferredNorm& site, int64_t n) {
+  const Tensor& c = site.handoff;
+  if (c.data() == nullptr || c.dtype() != DType::I32 || c.numel() != ops::kHandoffChunks || n % 16 != 0 ||
+      (n + 255) / 256 > kHandoffHalf)
+    return nullptr;
+  return c.ptr<unsigned>() + kHandoffHalf;
 }
 
 }  // namespace
@@ -527,9 +554,30 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
   out.sums_written = sums;
 }
 
+bool take_stack_handoff(const ops::Context& ctx, const Tensor* const xs[], int n, StackHandoff out[]) {
+  const StackRecord r = std::exchange(t_stack, StackRecord{});
+  if (r.counters == nullptr || r.stream != stream_of(ctx) || r.launch != pdl_launches()) return false;
+  for (int i = 0; i < n; ++i) {
+    const Tensor& x = *xs[i];
+    int64_t row0 = -1;
+    if (r.all != nullptr) {  // one token: x a view of the stack's row
+      const char* p = static_cast<const char*>(x.data());
+      if (x.rows() == 1 && x.dtype() == DType::F16 && p >= r.all && (p - r.all) % 2 == 0)
+        row0 = (p - r.all) / 2;
+    } else {
+      for (int j = 0; j < r.n_parts; ++j)
+        if (r.parts[j] == x.data() && x.rows() == r.rows) row0 = r.part_row0[j];
+    }
+    if (row0 < 0 || row0 + x.cols() > r.width) return false;
+    out[i] = StackHandoff{r.counters, row0, static_cast<int>(r.width / 16)};
+  }
+  return true;
+}
+
 void set_gemv_handoff_allowed(int level) { g_handoff_override.store(level, std::memory_order_relaxed); }
 int gemv_handoff_level() { return handoff_level(); }
 uint64_t gemv_handoffs_taken() { return g_handoffs.load(std::memory_order_relaxed); }
+void count_gemv_handoff() { g_handoffs.fetch_add(1, std::memory_order_relaxed); }
 
 bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
                                  ops::DeferredConsumer kind, const std::vector<Tensor*>& parts) {
@@ -593,12 +641,47 @@ void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, co
       launch_for<false, kNormConsume>(ctx, in.u, w, out, gemv_q4kt_default_shape(w.dim(0)), na);
     }
   };
+  // Level 3: a stacked projection (its matmul into the stack's row, or its split) counts its
+  // tiles where it takes the sums (the kernels with a counting end).
+  auto stack_record = [&](bool split) {
+    if (level < 3 || na.sums_in == nullptr) return;
+    na.signal = stack_counters(in, w.dim(0));
+    if (na.signal == nullptr) return;
+    StackRecord r;
+    r.rows = in.u.rows();
+    r.width = w.dim(0);
+    if (split) {
+      int64_t row0 = 0;
+      for (const Tensor* t : outs) {
+        r.parts[r.n_parts] = t->data();
+        r.part_row0[r.n_parts++] = row0;
+        row0 += t->cols();
+      }
+    } else {
+      r.all = static_cast<const char*>(outs.at(0)->data());
+    }
+    r.counters = na.signal;
+    r.stream = stream_of(ctx);
+    t_stack = r;  // its launch index once launched
+  };
+  auto run_stack = [&](const GemvOut& out) {
+    if (na.signal != nullptr && !ready) {
+      launch_for<false, kNormConsumeSums, false, kHandSignal>(ctx, in.u, w, out, gemv_q4kt_default_shape(w.dim(0)),
+                                                               na);
+    } else {
+      run(std::false_type{}, out);
+    }
+    if (na.signal != nullptr) t_stack.launch = pdl_launches();
+  };
+  t_stack = StackRecord{};
   switch (kind) {
     case ops::DeferredConsumer::kMatmul:
-      run(std::false_type{}, gemv_out_whole(*outs.at(0), w.dim(0)));
+      stack_record(false);
+      run_stack(gemv_out_whole(*outs.at(0), w.dim(0)));
       break;
     case ops::DeferredConsumer::kSplit:
-      run(std::false_type{}, gemv_out_parts(outs, w.dim(0), in.u.rows(), "gemv_q4kt_deferred"));
+      stack_record(true);
+      run_stack(gemv_out_parts(outs, w.dim(0), in.u.rows(), "gemv_q4kt_deferred"));
       break;
     case ops::DeferredConsumer::kSwiglu: {
       Tensor& h = *outs.at(0);

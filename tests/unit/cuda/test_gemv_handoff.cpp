@@ -9,6 +9,10 @@
 // before it), over repetitions with fresh inputs and h poisoned with NaN before the SwiGLU, so a
 // read before a block finished shows. Where PDL is on (sm_90 code, CUDA 12.3) each hand-off must
 // be taken; with a kernel launched between the SwiGLU and the down projection that one must not.
+// Level 3, the GDN layer's input as the model runs it: a producer, the stacked input projection
+// on it (q, k, v, z; one token as views of the stack's row, four as the split's parts) and the
+// conv step on q, k and v, whose outputs, states and z must equal level 2's bit for bit, with the
+// conv's hand-off taken (and not where q is not the stack's output).
 // Off the native f16 path the test says why it skips.
 #include <gtest/gtest.h>
 
@@ -19,6 +23,7 @@
 #include "cuda_test_util.h"
 #include "ops/copy.h"
 #include "ops/deferred_norm.h"
+#include "ops/gdn_conv_step.h"
 #include "ops/memory.h"
 #include "ops/prepare_matmul_weight.h"
 
@@ -123,6 +128,85 @@ TEST_P(GemvHandoffGpu, ChainEqualsTheWaitingOne) {
         EXPECT_EQ(differs(apart.x, want.x) + differs(apart.u, want.u) + differs(apart.y, want.y), "")
             << "apart, " << at;
       }
+    }
+  }
+}
+
+// The GDN input: stack rows q [0, 256), k [256, 512), v [512, 1024), z [1024, 1536) (six counters,
+// some of them written by the stack's second wave of blocks on small devices only: the point is
+// the waits per channel); conv width 4, heads of 128.
+TEST_P(GemvHandoffGpu, ConvStepAfterTheStackEqualsTheWaitingOne) {
+  constexpr int64_t kQk = 256, kV = 512, kStack = 2 * kQk + 2 * kV, kHd = 128, kW = 4;
+  const Tensor dws = ops::prepare_matmul_weight(g, ops::upload(g, rand_weight(DType::Q4_K, kStack, kD, 0.5f)));
+  if (!ops::deferred_norm_fused(g, dwd, dws, ops::DeferredConsumer::kSplit, 4))
+    GTEST_SKIP() << "this device does not fuse the deferred norm on Q4_KT (sm_80+ code needed)";
+  const int64_t widths[4] = {kQk, kQk, kV, kV};
+  Tensor taps[3], state0[3];
+  for (int i = 0; i < 3; ++i) {
+    taps[i] = ops::upload(g, rand_f32({widths[i], kW}, DType::F32, -0.5f, 0.5f));
+    state0[i] = rand_f32({kW - 1, widths[i]}, DType::F32, -1.0f, 1.0f);
+  }
+  struct ConvOut {
+    Tensor y[3], state[3], z;
+  };
+  // other_q: the conv reads q from a tensor of its own (not the stack's output).
+  auto run = [&](const Tensor& a0, const Tensor& x0, bool other_q) {
+    const int64_t T = a0.rows();
+    ops::DeferredNorm all = ops::deferred_norm_scratch(g, T, kD, kEps, 1);
+    Tensor x = up(x0), stack = gpu_empty({T, kStack});
+    Tensor parts[4], y[3], state[3];
+    for (int i = 0; i < 4; ++i) parts[i] = up(nan_f32({T, widths[i]}));
+    for (int i = 0; i < 3; ++i) {
+      y[i] = up(nan_f32({T, widths[i]}));
+      state[i] = ops::upload(g, state0[i]);
+    }
+    ops::matmul_add_deferred_norm(g, up(a0), dwd, x, dnw, kOff, all);
+    Tensor in[4];  // the conv's inputs: views of the stack's row for one token, else the parts
+    if (T == 1) {
+      ops::matmul_deferred(g, all, dws, stack);
+      int64_t c0 = 0;
+      for (int i = 0; i < 4; ++i) {
+        in[i] = stack.reshape({kStack, 1}).slice_rows(c0, c0 + widths[i]).reshape({1, widths[i]});
+        c0 += widths[i];
+      }
+    } else {
+      std::vector<Tensor*> dsts = {&parts[0], &parts[1], &parts[2], &parts[3]};
+      ops::matmul_split_deferred(g, all, dws, stack, dsts);
+      for (int i = 0; i < 4; ++i) in[i] = parts[i];
+    }
+    ops::ConvGroup grp[3];
+    for (int i = 0; i < 3; ++i) grp[i] = ops::ConvGroup{in[i], taps[i], state[i], y[i]};
+    if (other_q) grp[0].x = up(rand_f32({T, kQk}, act()));
+    ops::gdn_conv_step(g, grp[0], grp[1], grp[2], kHd, 1e-6f, 0.125f);
+    ConvOut o;
+    for (int i = 0; i < 3; ++i) {
+      o.y[i] = down(y[i]);
+      o.state[i] = down(state[i]);
+    }
+    o.z = down(in[3]);
+    return o;
+  };
+  for (int64_t T : {1, 4}) {
+    for (int rep = 0; rep < 6; ++rep) {
+      const std::string at = fmt::format("T={} rep {}", T, rep);
+      const Tensor a0 = rand_f32({T, kF}, act(), -1.0f, 1.0f), x0 = rand_f32({T, kD}, act(), -4.0f, 4.0f);
+      cuda::set_gemv_handoff_allowed(2);
+      const ConvOut want = run(a0, x0, false);
+      cuda::set_gemv_handoff_allowed(3);
+      const bool on = cuda::gemv_handoff_level() == 3;
+      const uint64_t before = cuda::gemv_handoffs_taken();
+      const ConvOut got = run(a0, x0, false);
+      // The stack after its producer (level 2) and the conv after the stack.
+      EXPECT_EQ(cuda::gemv_handoffs_taken(), before + (on ? 2 : 0)) << "hand-offs taken (on: " << on << "), " << at;
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(differs(got.y[i], want.y[i]), "") << "conv output " << i << ", " << at;
+        EXPECT_EQ(differs(got.state[i], want.state[i]), "") << "conv state " << i << ", " << at;
+      }
+      EXPECT_EQ(differs(got.z, want.z), "") << "z, " << at;
+      // q not the stack's output: the conv launched the ordinary way (the stack still takes its).
+      const uint64_t mid = cuda::gemv_handoffs_taken();
+      run(a0, x0, true);
+      EXPECT_EQ(cuda::gemv_handoffs_taken(), mid + (on ? 1 : 0)) << "q of its own, " << at;
     }
   }
 }
