@@ -60,7 +60,8 @@ struct DeferredNorm {
   // [kHandoffChunks] i32, zero like ss, or empty: counters of finished parts (one per 256
   // columns) by which a device kernel lets the kernel after it start before it ends
   // (backends/cuda/gemv_handoff.cuh): the first half counts the producer's u, the second the
-  // SwiGLU consumer's h. Used once, as ss; no CPU op reads it.
+  // consumer's output (a SwiGLU's h, or a stacked projection's rows). Used once, as ss; no CPU op
+  // reads it.
   Tensor handoff;
 };
 
