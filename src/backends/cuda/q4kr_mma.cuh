@@ -143,7 +143,7 @@ __device__ __forceinline__ void mma_half(const HalfSb& st, uint32_t scw0, uint32
   const uint32_t scw[1][2] = {{scw0, scw1}}, mnw[1][2] = {{mnw0, mnw1}};
   const __half* x[1] = {xs};
   mma_halves<FIRST, 1, MINS, XSYNC>(s, scw, mnw, x, sel, sel_mn, magic, reinterpret_cast<float(*)[4]>(t),
-                       reinterpret_cast<float(*)[4]>(u));
+                                    reinterpret_cast<float(*)[4]>(u));
 }
 
 // Two super-blocks' halves of the same index, interleaved (the tiled layout: one word per row
