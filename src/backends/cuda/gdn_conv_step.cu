@@ -51,19 +51,6 @@ struct StackArgs {
   int n_tiles;
 };
 
-// Until the counters of stack rows [r0, r1) are full; every lane of the warp calls it.
-__device__ __forceinline__ void wait_stack_rows(const StackArgs& s, int64_t r0, int64_t r1) {
-  const int j0 = static_cast<int>(r0 >> 8), j1 = static_cast<int>((r1 - 1) >> 8);
-  unsigned spins = 0;
-  for (;;) {
-    bool ok = true;
-    for (int j = j0 + (threadIdx.x & 31); j <= j1; j += 32)
-      ok = ok && handoff_load(s.c + j) >= static_cast<unsigned>(min(16, s.n_tiles - 16 * j));
-    if (__all_sync(0xffffffffu, ok)) break;
-    handoff_backoff(spins);
-  }
-}
-
 // Channels per thread in a head block: norm_threads(hd) threads take at most 4 channels each
 // below hd 4096; wider heads keep their outputs in y and read them back (the old way).
 constexpr int kConvHeadRegs = 4;
@@ -196,7 +183,7 @@ __global__ void __launch_bounds__(TOK == 1 ? 1024 : kConvStepMaxThreads)
   // READY: the whole stack counted before the grid ends (block 0, after its own work).
   auto stack_done = [&] {
     if constexpr (READY) {
-      if (b == 0 && threadIdx.x < 32) wait_stack_rows(stack, 0, int64_t(stack.n_tiles) * 16);
+      if (b == 0 && threadIdx.x < 32) handoff_wait_rows(stack.c, 0, int64_t(stack.n_tiles) * 16, stack.n_tiles);
     }
   };
   if (b >= n_q + n_k) {
@@ -205,7 +192,7 @@ __global__ void __launch_bounds__(TOK == 1 ? 1024 : kConvStepMaxThreads)
     if (c < v.C) load_taps(v, c, K, w);
     prefetch_state(v, c, K);
     if constexpr (READY)
-      wait_stack_rows(stack, v.row0 + cb, v.row0 + min(cb + int64_t(blockDim.x), v.C));
+      handoff_wait_rows(stack.c, v.row0 + cb, v.row0 + min(cb + int64_t(blockDim.x), v.C), stack.n_tiles);
     else
       pdl_wait();
     pdl_trigger();
@@ -226,7 +213,7 @@ __global__ void __launch_bounds__(TOK == 1 ? 1024 : kConvStepMaxThreads)
     }
   }
   if constexpr (READY)
-    wait_stack_rows(stack, g.row0 + c0, g.row0 + c0 + hd);
+    handoff_wait_rows(stack.c, g.row0 + c0, g.row0 + c0 + hd, stack.n_tiles);
   else
     pdl_wait();
   pdl_trigger();

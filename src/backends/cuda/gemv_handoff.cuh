@@ -96,6 +96,21 @@ __device__ __forceinline__ void handoff_wait_all(const unsigned* c, int n, unsig
   while (!handoff_all_ready(c, n, target)) handoff_backoff(spins);
 }
 
+// Stack rows [r0, r1) of a grid of n_tiles tiles of 16 rows that counts each tile in counter
+// tile / 16 (so counter j is full at min(16, n_tiles - 16 j)): spins until every counter of those
+// rows is full; every lane of the warp calls it.
+__device__ __forceinline__ void handoff_wait_rows(const unsigned* c, int64_t r0, int64_t r1, int n_tiles) {
+  const int j0 = static_cast<int>(r0 >> 8), j1 = static_cast<int>((r1 - 1) >> 8);
+  unsigned spins = 0;
+  for (;;) {
+    bool ok = true;
+    for (int j = j0 + (threadIdx.x & 31); j <= j1; j += 32)
+      ok = ok && handoff_load(c + j) >= static_cast<unsigned>(min(16, n_tiles - 16 * j));
+    if (__all_sync(0xffffffffu, ok)) return;
+    handoff_backoff(spins);
+  }
+}
+
 // The producer block's end: its stores made visible, then its chunk counted once. Every thread
 // of the block calls it after its last store.
 __device__ __forceinline__ void handoff_signal(unsigned* counter) {

@@ -353,7 +353,8 @@ int handoff_level() {
     return v != nullptr && v[0] >= '1' && v[0] <= '3' && v[1] == '\0' ? v[0] - '0' : 0;
   }();
   const int o = g_handoff_override.load(std::memory_order_relaxed);
-  return pdl_enabled() ? (o < 0 ? env_level : o) : 0;
+  const int level = o < 0 ? env_level : o;
+  return level > 0 && pdl_enabled() ? level : 0;  // at 0 (the default) no device lookup
 }
 // VI_GEMV_HANDOFF_ACQUIRE=1: every receiver's warps end their first wait with an acquire, not only
 // where gemv_handoff.cuh says a stale L1 line is possible (a check of that argument on a device).
