@@ -73,14 +73,8 @@ DeferredNorm deferred_norm_scratch(Context& ctx, int64_t T, int64_t d, float eps
            kDeferredNormMaxWidth);
   DeferredNorm n;
   n.u = empty(ctx, ctx.act, {T, d});
-  // The sums of squares, then the hand-off counters (kHandoffRows rows of i64 a site): one fill.
-  constexpr int64_t kHandoffRows = kHandoffChunks * 4 / (8 * 2 * kDeferredNormSlots);
-  static_assert(kHandoffRows * 8 * 2 * kDeferredNormSlots == kHandoffChunks * 4, "whole rows of i64");
-  Tensor all = empty(ctx, DType::I64, {sites * (T + kHandoffRows), 2 * kDeferredNormSlots});
-  zero(ctx, all);
-  n.ss = all.slice_rows(0, sites * T);
-  const Tensor tail = all.slice_rows(sites * T, sites * (T + kHandoffRows));
-  n.handoff = Tensor::view(DType::I32, {sites, kHandoffChunks}, tail.data(), all.owner(), all.device());
+  n.ss = empty(ctx, DType::I64, {sites * T, 2 * kDeferredNormSlots});
+  zero(ctx, n.ss);
   n.eps = eps;
   if (d % 256 == 0) n.sums16 = empty(ctx, DType::F16, {T, d / 8});  // written whole with u: one set, as u
   return n;
@@ -92,7 +86,6 @@ DeferredNorm deferred_norm_site(const DeferredNorm& scratch, int64_t i) {
            scratch.ss.rows() / T);
   DeferredNorm n = scratch;
   n.ss = scratch.ss.slice_rows(i * T, (i + 1) * T);
-  if (scratch.handoff.data() != nullptr) n.handoff = scratch.handoff.slice_rows(i, i + 1).reshape({kHandoffChunks});
   n.sums_written = false;
   return n;
 }

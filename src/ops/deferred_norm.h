@@ -57,15 +57,7 @@ struct DeferredNorm {
   float eps = 0.0f;
   Tensor sums16;              // [T, d / 8] f16, or empty
   bool sums_written = false;  // set by the producer op that wrote sums16 for this u
-  // [kHandoffChunks] i32, zero like ss, or empty: counters of finished parts (one per 256
-  // columns) by which a device kernel lets the kernel after it start before it ends
-  // (backends/cuda/gemv_handoff.cuh): the first half counts the producer's u, the second the
-  // consumer's output (a SwiGLU's h, or a stacked projection's rows). Used once, as ss; no CPU op
-  // reads it.
-  Tensor handoff;
 };
-
-constexpr int64_t kHandoffChunks = 256;  // DeferredNorm::handoff's counters a site
 
 // Where group i (u's values 16 i .. 16 i + 15) keeps its hi in a row of sums16 (lo follows): per
 // 256-value super-block s, 32 halves ordered (c, j / 4, half, hi / lo) for sub-block j = 4 (j / 4)
@@ -76,9 +68,8 @@ constexpr int64_t deferred_norm_sums_index(int64_t i) {
 }
 
 // Scratch for T rows of width d on ctx's device: u, sums16 (where d % 256 == 0) and `sites` zeroed
-// sets of sums of squares and of hand-off counters, one per norm the caller defers
-// (deferred_norm_site picks one; both zeroed by one fill). A set is used once: its producer adds to
-// it. u and sums16 are overwritten whole by each producer.
+// sets of sums of squares, one per norm the caller defers (deferred_norm_site picks one). A set is
+// used once: its producer adds to it. u and sums16 are overwritten whole by each producer.
 DeferredNorm deferred_norm_scratch(Context& ctx, int64_t T, int64_t d, float eps, int64_t sites = 1);
 // The DeferredNorm of site i of a scratch from deferred_norm_scratch (the same u and sums16).
 DeferredNorm deferred_norm_site(const DeferredNorm& scratch, int64_t i);

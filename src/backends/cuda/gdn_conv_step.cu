@@ -13,19 +13,12 @@
 // squares of all its tokens with one barrier.
 // Up to kConvStepTokens tokens per launch (a verify round's drafts); a longer input runs as
 // several launches of that many tokens, each continuing the state the one before wrote.
-// READY (the GEMV hand-off's level 3, gemv_handoff.cuh): launched right after the stacked input
-// projection that writes q, k and v, a block waits for the counters of its own channels' stack
-// rows instead of that whole grid (pdl_wait), reads x from L2, and block 0 waits at its end for
-// every counter, so the grid's end still means the projection's end for the kernel after it
-// (the delta-rule step reads z, b and a of the same stack).
 #include <algorithm>
 
 #include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/env_switch.h"
 #include "backends/cuda/gdn.cuh"
 #include "backends/cuda/gdn_conv_step.cuh"
-#include "backends/cuda/gemv_handoff.cuh"
-#include "backends/cuda/gemv_q4kt.cuh"
 #include "backends/cuda/norm.cuh"
 #include "backends/cuda/pdl.cuh"
 #include "ops/gdn_conv_step.h"
@@ -34,7 +27,6 @@ namespace vi::cuda {
 namespace {
 
 struct GroupArgs {
-  int64_t row0;    // READY: the stack row of x's channel 0
   const void* x;   // [T, C] T
   const float* w;  // [C, K]
   float* state;    // [K-1, C]
@@ -42,13 +34,6 @@ struct GroupArgs {
   int64_t C;
   float* after;    // [n_after, K-1, C]: the window after each of the launch's first n_after tokens, or null
   int n_after;
-};
-
-// READY: the stack projection's counters (one per 256 rows; counter j full at min(16, n_tiles -
-// 16 j) tiles of 16 rows).
-struct StackArgs {
-  const unsigned* c;
-  int n_tiles;
 };
 
 // Channels per thread in a head block: norm_threads(hd) threads take at most 4 channels each
@@ -92,7 +77,7 @@ __device__ __forceinline__ void prefetch_state(const GroupArgs& g, int64_t c, in
 // the nt inputs. w: the channel's taps (load_taps). The window st (oldest first) lives in
 // registers and shifts with constant indices only (indexing by the runtime H would put it in
 // local memory).
-template <class T, int TOK, bool READY = false>
+template <class T, int TOK>
 __device__ __forceinline__ void conv_channel(const GroupArgs& g, int64_t c, int K, int nt, const Taps& w,
                                              float (&out)[TOK]) {
   const T* x = static_cast<const T*>(g.x);
@@ -104,12 +89,7 @@ __device__ __forceinline__ void conv_channel(const GroupArgs& g, int64_t c, int 
   for (int i = 0; i < kConvMaxTaps - 1; ++i) st[i] = i < H ? g.state[i * g.C + c] : 0.0f;
   float xv[TOK];
 #pragma unroll
-  for (int t = 0; t < TOK; ++t) {
-    if constexpr (READY)  // another grid's output, whole once counted: from L2, after the wait
-      xv[t] = t < nt ? to_f32(__ldcg(x + t * g.C + c)) : 0.0f;
-    else
-      xv[t] = t < nt ? to_f32(x[t * g.C + c]) : 0.0f;
-  }
+  for (int t = 0; t < TOK; ++t) xv[t] = t < nt ? to_f32(x[t * g.C + c]) : 0.0f;
 #pragma unroll
   for (int t = 0; t < TOK; ++t) {
     if (t < nt) {
@@ -170,34 +150,23 @@ __device__ __forceinline__ void block_sums(float (&ss)[TOK], int nt, float* red)
 // KW: the kernel width where it is known at compile time (0: K at run time). Qwen3.5's 4 takes
 // the window's guards and unused slots out of every channel's code (the q and k head blocks'
 // warps run alone on their SMs, so their time is their instruction count).
-template <class T, int TOK, bool EXACT = false, int KW = 0, bool READY = false>
+template <class T, int TOK, bool EXACT = false, int KW = 0>
 __global__ void __launch_bounds__(TOK == 1 ? 1024 : kConvStepMaxThreads)
-    gdn_conv_step_kernel(GroupArgs q, GroupArgs k, GroupArgs v, int K, int nt, int64_t hd, float eps, float q_scale,
-                         StackArgs stack) {
+    gdn_conv_step_kernel(GroupArgs q, GroupArgs k, GroupArgs v, int K, int nt, int64_t hd, float eps, float q_scale) {
   if constexpr (EXACT) nt = TOK;
   if constexpr (KW > 0) K = KW;
   __shared__ float red[32 * TOK];
   const int64_t n_q = q.C / hd, n_k = k.C / hd;
   const int64_t b = blockIdx.x;
   float val[kConvHeadRegs][TOK];  // the outputs of this thread's channels, per token
-  // READY: the whole stack counted before the grid ends (block 0, after its own work).
-  auto stack_done = [&] {
-    if constexpr (READY) {
-      if (b == 0 && threadIdx.x < 32) handoff_wait_rows(stack.c, 0, int64_t(stack.n_tiles) * 16, stack.n_tiles);
-    }
-  };
   if (b >= n_q + n_k) {
-    const int64_t cb = (b - n_q - n_k) * blockDim.x, c = cb + threadIdx.x;
+    const int64_t c = (b - n_q - n_k) * blockDim.x + threadIdx.x;
     Taps w{};
     if (c < v.C) load_taps(v, c, K, w);
     prefetch_state(v, c, K);
-    if constexpr (READY)
-      handoff_wait_rows(stack.c, v.row0 + cb, v.row0 + min(cb + int64_t(blockDim.x), v.C), stack.n_tiles);
-    else
-      pdl_wait();
+    pdl_wait();
     pdl_trigger();
-    if (c < v.C) conv_channel<T, TOK, READY>(v, c, K, nt, w, val[0]);
-    stack_done();
+    if (c < v.C) conv_channel<T, TOK>(v, c, K, nt, w, val[0]);
     return;
   }
   const bool is_q = b < n_q;
@@ -212,10 +181,7 @@ __global__ void __launch_bounds__(TOK == 1 ? 1024 : kConvStepMaxThreads)
       prefetch_state(g, c0 + i, K);
     }
   }
-  if constexpr (READY)
-    handoff_wait_rows(stack.c, g.row0 + c0, g.row0 + c0 + hd, stack.n_tiles);
-  else
-    pdl_wait();
+  pdl_wait();
   pdl_trigger();
   float ss[TOK];  // this thread's part of each token's sum of squares
 #pragma unroll
@@ -224,7 +190,7 @@ __global__ void __launch_bounds__(TOK == 1 ? 1024 : kConvStepMaxThreads)
   for (int r = 0; r < kConvHeadRegs; ++r) {
     const int64_t i = threadIdx.x + int64_t(r) * blockDim.x;
     if (i < hd) {
-      conv_channel<T, TOK, READY>(g, c0 + i, K, nt, w[r], val[r]);
+      conv_channel<T, TOK>(g, c0 + i, K, nt, w[r], val[r]);
 #pragma unroll
       for (int t = 0; t < TOK; ++t)
         if (t < nt) ss[t] += val[r][t] * val[r][t];
@@ -234,7 +200,7 @@ __global__ void __launch_bounds__(TOK == 1 ? 1024 : kConvStepMaxThreads)
   float wide[TOK];
   for (int64_t i = threadIdx.x + int64_t(kConvHeadRegs) * blockDim.x; i < hd; i += blockDim.x) {  // hd > 4096
     load_taps(g, c0 + i, K, wk);
-    conv_channel<T, TOK, READY>(g, c0 + i, K, nt, wk, wide);
+    conv_channel<T, TOK>(g, c0 + i, K, nt, wk, wide);
 #pragma unroll
     for (int t = 0; t < TOK; ++t)
       if (t < nt) ss[t] += wide[t] * wide[t];
@@ -256,13 +222,12 @@ __global__ void __launch_bounds__(TOK == 1 ? 1024 : kConvStepMaxThreads)
         y[i] = from_f32<T>(to_f32(y[i]) * f);
     }
   }
-  stack_done();
 }
 
 // The group's tokens [t0, t0 + nt): its x and y moved on by t0 rows, w and the state as they
 // are, and where asked the windows after tokens t0 .. (all but the group's last token).
 GroupArgs args_of(const ops::ConvGroup& g, int64_t t0, int nt) {
-  GroupArgs a{0, static_cast<const char*>(g.x.data()) + t0 * g.x.row_bytes(), g.w.ptr<float>(), g.state.ptr<float>(),
+  GroupArgs a{static_cast<const char*>(g.x.data()) + t0 * g.x.row_bytes(), g.w.ptr<float>(), g.state.ptr<float>(),
               static_cast<char*>(g.y.data()) + t0 * g.y.row_bytes(), g.x.dim(1), nullptr, 0};
   if (g.after.data() != nullptr) {
     a.after = g.after.ptr<float>() + t0 * g.state.numel();
@@ -289,34 +254,20 @@ void gdn_conv_step_cuda(ops::Context& ctx, const ops::ConvGroup& q, const ops::C
   // tokens (one for a verify round), each continuing the state the one before wrote (pdl_wait
   // orders them); one launch per token where a head needs more threads than that kernel's bound.
   const int64_t per_launch = n_tok > 1 && threads <= kConvStepMaxThreads ? kConvStepTokens : 1;
-  const bool k4 = K == 4 && kw_env_allows();
-  // The hand-off from the stacked projection that wrote q, k and v (level 3, gemv_q4kt.cuh): one
-  // launch of the width-4 kernels for one or four tokens.
-  StackHandoff hs[3];
-  const Tensor* xs[3] = {&q.x, &k.x, &v.x};
-  const bool ready = k4 && (n_tok == 1 || (n_tok == 4 && per_launch > 1)) && take_stack_handoff(ctx, xs, 3, hs);
-  if (ready) count_gemv_handoff();
   dispatch_act("gdn_conv_step", q.x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     for (int64_t t0 = 0; t0 < n_tok; t0 += per_launch) {
       const int nt = static_cast<int>(std::min(per_launch, n_tok - t0));
-      GroupArgs qa = args_of(q, t0, nt), ka = args_of(k, t0, nt), va = args_of(v, t0, nt);
-      StackArgs stack{};
-      if (ready) {
-        qa.row0 = hs[0].row0;
-        ka.row0 = hs[1].row0;
-        va.row0 = hs[2].row0;
-        stack = StackArgs{hs[0].counters, hs[0].n_tiles};
-      }
+      const GroupArgs qa = args_of(q, t0, nt), ka = args_of(k, t0, nt), va = args_of(v, t0, nt);
       // 4 tokens (the verify width MTP uses) get a kernel of exactly that many; other counts the
       // 8-token kernel with its guards (an exact 8-token kernel spilled in f32).
       // Kernel width 4 (Qwen3.5's) for one and four tokens: kernels of that width.
-      auto kernel = ready ? (nt == 1 ? gdn_conv_step_kernel<T, 1, false, 4, true> : gdn_conv_step_kernel<T, 4, true, 4, true>)
-                    : per_launch == 1 ? (k4 ? gdn_conv_step_kernel<T, 1, false, 4> : gdn_conv_step_kernel<T, 1>)
+      const bool k4 = K == 4 && kw_env_allows();
+      auto kernel = per_launch == 1 ? (k4 ? gdn_conv_step_kernel<T, 1, false, 4> : gdn_conv_step_kernel<T, 1>)
                     : nt == 4       ? (k4 ? gdn_conv_step_kernel<T, 4, true, 4> : gdn_conv_step_kernel<T, 4, true>)
                                     : gdn_conv_step_kernel<T, kConvStepTokens>;
       VI_CUDA_CHECK(pdl_launch(kernel, static_cast<unsigned>(blocks), threads, 0, stream_of(ctx), qa, ka, va,
-                               static_cast<int>(K), nt, head_dim, eps, q_scale, stack));
+                               static_cast<int>(K), nt, head_dim, eps, q_scale));
     }
   });
 }

@@ -1,10 +1,7 @@
 // Tensor-core decode GEMV on Q4_KT weights: see gemv_q4kt.cuh for the plan, core/dtype.h for the
 // layout and q4kr_mma.cuh for the arithmetic.
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <type_traits>
-#include <utility>
 
 #include "backends/cuda/cp_async.cuh"
 #include "backends/cuda/device.cuh"
@@ -65,7 +62,6 @@ __global__ void q4kt_from_q4kr_kernel(const uint8_t* __restrict__ w, size_t row_
 // memory by cp.async when the block starts and read at its end (read from L2 after the loop it
 // cost a round trip per block).
 enum : int { kNormNone = 0, kNormConsume = 1, kNormProduce = 2, kNormConsumeSums = 3 };
-enum : int { kHandNone = 0, kHandSignal = 1, kHandReady = 2 };  // gemv_q4kt_kernel's HAND
 constexpr bool consumes(int norm) { return norm == kNormConsume || norm == kNormConsumeSums; }
 constexpr int kSsWords = 2 * ops::kDeferredNormSlots;  // u64 words per token
 static_assert(kSsWords == 4, "a token's words are two 16-byte copies");
@@ -79,14 +75,6 @@ struct NormArgs {
   __half* u;                        // produce: [T, N]
   unsigned long long* ss;           // produce: [T, kSsWords], added to
   __half* sums;                     // produce: [T, N / 8] u's sums16, or null
-  // The hand-off (gemv_handoff.cuh; counters one per 256 columns):
-  unsigned* signal;          // HAND: where this grid counts its finished blocks (SwiGLU: h's; producer: u's), or null
-  const unsigned* ready;     // READY: the input's counters, one per super-block of K
-  unsigned ready_target;     // READY: the blocks that write one super-block's activations
-  bool acquire_first;        // READY: each warp's first wait ends with an acquire (gemv_handoff.cuh)
-  const unsigned* before;    // READY producer: the residual's writer's u counters where it may still run, or null
-  int before_n;              // their number
-  unsigned before_target;    // the count at which each is full
 };
 
 // Consume. A thread's sums at the end are for tokens of its warp's parity (store_tile_sums and
@@ -208,105 +196,53 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
 // the deferred norm's part (above; produce only without SWIGLU). PAIR: super-blocks two at a time.
 // PAIRED: with SWIGLU, w is Q4_KTS, whose tile b holds the block's gate rows (its rows g) and up
 // rows (g + 8): the block walks one whole tile as the plain GEMV does, and the same sums meet the
-// same SwiGLU epilogue (h equals the Q4_KT kernel's bit for bit). A SwiGLU block given na.signal
-// counts its 8 columns of h as done in counter b / 32 (gemv_handoff.cuh).
-// A producer given na.signal counts its 16 rows of u in counter b / 16.
-// HAND (the hand-offs, gemv_handoff.cuh): kHandNone: neither end of one (the kernels as they were
-// before the hand-offs); kHandSignal: counts its blocks in na.signal; kHandReady: READY (below),
-// and counts its blocks where na.signal is set.
-// READY: x is the output of the grid launched just before this one, still being written
-// (gemv_handoff.cuh): no pdl_wait; each super-block waits for its counter in na.ready instead
-// (the walk). The producer (x = the SwiGLU's h): the norm weight is a weight; the residual was
-// written by the producer of the SwiGLU's input, complete before the SwiGLU started unless that
-// SwiGLU took a hand-off itself (na.before: then warp 0 waits for that producer's counters before
-// staging it); u, its sums and ss are written only after every counter was full, when no SwiGLU
-// block reads u any more. A consumer (x = a producer's u): its sums are read like u, and ss only
-// once every counter of u is full (staged at the start where they already are, else after the
-// warp's second step where they are by then, else after the walk).
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, int HAND = kHandNone>
+// same SwiGLU epilogue (h equals the Q4_KT kernel's bit for bit).
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
                      int n_sb, int64_t K, uint32_t magic, NormArgs na) {
   static_assert(!(SWIGLU && NORM == kNormProduce), "the producer writes the residual, not h");
   static_assert(SWIGLU || !PAIRED, "Q4_KTS is read by the fused SwiGLU only");
-  static_assert(HAND == kHandNone || NORM != kNormNone, "a hand-off is between the deferred norm's kernels");
-  constexpr bool READY = HAND == kHandReady;
-  Q4ktTileWalk<SWIGLU && !PAIRED, PAIR, NORM == kNormConsumeSums, READY> walk(
-      w, x, n_tok, N, n_sb, K, blockIdx.x, na.sums_in, na.ready, na.ready_target, na.acquire_first);
+  Q4ktTileWalk<SWIGLU && !PAIRED, PAIR, NORM == kNormConsumeSums> walk(w, x, n_tok, N, n_sb, K, blockIdx.x,
+                                                                       na.sums_in);
   walk.start();
   [[maybe_unused]] __shared__ ProduceStage produce;
   [[maybe_unused]] __shared__ ConsumeStage consume;
   if constexpr (NORM == kNormProduce) stage_norm_weight(na, produce);
-  if constexpr (!READY) pdl_wait();
+  pdl_wait();
   pdl_trigger();
-  if constexpr (NORM == kNormProduce) {
-    if (READY && na.before != nullptr && threadIdx.x < 32) handoff_wait_all(na.before, na.before_n, na.before_target);
-    stage_residual(na, N, n_tok, produce);
-  }
-  [[maybe_unused]] bool staged = false;  // consumer: the totals' copies issued
-  if constexpr (consumes(NORM)) {
-    staged = !READY || handoff_all_ready(na.ready, n_sb, na.ready_target);
-    if (staged) stage_totals(na, n_tok, consume);
-  }
-  // READY consumer whose producer still ran at the start: u's counters loaded after the warp's
-  // first step and looked at after its second, so that the totals are staged while the walk goes
-  // on rather than after it where the producer has ended by then (up to 32 counters: one a lane).
-  [[maybe_unused]] unsigned pending = 0;
-  auto late_totals = [&](int step) {
-    if constexpr (consumes(NORM) && READY) {
-      if (staged || n_sb > 32 || step > 1) return;
-      const int lane = threadIdx.x & 31;
-      if (step == 0) {
-        pending = lane < n_sb ? handoff_load(na.ready + lane) : na.ready_target;
-      } else {
-        staged = __all_sync(0xffffffffu, pending >= na.ready_target);
-        if (staged) stage_totals(na, n_tok, consume);
-      }
-    }
-  };
+  if constexpr (NORM == kNormProduce) stage_residual(na, N, n_tok, produce);
+  if constexpr (consumes(NORM)) stage_totals(na, n_tok, consume);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  walk.run(magic, acc, late_totals);
+  walk.run(magic, acc);
   if constexpr (NORM == kNormProduce) {
     finish_deferred_tile(acc, na, produce, N, n_tok);
-    if constexpr (HAND != kHandNone) {
-      if (na.signal != nullptr) handoff_signal(na.signal + (blockIdx.x >> 4));  // 16 tiles: 256 columns of u
-    }
   } else if constexpr (consumes(NORM)) {
-    if (!staged) {  // READY, and some producer block was still running at the start
-      handoff_wait_all(na.ready, n_sb, na.ready_target);
-      stage_totals(na, n_tok, consume);
-    }
     __shared__ float s_warp[4][8];
     warp_scales(na, n_tok, consume, s_warp[threadIdx.x >> 5]);
     finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok, s_warp[threadIdx.x >> 5]);
-    if constexpr (!SWIGLU && HAND != kHandNone) {  // a stacked projection's tile (level 3)
-      if (na.signal != nullptr) handoff_signal(na.signal + (blockIdx.x >> 4));  // 16 tiles: 256 rows
-    }
   } else {
     finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
   }
-  if constexpr (SWIGLU && HAND != kHandNone) {
-    if (na.signal != nullptr) handoff_signal(na.signal + (blockIdx.x >> 5));  // 32 blocks: 256 columns of h
-  }
 }
 
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, int HAND = kHandNone>
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false>
 void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
   const int64_t N = w.dim(0), K = w.dim(1);
   const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED, HAND>, dim3(blocks), dim3(128), 0,
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED>, dim3(blocks), dim3(128), 0,
                            stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
                            static_cast<int>(K / kQKK), K, kQ4krMagic, na));
 }
 
-template <bool SWIGLU, int NORM = kNormNone, bool PAIRED = false, int HAND = kHandNone>
+template <bool SWIGLU, int NORM = kNormNone, bool PAIRED = false>
 void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, Q4ktShape shape,
                 const NormArgs& na = {}) {
   switch (2 * shape.blocks + (shape.pair ? 1 : 0)) {
-    case 6: launch<3, SWIGLU, NORM, false, PAIRED, HAND>(ctx, x, w, out, na); break;
-    case 8: launch<4, SWIGLU, NORM, false, PAIRED, HAND>(ctx, x, w, out, na); break;
-    case 7: launch<3, SWIGLU, NORM, true, PAIRED, HAND>(ctx, x, w, out, na); break;
-    case 9: launch<4, SWIGLU, NORM, true, PAIRED, HAND>(ctx, x, w, out, na); break;
+    case 6: launch<3, SWIGLU, NORM, false, PAIRED>(ctx, x, w, out, na); break;
+    case 8: launch<4, SWIGLU, NORM, false, PAIRED>(ctx, x, w, out, na); break;
+    case 7: launch<3, SWIGLU, NORM, true, PAIRED>(ctx, x, w, out, na); break;
+    case 9: launch<4, SWIGLU, NORM, true, PAIRED>(ctx, x, w, out, na); break;
     default: VI_FAIL("gemv_q4kt: no kernel for {}", gemv_q4kt_shape_name(shape));
   }
 }
@@ -338,96 +274,6 @@ NormArgs consume_args(const ops::DeferredNorm& in) {
 bool sums_on() {
   static const bool on = env_switch_on("VI_DEFER_SUMS");
   return on;
-}
-
-// The hand-offs (gemv_handoff.cuh), by level: 1 from the fused SwiGLU to the down projection; 2
-// also from each deferred-norm producer to its consumer; 3 also from a stacked input projection
-// to the GDN conv step (gdn_conv_step.cu). VI_GEMV_HANDOFF=N picks the level (0, the default,
-// until measured); set_gemv_handoff_allowed overrides it. Only where PDL is on: without it a
-// kernel never overlaps the one before.
-std::atomic<int> g_handoff_override{-1};
-std::atomic<uint64_t> g_handoffs{0};
-int handoff_level() {
-  static const int env_level = [] {
-    const char* v = std::getenv("VI_GEMV_HANDOFF");
-    return v != nullptr && v[0] >= '1' && v[0] <= '3' && v[1] == '\0' ? v[0] - '0' : 0;
-  }();
-  const int o = g_handoff_override.load(std::memory_order_relaxed);
-  const int level = o < 0 ? env_level : o;
-  return level > 0 && pdl_enabled() ? level : 0;  // at 0 (the default) no device lookup
-}
-// VI_GEMV_HANDOFF_ACQUIRE=1: every receiver's warps end their first wait with an acquire, not only
-// where gemv_handoff.cuh says a stale L1 line is possible (a check of that argument on a device).
-bool acquire_always() {
-  static const bool on = [] {
-    const char* v = std::getenv("VI_GEMV_HANDOFF_ACQUIRE");
-    return v != nullptr && v[0] == '1' && v[1] == '\0';
-  }();
-  return on;
-}
-// A site's counters (DeferredNorm::handoff): [0, 128) its producer's u, [128, 256) its SwiGLU's h.
-constexpr int64_t kHandoffHalf = ops::kHandoffChunks / 2;
-constexpr unsigned kHandoffTilesPerChunk = 16;   // producer tiles of 16 rows of u in 256 columns
-constexpr unsigned kHandoffBlocksPerChunk = 32;  // SwiGLU blocks of 8 columns of h in 256 columns
-
-// The last launch on this host thread that counted its output: a kernel takes the hand-off only
-// if its input is that output, on the same stream, and it is launched right after (no
-// pdl_launch between).
-struct HandoffRecord {
-  const void* out = nullptr;  // u (a producer) or h (a SwiGLU)
-  int64_t rows = 0, cols = 0;
-  unsigned* counters = nullptr;
-  const unsigned* before = nullptr;  // a SwiGLU that took a hand-off: its producer's u counters
-  int before_n = 0;
-  bool overlapped = false;  // a producer that took a hand-off: the last reader of the old u may run beside
-  cudaStream_t stream = nullptr;
-  uint64_t launch = 0;  // pdl_launches() after the launch
-};
-thread_local HandoffRecord t_handoff;
-
-// The record, cleared, if `input` is what it counted and this is the next launch on ctx's stream.
-HandoffRecord take_handoff(const ops::Context& ctx, const Tensor& input) {
-  const HandoffRecord rec = std::exchange(t_handoff, HandoffRecord{});
-  const bool follows = rec.counters != nullptr && rec.out == input.data() && rec.rows == input.rows() &&
-                       rec.cols == input.cols() && rec.stream == stream_of(ctx) && rec.launch == pdl_launches();
-  return follows ? rec : HandoffRecord{};
-}
-void record_handoff(const ops::Context& ctx, const Tensor& out, unsigned* counters, const unsigned* before = nullptr,
-                    int before_n = 0, bool overlapped = false) {
-  t_handoff = HandoffRecord{out.data(), out.rows(), out.cols(), counters, before, before_n, overlapped,
-                            stream_of(ctx), pdl_launches()};
-}
-
-// Level 3: the last stacked input projection on this host thread that counted its tiles, for
-// the conv step that may follow it (gemv_q4kt.cuh, take_stack_handoff).
-struct StackRecord {
-  const char* all = nullptr;   // one token: the stack's row [1, N], which the outputs are views of
-  const void* parts[ops::kSplitMaxParts] = {};  // more: the split's parts, in the stack's order
-  int64_t part_row0[ops::kSplitMaxParts] = {};  // their first stack rows
-  int n_parts = 0;
-  int64_t rows = 0, width = 0;  // tokens; the stack's rows N
-  unsigned* counters = nullptr;
-  cudaStream_t stream = nullptr;
-  uint64_t launch = 0;
-};
-thread_local StackRecord t_stack;
-
-// Half `half` of the site's counters if it can count `cols` columns (256 a counter), else null.
-unsigned* site_counters(const ops::DeferredNorm& site, int half, int64_t cols) {
-  const Tensor& c = site.handoff;
-  if (c.data() == nullptr || c.dtype() != DType::I32 || c.numel() != ops::kHandoffChunks || cols % 256 != 0 ||
-      cols / 256 > kHandoffHalf)
-    return nullptr;
-  return c.ptr<unsigned>() + half * kHandoffHalf;
-}
-// The second half for a stacked projection's N rows in tiles of 16 (the last counter may count
-// fewer than 16 tiles), else null. A site's consumer is a SwiGLU or a stack, never both.
-unsigned* stack_counters(const ops::DeferredNorm& site, int64_t n) {
-  const Tensor& c = site.handoff;
-  if (c.data() == nullptr || c.dtype() != DType::I32 || c.numel() != ops::kHandoffChunks || n % 16 != 0 ||
-      (n + 255) / 256 > kHandoffHalf)
-    return nullptr;
-  return c.ptr<unsigned>() + kHandoffHalf;
 }
 
 }  // namespace
@@ -525,60 +371,9 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
                     s16.rows() == a.rows() && w.dim(0) % 256 == 0 && s16.cols() == w.dim(0) / 8 &&
                     is_aligned(s16.data(), 4);
   na.sums = sums ? s16.ptr<__half>() : nullptr;
-  const int level = handoff_level();
-  const HandoffRecord rec = take_handoff(ctx, a);  // from the SwiGLU whose h is a
-  na.signal = level >= 2 ? site_counters(out, 0, w.dim(0)) : nullptr;
-  const Q4ktShape shape = gemv_q4kt_default_shape(w.dim(0));
-  // The hand-off kernels exist for the default shapes (one super-block at a time).
-  auto launch_hand = [&](auto hand) {
-    constexpr int kHand = decltype(hand)::value;
-    if (shape.blocks == 3)
-      launch<3, false, kNormProduce, false, false, kHand>(ctx, a, w, GemvOut{}, na);
-    else
-      launch<4, false, kNormProduce, false, false, kHand>(ctx, a, w, GemvOut{}, na);
-  };
-  if (level >= 1 && rec.counters != nullptr) {  // a's super-block s is whole when counter s has all its blocks
-    g_handoffs.fetch_add(1, std::memory_order_relaxed);
-    na.ready = rec.counters;
-    na.ready_target = kHandoffBlocksPerChunk;
-    na.acquire_first = acquire_always();
-    na.before = rec.before;
-    na.before_n = rec.before_n;
-    na.before_target = kHandoffTilesPerChunk;
-    launch_hand(std::integral_constant<int, kHandReady>{});
-  } else if (na.signal != nullptr) {
-    launch_hand(std::integral_constant<int, kHandSignal>{});
-  } else {
-    launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, shape, na);
-  }
-  if (na.signal != nullptr) record_handoff(ctx, out.u, na.signal, nullptr, 0, na.ready != nullptr);
+  launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, gemv_q4kt_default_shape(w.dim(0)), na);
   out.sums_written = sums;
 }
-
-bool take_stack_handoff(const ops::Context& ctx, const Tensor* const xs[], int n, StackHandoff out[]) {
-  const StackRecord r = std::exchange(t_stack, StackRecord{});
-  if (r.counters == nullptr || r.stream != stream_of(ctx) || r.launch != pdl_launches()) return false;
-  for (int i = 0; i < n; ++i) {
-    const Tensor& x = *xs[i];
-    int64_t row0 = -1;
-    if (r.all != nullptr) {  // one token: x a view of the stack's row
-      const char* p = static_cast<const char*>(x.data());
-      if (x.rows() == 1 && x.dtype() == DType::F16 && p >= r.all && (p - r.all) % 2 == 0)
-        row0 = (p - r.all) / 2;
-    } else {
-      for (int j = 0; j < r.n_parts; ++j)
-        if (r.parts[j] == x.data() && x.rows() == r.rows) row0 = r.part_row0[j];
-    }
-    if (row0 < 0 || row0 + x.cols() > r.width) return false;
-    out[i] = StackHandoff{r.counters, row0, static_cast<int>(r.width / 16)};
-  }
-  return true;
-}
-
-void set_gemv_handoff_allowed(int level) { g_handoff_override.store(level, std::memory_order_relaxed); }
-int gemv_handoff_level() { return handoff_level(); }
-uint64_t gemv_handoffs_taken() { return g_handoffs.load(std::memory_order_relaxed); }
-void count_gemv_handoff() { g_handoffs.fetch_add(1, std::memory_order_relaxed); }
 
 bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
                                  ops::DeferredConsumer kind, const std::vector<Tensor*>& parts) {
@@ -600,37 +395,9 @@ bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNor
 
 void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
                         ops::DeferredConsumer kind, const std::vector<Tensor*>& outs) {
-  NormArgs na = consume_args(in);
-  const int level = handoff_level();
-  const HandoffRecord rec = take_handoff(ctx, in.u);  // from the producer of u, if it counted it
-  // READY takes the sums (the usual case; without them, the ordinary launch) and, for the SwiGLU,
-  // the paired layout (the walk of whole tiles).
-  const bool ready = level >= 2 && rec.counters != nullptr && rec.counters == site_counters(in, 0, in.u.cols()) &&
-                     na.sums_in != nullptr && (kind != ops::DeferredConsumer::kSwiglu || w.dtype() == DType::Q4_KTS);
-  if (ready) {
-    g_handoffs.fetch_add(1, std::memory_order_relaxed);
-    na.ready = rec.counters;
-    na.ready_target = kHandoffTilesPerChunk;
-    na.acquire_first = rec.overlapped || acquire_always();
-  }
+  const NormArgs na = consume_args(in);
   auto run = [&](auto swiglu, const GemvOut& out) {
     constexpr bool kSwiglu = decltype(swiglu)::value;
-    if (ready) {
-      if constexpr (kSwiglu)
-        launch_for<true, kNormConsumeSums, true, kHandReady>(ctx, in.u, w, out,
-                                                              gemv_q4kt_swiglu_default_shape(w.dim(0)), na);
-      else
-        launch_for<false, kNormConsumeSums, false, kHandReady>(ctx, in.u, w, out, gemv_q4kt_default_shape(w.dim(0)),
-                                                                na);
-      return;
-    }
-    if constexpr (kSwiglu) {
-      if (na.signal != nullptr) {  // set only where the sums are and w is Q4_KTS
-        launch_for<true, kNormConsumeSums, true, kHandSignal>(ctx, in.u, w, out,
-                                                               gemv_q4kt_swiglu_default_shape(w.dim(0)), na);
-        return;
-      }
-    }
     if (na.sums_in != nullptr) {
       if constexpr (kSwiglu)
         launch_swiglu<kNormConsumeSums>(ctx, in.u, w, out, gemv_q4kt_swiglu_default_shape(w.dim(0)), na);
@@ -642,62 +409,19 @@ void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, co
       launch_for<false, kNormConsume>(ctx, in.u, w, out, gemv_q4kt_default_shape(w.dim(0)), na);
     }
   };
-  // Level 3: a stacked projection (its matmul into the stack's row, or its split) counts its
-  // tiles where it takes the sums (the kernels with a counting end).
-  auto stack_record = [&](bool split) {
-    if (level < 3 || na.sums_in == nullptr) return;
-    na.signal = stack_counters(in, w.dim(0));
-    if (na.signal == nullptr) return;
-    StackRecord r;
-    r.rows = in.u.rows();
-    r.width = w.dim(0);
-    if (split) {
-      int64_t row0 = 0;
-      for (const Tensor* t : outs) {
-        r.parts[r.n_parts] = t->data();
-        r.part_row0[r.n_parts++] = row0;
-        row0 += t->cols();
-      }
-    } else {
-      r.all = static_cast<const char*>(outs.at(0)->data());
-    }
-    r.counters = na.signal;
-    r.stream = stream_of(ctx);
-    t_stack = r;  // its launch index once launched
-  };
-  auto run_stack = [&](const GemvOut& out) {
-    if (na.signal != nullptr && !ready) {
-      launch_for<false, kNormConsumeSums, false, kHandSignal>(ctx, in.u, w, out, gemv_q4kt_default_shape(w.dim(0)),
-                                                               na);
-    } else {
-      run(std::false_type{}, out);
-    }
-    if (na.signal != nullptr) t_stack.launch = pdl_launches();
-  };
-  t_stack = StackRecord{};
   switch (kind) {
     case ops::DeferredConsumer::kMatmul:
-      stack_record(false);
-      run_stack(gemv_out_whole(*outs.at(0), w.dim(0)));
+      run(std::false_type{}, gemv_out_whole(*outs.at(0), w.dim(0)));
       break;
     case ops::DeferredConsumer::kSplit:
-      stack_record(true);
-      run_stack(gemv_out_parts(outs, w.dim(0), in.u.rows(), "gemv_q4kt_deferred"));
+      run(std::false_type{}, gemv_out_parts(outs, w.dim(0), in.u.rows(), "gemv_q4kt_deferred"));
       break;
-    case ops::DeferredConsumer::kSwiglu: {
-      Tensor& h = *outs.at(0);
-      VI_CHECK(h.cols() * 2 == w.dim(0) && h.rows() == in.u.rows(),
-               "gemv_q4kt_deferred: h [{}, {}] for a gate|up weight of {} rows and {} tokens", h.rows(), h.cols(),
-               w.dim(0), in.u.rows());
-      // The SwiGLU counts its h where it runs a hand-off kernel: with sums, on Q4_KTS.
-      na.signal = level >= 1 && na.sums_in != nullptr && w.dtype() == DType::Q4_KTS ? site_counters(in, 1, h.cols())
-                                                                                    : nullptr;
-      run(std::true_type{}, gemv_out_whole(h, w.dim(0) / 2));
-      // A producer taking h may start while the producer of u still runs where this took a hand-off.
-      if (na.signal != nullptr)
-        record_handoff(ctx, h, na.signal, ready ? na.ready : nullptr, static_cast<int>(in.u.cols() / 256));
+    case ops::DeferredConsumer::kSwiglu:
+      VI_CHECK(outs.at(0)->cols() * 2 == w.dim(0) && outs.at(0)->rows() == in.u.rows(),
+               "gemv_q4kt_deferred: h [{}, {}] for a gate|up weight of {} rows and {} tokens", outs.at(0)->rows(),
+               outs.at(0)->cols(), w.dim(0), in.u.rows());
+      run(std::true_type{}, gemv_out_whole(*outs.at(0), w.dim(0) / 2));
       break;
-    }
   }
 }
 

@@ -82,30 +82,4 @@ bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNor
 void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
                         ops::DeferredConsumer kind, const std::vector<Tensor*>& outs);
 
-// The hand-offs (gemv_handoff.cuh), where PDL is on, by level: 1: a fused SwiGLU consumer whose
-// `in` has handoff counters counts its h in them, and the down projection launched right after
-// it on the same stream with that h as its input starts before the SwiGLU ends, waiting per
-// super-block; 2: also each deferred-norm producer counts its u, and the consumer launched right
-// after it (sums16 written; a SwiGLU on Q4_KTS) starts on it likewise; 3: also a stacked input
-// projection (a deferred-norm consumer with sums) counts its 16-row tiles, and the GDN conv step
-// launched right after it on its outputs starts on them (take_stack_handoff). VI_GEMV_HANDOFF=1,
-// 2 or 3 picks the level (0, the default, off); set_gemv_handoff_allowed (tests) overrides it:
-// 0..3, or -1 back to the environment. gemv_handoff_level: the level now (0 without PDL);
-// gemv_handoffs_taken: kernels launched as a hand-off's receiver so far.
-void set_gemv_handoff_allowed(int level);
-int gemv_handoff_level();
-uint64_t gemv_handoffs_taken();
-void count_gemv_handoff();  // a receiver elsewhere (the conv step) was launched
-// Level 3, for the kernel launched next on ctx's stream: where the stacked projection launched
-// last wrote every one of xs[0..n) (a [T, C] output: for one token a view of the stack's row, else
-// a part of its split) and counted its tiles, out[i] says where (x's first stack row) and the
-// counters (one per 256 stack rows; counter j is full at min(16, n_tiles - 16 j)). Clears the
-// record either way; false where any x is not such an output.
-struct StackHandoff {
-  const unsigned* counters = nullptr;
-  int64_t row0 = 0;
-  int n_tiles = 0;
-};
-bool take_stack_handoff(const ops::Context& ctx, const Tensor* const xs[], int n, StackHandoff out[]);
-
 }  // namespace vi::cuda

@@ -14,11 +14,6 @@
 // bytes per warp-wide load) and one scale word and one (d, dmin) of each.
 // XSUM: the mins' term of each super-block from the activations' sums (mins_from_sums, two
 // mmas) instead of 16 mmas over the activations; t's products and order are unchanged.
-// READY: the activations are another grid's output still being written (gemv_handoff.cuh):
-// super-block s waits for counter s of `ready` to reach `target` before its activations are
-// read; each counter is loaded with the super-block's weights, two ahead, so a ready one costs
-// no wait; with `acquire`, the warp's first wait ends with handoff_wait_acquire. The same loads
-// and arithmetic otherwise.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -32,15 +27,13 @@ namespace vi::cuda {
 
 // PAIR: the warp's super-blocks multiplied two at a time with their mma steps interleaved
 // (mma_half_pair), the refills after both; the same sums bit for bit.
-template <bool SWIGLU, bool PAIR = false, bool XSUM = false, bool READY = false>
+template <bool SWIGLU, bool PAIR = false, bool XSUM = false>
 struct Q4ktTileWalk {
-  static_assert(!(READY && SWIGLU), "the hand-off walk reads whole tiles");
   static constexpr int kDepth = 2;
   static constexpr size_t kStep = 4 * kQ4ktUnitBytes;  // to the warp's next super-block
   struct Sb {
     HalfSb h[2];
     uint2 sw, dd;
-    unsigned seen;  // READY: the super-block's counter as loaded with it
   };
 
   // Row g's bytes from unit pointer a, row g + 8's from b (the same unit unless SWIGLU).
@@ -50,26 +43,18 @@ struct Q4ktTileWalk {
   const __half* xs;          // token g's activations at this warp's first super-block, lane's sub-block
   const __half* ps;          // XSUM: token g's sums of the activations at this warp's first super-block
   int n_mine;                // super-blocks this warp multiplies
-  const unsigned* rdy;       // READY: the counter of this warp's first super-block (one per super-block)
-  unsigned target;           // READY: the count at which a super-block's activations are whole
-  bool acquire;              // READY: the next wait ends with an acquire (the first, if asked)
   Sb buf[kDepth];
 
   // w: Q4_KT [N, K] (SWIGLU: gate|up [2F, K]); x: [n_tok, K] f16; blk: the block's work
   // index (blockIdx.x of a one-GEMV launch): its tile, or with SWIGLU its half tile. sums
   // (XSUM): [n_tok, K / 8] f16, x's sums as ops::DeferredNorm::sums16 lays them out.
   __device__ __forceinline__ Q4ktTileWalk(const uint8_t* w, const __half* x, int n_tok, int64_t N, int n_sb,
-                                          int64_t K, int64_t blk, const __half* sums = nullptr,
-                                          const unsigned* ready = nullptr, unsigned ready_target = 0,
-                                          bool acquire_first = false) {
+                                          int64_t K, int64_t blk, const __half* sums = nullptr) {
     const int lane = threadIdx.x & 31, g = lane >> 2;
     const int warp = threadIdx.x >> 5;
     xs = x + static_cast<int64_t>(min(g, n_tok - 1)) * K + 256 * warp + 32 * (lane & 3);
     ps = XSUM ? sums + static_cast<int64_t>(min(g, n_tok - 1)) * (K / 8) + 32 * warp : nullptr;
     n_mine = warp < n_sb ? (n_sb - warp + 3) / 4 : 0;
-    rdy = READY ? ready + warp : nullptr;
-    target = ready_target;
-    acquire = acquire_first;
     const int half = SWIGLU ? static_cast<int>(blk & 1) : 0;
     const int64_t tile = SWIGLU ? blk / 2 : blk;
     const uint8_t* a = w + (tile * n_sb + warp) * kQ4ktUnitBytes;
@@ -97,17 +82,6 @@ struct Q4ktTileWalk {
       s.sw = __ldcs(reinterpret_cast<const uint2*>(psa + off));
       s.dd = __ldcs(reinterpret_cast<const uint2*>(pda + off));
     }
-    if constexpr (READY) s.seen = handoff_load(rdy + 4 * d);
-  }
-
-  // READY: super-block j of the buffers (its counter first seen as `seen`) whole.
-  __device__ __forceinline__ void await(int j, unsigned seen) {
-    if (acquire) {
-      handoff_wait_acquire(rdy + 4 * j, seen, target);
-      acquire = false;
-    } else {
-      handoff_wait(rdy + 4 * j, seen, target);
-    }
   }
 
   // The first kDepth super-blocks' loads.
@@ -117,32 +91,22 @@ struct Q4ktTileWalk {
       if (j < n_mine) load_sb(j, buf[j]);
   }
 
-  struct NoHook {
-    __device__ __forceinline__ void operator()(int) const {}
-  };
-
   // Every super-block of the warp multiplied into acc (rows g: acc[0..1], g + 8: acc[2..3]).
-  // hook(k) runs after the warp's k-th step (a super-block, or a pair of them with PAIR) and its
-  // refills: a kernel's own work between steps (the hand-off's late sums, gemv_q4kt.cu).
-  template <class Hook = NoHook>
-  __device__ __forceinline__ void run(uint32_t magic, float acc[4], Hook hook = {}) {
+  __device__ __forceinline__ void run(uint32_t magic, float acc[4]) {
     if constexpr (PAIR)
-      run_pairs(magic, acc, hook);
+      run_pairs(magic, acc);
     else
-      run_singles(magic, acc, hook);
+      run_singles(magic, acc);
   }
 
   // One super-block at a time, each buffer refilled right after it is multiplied.
-  template <class Hook>
-  __device__ __forceinline__ void run_singles(uint32_t magic, float acc[4], Hook& hook) {
+  __device__ __forceinline__ void run_singles(uint32_t magic, float acc[4]) {
     for (int i0 = 0; i0 < n_mine; i0 += kDepth) {
 #pragma unroll
       for (int j = 0; j < kDepth; ++j) {
         if (i0 + j < n_mine) {
-          if constexpr (READY) await(j, buf[j].seen);
           multiply(buf[j], xs + 1024 * j, XSUM ? ps + 128 * j : nullptr, magic, acc);
           if (i0 + j + kDepth < n_mine) load_sb(j + kDepth, buf[j]);
-          hook(i0 + j);
         }
       }
       advance(kDepth);
@@ -156,14 +120,13 @@ struct Q4ktTileWalk {
                                            float acc[4]) const {
     float t[4], u[4];
     if constexpr (XSUM) {
-      const uint4 sums = load_sb_sums<READY>(p);  // used after both halves: its latency hides behind them
-      mma_half<true, false, READY>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x, 0x4040u, 0x4141u, magic, t, u);
-      mma_half<false, false, READY>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x + 128, 0x4242u, 0x4343u, magic, t,
-                                    u);
+      const uint4 sums = load_sb_sums(p);  // used after both halves: its latency hides behind them
+      mma_half<true, false>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x, 0x4040u, 0x4141u, magic, t, u);
+      mma_half<false, false>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x + 128, 0x4242u, 0x4343u, magic, t, u);
       mins_from_sums(s.sw.x, s.sw.y, sums, u);
     } else {
-      mma_half<true, true, READY>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x, 0x4040u, 0x4141u, magic, t, u);
-      mma_half<false, true, READY>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x + 128, 0x4242u, 0x4343u, magic, t, u);
+      mma_half<true>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x, 0x4040u, 0x4141u, magic, t, u);
+      mma_half<false>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x + 128, 0x4242u, 0x4343u, magic, t, u);
     }
     const uint32_t dd[2] = {s.dd.x, s.dd.y};
     apply_scales(dd, t, u, acc);
@@ -179,21 +142,15 @@ struct Q4ktTileWalk {
     pdb += n * kStep;
     xs += n * 1024;
     if constexpr (XSUM) ps += n * 128;
-    if constexpr (READY) rdy += n * 4;
   }
 
   // Buffers 0 and 1 multiplied together while both hold a super-block, then both refilled (each
   // refill goes out one super-block later than in run_singles: the interleaved chains pay for it
   // on the wide matrices, not on the 5120-row ones, docs/notes/gemv.md run 31).
-  template <class Hook>
-  __device__ __forceinline__ void run_pairs(uint32_t magic, float acc[4], Hook& hook) {
+  __device__ __forceinline__ void run_pairs(uint32_t magic, float acc[4]) {
     static_assert(kDepth == 2, "pairs of the two buffers");
     for (int i0 = 0; i0 < n_mine; i0 += 2) {
       if (i0 + 1 < n_mine) {
-        if constexpr (READY) {
-          await(0, buf[0].seen);
-          await(1, buf[1].seen);
-        }
         float t[2][4], u[2][4];
         const uint32_t sw[2][2] = {{buf[0].sw.x, buf[0].sw.y}, {buf[1].sw.x, buf[1].sw.y}};
         const HalfSb* h0[2] = {&buf[0].h[0], &buf[1].h[0]};
@@ -201,14 +158,14 @@ struct Q4ktTileWalk {
         const __half* x0[2] = {xs, xs + 1024};
         const __half* x1[2] = {xs + 128, xs + 1024 + 128};
         if constexpr (XSUM) {
-          const uint4 sums[2] = {load_sb_sums<READY>(ps), load_sb_sums<READY>(ps + 128)};
-          mma_half_pair<true, false, READY>(h0, sw, x0, 0x4040u, 0x4141u, magic, t, u);
-          mma_half_pair<false, false, READY>(h1, sw, x1, 0x4242u, 0x4343u, magic, t, u);
+          const uint4 sums[2] = {load_sb_sums(ps), load_sb_sums(ps + 128)};
+          mma_half_pair<true, false>(h0, sw, x0, 0x4040u, 0x4141u, magic, t, u);
+          mma_half_pair<false, false>(h1, sw, x1, 0x4242u, 0x4343u, magic, t, u);
 #pragma unroll
           for (int j = 0; j < 2; ++j) mins_from_sums(sw[j][0], sw[j][1], sums[j], u[j]);
         } else {
-          mma_half_pair<true, true, READY>(h0, sw, x0, 0x4040u, 0x4141u, magic, t, u);
-          mma_half_pair<false, true, READY>(h1, sw, x1, 0x4242u, 0x4343u, magic, t, u);
+          mma_half_pair<true>(h0, sw, x0, 0x4040u, 0x4141u, magic, t, u);
+          mma_half_pair<false>(h1, sw, x1, 0x4242u, 0x4343u, magic, t, u);
         }
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
@@ -218,10 +175,8 @@ struct Q4ktTileWalk {
         if (i0 + 2 < n_mine) load_sb(2, buf[0]);
         if (i0 + 3 < n_mine) load_sb(3, buf[1]);
       } else {
-        if constexpr (READY) await(0, buf[0].seen);
         multiply(buf[0], xs, ps, magic, acc);  // the odd last one
       }
-      hook(i0 / 2);
       advance(2);
     }
   }

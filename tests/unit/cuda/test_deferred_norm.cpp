@@ -160,7 +160,7 @@ TEST_P(DeferredNormGpu, FusedGemvsMatchTheCpu) {
     }
 
     // Consumers on the GPU's own u and ss; the CPU runs finish_deferred_norm then the plain op.
-    ops::DeferredNorm host{p.u, p.ss, kEps, {}, false, {}};
+    ops::DeferredNorm host{p.u, p.ss, kEps, {}, false};
     Tensor n = Tensor::empty(DType::F32, {T, kD});
     ops::finish_deferred_norm(cpu, host, n);
     // matmul
