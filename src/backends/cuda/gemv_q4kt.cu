@@ -1,7 +1,10 @@
 // Tensor-core decode GEMV on Q4_KT weights: see gemv_q4kt.cuh for the plan, core/dtype.h for the
 // layout and q4kr_mma.cuh for the arithmetic.
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "backends/cuda/cp_async.cuh"
 #include "backends/cuda/device.cuh"
@@ -197,19 +200,24 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
 // PAIRED: with SWIGLU, w is Q4_KTS, whose tile b holds the block's gate rows (its rows g) and up
 // rows (g + 8): the block walks one whole tile as the plain GEMV does, and the same sums meet the
 // same SwiGLU epilogue (h equals the Q4_KT kernel's bit for bit).
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false>
+// POLL (the producer only): x is a streamed input (streamed_input.cuh), the h of the fused SwiGLU
+// launched just before, which may still run: no pdl_wait; each super-block's activations are
+// loaded until none is the poison mark. The producer's other reads and its writes need no wait
+// either (gemv_q4kt_add_deferred_norm says why).
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool POLL = false>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
                      int n_sb, int64_t K, uint32_t magic, NormArgs na) {
   static_assert(!(SWIGLU && NORM == kNormProduce), "the producer writes the residual, not h");
   static_assert(SWIGLU || !PAIRED, "Q4_KTS is read by the fused SwiGLU only");
-  Q4ktTileWalk<SWIGLU && !PAIRED, PAIR, NORM == kNormConsumeSums> walk(w, x, n_tok, N, n_sb, K, blockIdx.x,
-                                                                       na.sums_in);
+  static_assert(!POLL || (NORM == kNormProduce && !PAIR), "a streamed input: the producer after the SwiGLU");
+  Q4ktTileWalk<SWIGLU && !PAIRED, PAIR, NORM == kNormConsumeSums, POLL> walk(w, x, n_tok, N, n_sb, K, blockIdx.x,
+                                                                             na.sums_in);
   walk.start();
   [[maybe_unused]] __shared__ ProduceStage produce;
   [[maybe_unused]] __shared__ ConsumeStage consume;
   if constexpr (NORM == kNormProduce) stage_norm_weight(na, produce);
-  pdl_wait();
+  if constexpr (!POLL) pdl_wait();
   pdl_trigger();
   if constexpr (NORM == kNormProduce) stage_residual(na, N, n_tok, produce);
   if constexpr (consumes(NORM)) stage_totals(na, n_tok, consume);
@@ -226,11 +234,11 @@ __global__ void __launch_bounds__(128, MINB)
   }
 }
 
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false>
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool POLL = false>
 void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
   const int64_t N = w.dim(0), K = w.dim(1);
   const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED>, dim3(blocks), dim3(128), 0,
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED, POLL>, dim3(blocks), dim3(128), 0,
                            stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
                            static_cast<int>(K / kQKK), K, kQ4krMagic, na));
 }
@@ -276,7 +284,30 @@ bool sums_on() {
   return on;
 }
 
+// The streamed down projection (gemv_q4kt_add_deferred_norm): VI_STREAMED_INPUT=0 turns it off;
+// set_streamed_input_allowed overrides (tests).
+std::atomic<int> g_streamed_override{-1};
+std::atomic<uint64_t> g_streamed{0};  // kernels launched streamed, for the tests
+bool streamed_input_on() {
+  static const bool env = env_switch_on("VI_STREAMED_INPUT");
+  const int o = g_streamed_override.load(std::memory_order_relaxed);
+  return o < 0 ? env : o > 0;
+}
+
+// The last fused SwiGLU this host thread launched: its h, stream and pdl_launches() right after;
+// cleared by the next deferred-norm kernel launch of either kind.
+struct SwigluRecord {
+  const void* h = nullptr;
+  cudaStream_t stream = nullptr;
+  uint64_t launch = 0;
+};
+thread_local SwigluRecord t_swiglu;
+
 }  // namespace
+
+void set_streamed_input_allowed(int allowed) { g_streamed_override.store(allowed, std::memory_order_relaxed); }
+uint64_t gemv_streamed_inputs_taken() { return g_streamed.load(std::memory_order_relaxed); }
+bool gemv_q4kt_streams() { return streamed_input_on() && pdl_enabled(); }
 
 Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w) {
   return repack_q4kr_tiles(ctx, w, DType::Q4_KT, q4kt_from_q4kr_kernel<false>);
@@ -371,7 +402,26 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
                     s16.rows() == a.rows() && w.dim(0) % 256 == 0 && s16.cols() == w.dim(0) / 8 &&
                     is_aligned(s16.data(), 4);
   na.sums = sums ? s16.ptr<__half>() : nullptr;
-  launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, gemv_q4kt_default_shape(w.dim(0)), na);
+  const Q4ktShape shape = gemv_q4kt_default_shape(w.dim(0));
+  // A streamed a: the caller poisoned it before the fused SwiGLU that writes it, and that SwiGLU
+  // is the kernel launched just before this one on the stream (checked here: otherwise a kernel
+  // between them would not be waited for). Without PDL this kernel starts after the SwiGLU anyway.
+  // What makes skipping pdl_wait safe: the residual x was written by the producer before the
+  // SwiGLU (complete before the SwiGLU passed its own wait, and so before this grid was launched);
+  // the norm weight is a weight; u, sums16 and ss are written in the epilogue, after this block saw
+  // every value of h, i.e. after every SwiGLU block finished reading the u and sums16 they
+  // overwrite (a SwiGLU block writes its h after its last read); this site's ss is not the one the
+  // SwiGLU reads. The kernel after this one waits for this grid, which ends after every SwiGLU
+  // block's last store.
+  const SwigluRecord rec = std::exchange(t_swiglu, SwigluRecord{});
+  const bool poll = out.streamed_input && gemv_q4kt_streams() && shape.blocks == 3 &&
+                    !shape.pair && rec.h == a.data() && rec.stream == stream_of(ctx) && rec.launch == pdl_launches();
+  if (poll) {
+    g_streamed.fetch_add(1, std::memory_order_relaxed);
+    launch<3, false, kNormProduce, false, false, true>(ctx, a, w, GemvOut{}, na);
+  } else {
+    launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, shape, na);
+  }
   out.sums_written = sums;
 }
 
@@ -395,6 +445,7 @@ bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNor
 
 void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
                         ops::DeferredConsumer kind, const std::vector<Tensor*>& outs) {
+  t_swiglu = SwigluRecord{};
   const NormArgs na = consume_args(in);
   auto run = [&](auto swiglu, const GemvOut& out) {
     constexpr bool kSwiglu = decltype(swiglu)::value;
@@ -421,7 +472,8 @@ void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, co
                "gemv_q4kt_deferred: h [{}, {}] for a gate|up weight of {} rows and {} tokens", outs.at(0)->rows(),
                outs.at(0)->cols(), w.dim(0), in.u.rows());
       run(std::true_type{}, gemv_out_whole(*outs.at(0), w.dim(0) / 2));
-      break;
+      t_swiglu = SwigluRecord{outs.at(0)->data(), stream_of(ctx), pdl_launches()};
+      return;
   }
 }
 

@@ -18,6 +18,7 @@
 // gate tile and of its up tile), as the Q4_KR kernel does.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,14 @@ void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w,
 bool gemv_q4kt_add_deferred_norm_supports(const ops::Context& ctx, const Tensor& a, const Tensor& w, const Tensor& x);
 void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const Tensor& w, Tensor& x,
                                  const Tensor& norm_w, float w_offset, ops::DeferredNorm& out);
+// The down projection as a streamed-input kernel (streamed_input.cuh): taken where out.streamed_input
+// says a was poisoned before the fused SwiGLU (gemv_q4kt_deferred) that writes it, that SwiGLU was
+// the last kernel launched on the stream, PDL is on and the switch allows it (VI_STREAMED_INPUT=0
+// turns it off). set_streamed_input_allowed (tests): 1 on, 0 off, -1 back to the environment;
+// gemv_streamed_inputs_taken counts the kernels launched that way.
+void set_streamed_input_allowed(int allowed);
+uint64_t gemv_streamed_inputs_taken();
+bool gemv_q4kt_streams();  // whether the switch and PDL allow it on the current device
 // Consumers: the GEMV, its split form and the fused SwiGLU on u, each token's sums scaled by its
 // s before rounding (outs: {y}, the parts, {h}; parts may be empty for the check alone); the
 // mins' term from in.sums16 where in.sums_written, else from u itself.
