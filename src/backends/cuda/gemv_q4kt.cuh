@@ -77,9 +77,10 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
                                  const Tensor& norm_w, float w_offset, ops::DeferredNorm& out);
 // The down projection as a streamed-input kernel (streamed_input.cuh): taken where out.streamed_input
 // says a was poisoned before the fused SwiGLU (gemv_q4kt_deferred) that writes it, that SwiGLU was
-// the last kernel launched on the stream, PDL is on and the switch allows it (VI_STREAMED_INPUT=0
-// turns it off). set_streamed_input_allowed (tests): 1 on, 0 off, -1 back to the environment;
-// gemv_streamed_inputs_taken counts the kernels launched that way.
+// the last kernel launched on the stream, PDL is on and the switch allows it (off by default until
+// timed on a device: VI_STREAMED_INPUT=1 turns it on, =0 off). set_streamed_input_allowed (tests):
+// 1 on, 0 off, -1 back to the environment; gemv_streamed_inputs_taken counts the kernels launched
+// that way.
 void set_streamed_input_allowed(int allowed);
 uint64_t gemv_streamed_inputs_taken();
 bool gemv_q4kt_streams();  // whether the switch and PDL allow it on the current device
