@@ -14,4 +14,11 @@ inline bool env_switch_on(const char* name) {
   return !(v && std::strcmp(v, "0") == 0);
 }
 
+// A switch that may be forced either way: -1 where `name` is unset (the caller's default applies),
+// 0 where it is "0", 1 for any other value.
+inline int env_switch_forced(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? -1 : std::strcmp(v, "0") != 0;
+}
+
 }  // namespace vi::cuda

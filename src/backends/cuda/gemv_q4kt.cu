@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -293,10 +291,8 @@ constexpr bool kStreamedByDefault = false;
 std::atomic<int> g_streamed_override{-1};
 std::atomic<uint64_t> g_streamed{0};  // kernels launched streamed, for the tests
 bool streamed_input_on() {
-  static const bool env = [] {
-    const char* v = std::getenv("VI_STREAMED_INPUT");
-    return v == nullptr || *v == '\0' ? kStreamedByDefault : std::strcmp(v, "0") != 0;
-  }();
+  static const int forced = env_switch_forced("VI_STREAMED_INPUT");
+  static const bool env = forced < 0 ? kStreamedByDefault : forced == 1;
   const int o = g_streamed_override.load(std::memory_order_relaxed);
   return o < 0 ? env : o > 0;
 }

@@ -1,8 +1,7 @@
 // CUDA-core GEMV kernels: see gemv_simt.cuh.
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
+#include "backends/cuda/env_switch.h"
 #include "backends/cuda/gemv_simt.cuh"
 #include "backends/cuda/pdl.cuh"
 #include "backends/cuda/quant.cuh"
@@ -134,10 +133,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 // VI_SIMT_STREAM=0 / =1 forces them off / on.
 template <DType W>
 bool simt_stream(int tt) {
-  static const int forced = [] {
-    const char* v = std::getenv("VI_SIMT_STREAM");
-    return v == nullptr ? -1 : std::strcmp(v, "0") != 0;
-  }();
+  static const int forced = env_switch_forced("VI_SIMT_STREAM");
   if (W != DType::Q8_0R && W != DType::Q4_KR) return false;
   if (forced >= 0) return forced == 1;
   return W == DType::Q4_KR ? tt < 8 : tt >= 2;
