@@ -34,19 +34,20 @@ __device__ __forceinline__ void gemv_out_part(const GemvOut& out, int64_t n0, __
 
 // The end of a tiled decode GEMV whose 4 warps split a 16-row tile's K (gemv_q4kt, gemv_q4ki):
 // the tile's sums into its part of out; with SWIGLU (rows g gate, rows g + 8 up, out one part of
-// N / 2 columns) h = silu(gate) · up. Every thread of the block calls it. tok_scale: each
-// token's sums scaled before rounding (store_tile_sums).
+// N / 2 columns) h = silu(gate) · up. Every thread of the block calls it. blk: the tile's work
+// index (blockIdx.x where a block takes one). tok_scale: each token's sums scaled before rounding
+// (store_tile_sums).
 template <bool SWIGLU>
 __device__ __forceinline__ void finish_gemv_out_tile(const float acc[4], const GemvOut& out, int64_t N, int n_tok,
-                                                     const float* tok_scale = nullptr) {
+                                                     int64_t blk, const float* tok_scale = nullptr) {
   if constexpr (SWIGLU) {
-    finish_split_k_tile<true>(acc, out.y[0], N, n_tok, 0, 0, tok_scale);
+    finish_split_k_tile<true>(acc, out.y[0], N, n_tok, 0, 0, blk, tok_scale);
   } else {
-    const int64_t n0 = int64_t(blockIdx.x) * 16;
+    const int64_t n0 = blk * 16;
     __half* y;
     int64_t begin, rows;
     gemv_out_part(out, n0, y, begin, rows);
-    finish_split_k_tile<false>(acc, y, rows, n_tok, n0 - begin, rows, tok_scale);
+    finish_split_k_tile<false>(acc, y, rows, n_tok, n0 - begin, rows, blk, tok_scale);
   }
 }
 

@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(128, MINB)
       }
     }
   }
-  finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
+  finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok, blockIdx.x);
 }
 
 template <int MINB, bool SWIGLU>

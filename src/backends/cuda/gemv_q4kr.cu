@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(128, MINB)
     d1 += DEPTH * kQ4krBlkBytes;
     xs += DEPTH * 1024;
   }
-  finish_split_k_tile<SWIGLU>(acc, y, N, n_tok, int64_t(blockIdx.x) * 16, N);
+  finish_split_k_tile<SWIGLU>(acc, y, N, n_tok, int64_t(blockIdx.x) * 16, N, blockIdx.x);
 }
 
 // ---- Bulk-copy ring kernel (sm_90, CUDA 12+) ----

@@ -204,15 +204,23 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
 // launched just before, which may still run: no pdl_wait; each super-block's activations are
 // loaded until none is the poison mark. The producer's other reads and its writes need no wait
 // either (gemv_q4kt_add_deferred_norm says why).
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool POLL = false>
+// STREAM (not the producer): the grid is smaller than the work (n_work tiles, or SWIGLU work
+// items), block b taking items b, b + gridDim.x, ...; each next item's first loads go out before
+// the warps' sums of the current one meet, so a block pays its start (the first loads' round
+// trip, its launch) once instead of once per item. Each item's loads, products and epilogue are
+// the one-item kernel's: the same outputs bit for bit.
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool POLL = false,
+          bool STREAM = false>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
-                     int n_sb, int64_t K, uint32_t magic, NormArgs na) {
+                     int n_sb, int64_t K, uint32_t magic, NormArgs na, int64_t n_work) {
   static_assert(!(SWIGLU && NORM == kNormProduce), "the producer writes the residual, not h");
   static_assert(SWIGLU || !PAIRED, "Q4_KTS is read by the fused SwiGLU only");
   static_assert(!POLL || (NORM == kNormProduce && !PAIR), "a streamed input: the producer after the SwiGLU");
-  Q4ktTileWalk<SWIGLU && !PAIRED, PAIR, NORM == kNormConsumeSums, POLL> walk(w, x, n_tok, N, n_sb, K, blockIdx.x,
-                                                                             na.sums_in);
+  static_assert(!STREAM || NORM != kNormProduce, "the producer's epilogue is bound to blockIdx.x");
+  using Walk = Q4ktTileWalk<SWIGLU && !PAIRED, PAIR, NORM == kNormConsumeSums, POLL>;
+  int64_t blk = blockIdx.x;
+  Walk walk(w, x, n_tok, N, n_sb, K, blk, na.sums_in);
   walk.start();
   [[maybe_unused]] __shared__ ProduceStage produce;
   [[maybe_unused]] __shared__ ConsumeStage consume;
@@ -221,31 +229,72 @@ __global__ void __launch_bounds__(128, MINB)
   pdl_trigger();
   if constexpr (NORM == kNormProduce) stage_residual(na, N, n_tok, produce);
   if constexpr (consumes(NORM)) stage_totals(na, n_tok, consume);
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  walk.run(magic, acc);
-  if constexpr (NORM == kNormProduce) {
-    finish_deferred_tile(acc, na, produce, N, n_tok);
-  } else if constexpr (consumes(NORM)) {
-    __shared__ float s_warp[4][8];
-    warp_scales(na, n_tok, consume, s_warp[threadIdx.x >> 5]);
-    finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok, s_warp[threadIdx.x >> 5]);
-  } else {
-    finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok);
+  for (;;) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    walk.run(magic, acc);
+    [[maybe_unused]] const int64_t next = blk + gridDim.x;
+    // One item: blockIdx.x read again at the end rather than held through the walk (a register).
+    [[maybe_unused]] const int64_t at = STREAM ? blk : int64_t(blockIdx.x);
+    if constexpr (STREAM) {
+      if (next < n_work) {
+        walk = Walk(w, x, n_tok, N, n_sb, K, next, na.sums_in);
+        walk.start();
+      }
+    }
+    if constexpr (NORM == kNormProduce) {
+      finish_deferred_tile(acc, na, produce, N, n_tok);
+    } else if constexpr (consumes(NORM)) {
+      __shared__ float s_warp[4][8];
+      warp_scales(na, n_tok, consume, s_warp[threadIdx.x >> 5]);
+      finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok, at, s_warp[threadIdx.x >> 5]);
+    } else {
+      finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok, at);
+    }
+    if constexpr (!STREAM) {
+      break;
+    } else {
+      if (next >= n_work) break;
+      blk = next;
+      __syncthreads();  // every warp has read the shared sums of this item before the next are stashed
+    }
   }
 }
 
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool POLL = false>
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool POLL = false,
+          bool STREAM = false>
 void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
   const int64_t N = w.dim(0), K = w.dim(1);
-  const unsigned blocks = static_cast<unsigned>(N / 16);  // SWIGLU: F / 8 blocks of 8 gate + 8 up rows
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED, POLL>, dim3(blocks), dim3(128), 0,
-                           stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out, static_cast<int>(x.rows()), N,
-                           static_cast<int>(K / kQKK), K, kQ4krMagic, na));
+  const int64_t work = N / 16;  // tiles; SWIGLU: F / 8 items of 8 gate + 8 up rows
+  const int64_t slots = int64_t(current_device().sm_count) * MINB;
+  const unsigned blocks = static_cast<unsigned>(STREAM ? std::min(work, slots) : work);
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED, POLL, STREAM>, dim3(blocks),
+                           dim3(128), 0, stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out,
+                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic, na, work));
 }
+
+// The streaming shapes' switch (set_q4kt_stream_default) and their launches, for the tests.
+std::atomic<int> g_stream_override{-1};
+std::atomic<uint64_t> g_stream_launches{0};
 
 template <bool SWIGLU, int NORM = kNormNone, bool PAIRED = false>
 void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, Q4ktShape shape,
                 const NormArgs& na = {}) {
+  // Streaming pays only where the work is more than one wave (the one-wave launch is the same
+  // work in the same order), and the producer never streams.
+  const bool stream = NORM != kNormProduce && shape.stream &&
+                      w.dim(0) / 16 > int64_t(current_device().sm_count) * shape.blocks;
+  if constexpr (NORM != kNormProduce) {
+    if (stream) {
+      g_stream_launches.fetch_add(1, std::memory_order_relaxed);
+      switch (2 * shape.blocks + (shape.pair ? 1 : 0)) {
+        case 6: launch<3, SWIGLU, NORM, false, PAIRED, false, true>(ctx, x, w, out, na); return;
+        case 8: launch<4, SWIGLU, NORM, false, PAIRED, false, true>(ctx, x, w, out, na); return;
+        case 7: launch<3, SWIGLU, NORM, true, PAIRED, false, true>(ctx, x, w, out, na); return;
+        case 9: launch<4, SWIGLU, NORM, true, PAIRED, false, true>(ctx, x, w, out, na); return;
+        default: VI_FAIL("gemv_q4kt: no kernel for {}", gemv_q4kt_shape_name(shape));
+      }
+    }
+  }
   switch (2 * shape.blocks + (shape.pair ? 1 : 0)) {
     case 6: launch<3, SWIGLU, NORM, false, PAIRED>(ctx, x, w, out, na); break;
     case 8: launch<4, SWIGLU, NORM, false, PAIRED>(ctx, x, w, out, na); break;
@@ -323,22 +372,34 @@ Tensor q4kts_from_q4kr(ops::Context& ctx, const Tensor& w) {
 }
 
 std::string gemv_q4kt_shape_name(Q4ktShape s) {
-  return fmt::format("tiled, 2 ahead{}, {} blocks/SM", s.pair ? ", in pairs" : "", s.blocks);
+  return fmt::format("tiled, 2 ahead{}, {} blocks/SM{}", s.pair ? ", in pairs" : "", s.blocks,
+                     s.stream ? ", streaming" : "");
 }
+
+bool gemv_q4kt_stream_default() {
+  static const bool env = env_switch_forced("VI_Q4KT_STREAM") == 1;  // off until a device has timed it
+  const int o = g_stream_override.load(std::memory_order_relaxed);
+  return o < 0 ? env : o > 0;
+}
+void set_q4kt_stream_default(int on) { g_stream_override.store(on, std::memory_order_relaxed); }
+uint64_t gemv_q4kt_streaming_launches() { return g_stream_launches.load(std::memory_order_relaxed); }
 
 Q4ktShape gemv_q4kt_default_shape(int64_t N) {
   // Measured on the H200 at the 27B shapes (docs/notes/gemv.md run 18): up to 8192 rows (at most
   // 512 tiles) 3 blocks per SM, which spreads the tiles over more SMs (FFN down 17.0 us against
   // 21.1 at 4); from 14336 rows 4 (gate|up 33.2 us against 35.2, the head 204 against 226).
-  return Q4ktShape{N <= 8192 ? 3 : 4, false};
+  return Q4ktShape{N <= 8192 ? 3 : 4, false, gemv_q4kt_stream_default()};
 }
 
 Q4ktShape gemv_q4kt_swiglu_default_shape(int64_t N) {
   static const bool pair = env_switch_on("VI_Q4KT_PAIR");
-  return Q4ktShape{gemv_q4kt_default_shape(N).blocks, pair};
+  return Q4ktShape{gemv_q4kt_default_shape(N).blocks, pair, gemv_q4kt_stream_default()};
 }
 
-std::vector<Q4ktShape> gemv_q4kt_shapes() { return {{3, false}, {4, false}, {3, true}, {4, true}}; }
+std::vector<Q4ktShape> gemv_q4kt_shapes() {
+  return {{3, false}, {4, false}, {3, true}, {4, true}, {3, false, true}, {4, false, true}, {3, true, true},
+          {4, true, true}};
+}
 
 namespace {
 // Everything gemv_q4kt's kernels need of a call but the weight's dtype.

@@ -37,12 +37,25 @@ Tensor q4kts_from_q4kr(ops::Context& ctx, const Tensor& w);
 // registers, 165-168 in pairs; 4: 126-128), and whether each warp multiplies its super-blocks one
 // at a time or, `pair`, two at a time with their mma steps interleaved (four independent mma
 // chains a warp instead of two; the same sums bit for bit: docs/notes/gemv.md run 31).
+// `stream`: blocks stay for several tiles (a grid of SMs x blocks, block b taking tiles b, b + G,
+// ...), each next tile's first loads issued before the current tile's sums meet; taken only
+// where the tiles are more than one wave, never by the deferred norm's producer; the same outputs
+// bit for bit (docs/notes/gemv.md run 40).
 struct Q4ktShape {
   int blocks = 0;  // 0: the default shape for the call
   bool pair = false;
+  bool stream = false;
 };
-inline bool operator==(Q4ktShape a, Q4ktShape b) { return a.blocks == b.blocks && a.pair == b.pair; }
+inline bool operator==(Q4ktShape a, Q4ktShape b) {
+  return a.blocks == b.blocks && a.pair == b.pair && a.stream == b.stream;
+}
 std::string gemv_q4kt_shape_name(Q4ktShape s);
+// Whether the default shapes stream: off unless the environment sets VI_Q4KT_STREAM=1 (read once
+// per process) until a device run has timed it. set_q4kt_stream_default (tests): 1 on, 0 off, -1
+// back to the environment; gemv_q4kt_streaming_launches counts the launches that streamed.
+bool gemv_q4kt_stream_default();
+void set_q4kt_stream_default(int on);
+uint64_t gemv_q4kt_streaming_launches();
 // The plain GEMV's (and its split form's, the deferred norm's producer's and matmul consumers')
 // shape for an N-row matrix: 3 blocks per SM up to 8192 rows, where 4 leaves SMs idle, 4 above;
 // one super-block at a time (pairs measured slower on the 5120-row matrices).

@@ -199,15 +199,16 @@ __device__ __forceinline__ void apply_scales(const uint32_t dd[2], const float t
 // and gemv_q4kt.cu): y[tok * ld + row] gets the tile's sums for its rows from row0 (those < N),
 // or with SWIGLU (rows g: gate rows 8 blockIdx.x + g, rows g + 8: the matching up rows of a
 // stacked gate|up [N, K]) the SwiGLU output h [T, N / 2] its rows 8 blockIdx.x ..
-// (write_swiglu_sums; row0 and ld unused). Every thread calls it. tok_scale: store_tile_sums'.
+// (write_swiglu_sums; row0 and ld unused). Every thread calls it. blk: the block's work index
+// (blockIdx.x, or the tile a block that takes several is at). tok_scale: store_tile_sums'.
 template <bool SWIGLU>
 __device__ __forceinline__ void finish_split_k_tile(const float acc[4], __half* y, int64_t N, int n_tok,
-                                                    int64_t row0, int64_t ld, const float* tok_scale = nullptr) {
+                                                    int64_t row0, int64_t ld, int64_t blk,
+                                                    const float* tok_scale = nullptr) {
   __shared__ float red[4][4][32];
   if constexpr (SWIGLU) {  // one tile: red is write_swiglu_sums' [4][1][4][32]
     stash_tile_sums(acc, red);
-    write_swiglu_sums<4, 1>(reinterpret_cast<const float (*)[1][4][32]>(red), y, int64_t(blockIdx.x) * 8, N / 2,
-                            n_tok, tok_scale);
+    write_swiglu_sums<4, 1>(reinterpret_cast<const float (*)[1][4][32]>(red), y, blk * 8, N / 2, n_tok, tok_scale);
   } else {
     store_tile_sums<4>(acc, red, y, row0, N, n_tok, ld, tok_scale);
   }

@@ -1,0 +1,174 @@
+// The streaming shapes of the Q4_KT decode GEMV (Q4ktShape::stream, gemv_q4kt.cu): a grid of SMs x
+// blocks whose blocks take several tiles, each next tile's first loads issued before the current
+// tile's sums meet. On matrices of more tiles than one wave (19200 rows: 1200 tiles, more than
+// 4 blocks on each of up to 299 SMs) every kernel the model reaches must stream (the launch
+// counter says so) and give the one-tile kernel's outputs bit for bit: the plain GEMV, its split
+// form, the fused gate|up + SwiGLU on Q4_KT and Q4_KTS, and the deferred norm's three consumers
+// (the mins' term from the producer's sums, and without them). The plain GEMV and the SwiGLU are
+// also checked against the CPU on the Q4_K original, so two kernels wrong the same way fail too.
+// Off the native f16 path the test says why it skips.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/gemv_q4kt.cuh"
+#include "cuda_test_util.h"
+#include "ops/deferred_norm.h"
+#include "ops/elementwise.h"
+#include "ops/matmul.h"
+#include "ops/memory.h"
+#include "ops/prepare_matmul_weight.h"
+
+namespace vi::cudatest {
+namespace {
+
+// How many 4-byte words of a and b differ ("" where none).
+std::string differs(const Tensor& a, const Tensor& b) {
+  if (a.nbytes() != b.nbytes()) return fmt::format("{} against {} bytes", a.nbytes(), b.nbytes());
+  const auto* x = static_cast<const uint32_t*>(a.data());
+  const auto* y = static_cast<const uint32_t*>(b.data());
+  size_t bad = 0;
+  for (size_t i = 0; i < a.nbytes() / 4; ++i) bad += x[i] != y[i];
+  return bad == 0 ? "" : fmt::format("{} of {} words differ", bad, a.nbytes() / 4);
+}
+
+class GemvStreamingGpu : public CudaOpTest {
+ protected:
+  static constexpr int64_t kN = 19200, kF = kN / 2, kK = 1024, kD = 1024;  // kD: the producer's width
+  static constexpr float kEps = 1e-6f, kOff = 1.0f;
+
+  void SetUp() override {
+    CudaOpTest::SetUp();
+    if (IsSkipped()) return;
+    if (act() != DType::F16 || g.profile != ops::KernelProfile::kNative)
+      GTEST_SKIP() << "Q4_KT is made for the native profile with f16 activations";
+    w = rand_weight(DType::Q4_K, kN, kK, 0.5f);
+    dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
+    if (dw.dtype() != DType::Q4_KT) GTEST_SKIP() << "no Q4_KT on this device (sm_80+ code needed)";
+    dws = ops::prepare_matmul_weight(g, ops::upload(g, w), {kF, kF}, ops::MatmulInput::kNorm,
+                                     ops::MatmulUse::kSwiglu);
+    ASSERT_EQ(dws.dtype(), DType::Q4_KTS);
+  }
+  void TearDown() override {
+    cuda::set_q4kt_stream_default(-1);
+    ops::set_deferred_norm_allowed(-1);
+  }
+
+  // f(shape) with the output poisoned first, for the one-tile and the streaming form of `base`;
+  // both results must be the same bits, and the streaming launch counted.
+  template <class F>
+  Tensor both_same(cuda::Q4ktShape base, const std::vector<int64_t>& out_shape, F f, const std::string& what) {
+    Tensor a = up(nan_f32(out_shape)), b = up(nan_f32(out_shape));
+    base.stream = false;
+    f(base, a);
+    base.stream = true;
+    const uint64_t before = cuda::gemv_q4kt_streaming_launches();
+    f(base, b);
+    EXPECT_EQ(cuda::gemv_q4kt_streaming_launches(), before + 1) << what << ": the streaming kernel was not launched";
+    const Tensor ha = down(a), hb = down(b);
+    EXPECT_EQ(differs(hb, ha), "") << what << " " << cuda::gemv_q4kt_shape_name(base);
+    return ha;
+  }
+
+  Tensor w, dw, dws;
+};
+
+TEST_P(GemvStreamingGpu, PlainSplitAndSwigluEqualTheOneTileKernels) {
+  for (int64_t T : {1, 4, 8}) {
+    const Tensor x = rand_f32({T, kK}, act(), -2.0f, 2.0f);
+    const Tensor dx = up(x);
+    Tensor ref = Tensor::empty(DType::F32, {T, kN}), gu_ref = Tensor::empty(DType::F32, {T, kN});
+    ops::matmul(cpu, x, w, ref);
+    Tensor h_ref = Tensor::empty(DType::F32, {T, kF});
+    ops::swiglu_halves(cpu, ref, h_ref);
+    for (const cuda::Q4ktShape shape : cuda::gemv_q4kt_shapes()) {
+      if (shape.stream) continue;  // each base shape once; both_same runs both forms
+      const std::string at = fmt::format("T={}", T);
+      const Tensor y = both_same(shape, {T, kN}, [&](cuda::Q4ktShape s, Tensor& out) {
+        cuda::gemv_q4kt(g, dx, dw, out, s);
+      }, "gemv " + at);
+      EXPECT_CLOSE(y, ref, 4e-3, "gemv " + at);
+      const Tensor h = both_same(shape, {T, kF}, [&](cuda::Q4ktShape s, Tensor& out) {
+        cuda::gemv_q4kt_swiglu(g, dx, dw, out, s);
+      }, "swiglu on Q4_KT " + at);
+      EXPECT_CLOSE(h, h_ref, 4e-3, "swiglu " + at);
+      const Tensor hs = both_same(shape, {T, kF}, [&](cuda::Q4ktShape s, Tensor& out) {
+        cuda::gemv_q4kt_swiglu(g, dx, dws, out, s);
+      }, "swiglu on Q4_KTS " + at);
+      EXPECT_EQ(differs(hs, h), "") << "Q4_KTS against Q4_KT, " << at;
+    }
+    // The split form (default shape): the streaming switch on against off.
+    const std::vector<int64_t> widths = {kN - 3200, 3200};
+    std::vector<Tensor> got[2];
+    for (int on = 0; on < 2; ++on) {
+      cuda::set_q4kt_stream_default(on);
+      std::vector<Tensor> parts;
+      for (int64_t wd : widths) parts.push_back(up(nan_f32({T, wd})));
+      std::vector<Tensor*> ptrs = {&parts[0], &parts[1]};
+      const uint64_t before = cuda::gemv_q4kt_streaming_launches();
+      ASSERT_TRUE(cuda::gemv_q4kt_split_supports(g, dx, dw, ptrs));
+      cuda::gemv_q4kt_split(g, dx, dw, ptrs);
+      EXPECT_EQ(cuda::gemv_q4kt_streaming_launches(), before + on) << "split T=" << T;
+      for (Tensor& p : parts) got[on].push_back(down(p));
+    }
+    for (size_t p = 0; p < widths.size(); ++p) EXPECT_EQ(differs(got[1][p], got[0][p]), "") << "split part " << p;
+  }
+}
+
+// The deferred norm's consumers through the ops, as the model calls them: a producer of width kD,
+// then matmul, matmul_split and the fused SwiGLU on its u, with the streaming switch off and on.
+TEST_P(GemvStreamingGpu, DeferredConsumersEqualTheOneTileKernels) {
+  ops::set_deferred_norm_allowed(1);
+  const Tensor wp = rand_weight(DType::Q4_K, kD, kK, 0.5f);
+  const Tensor dwp = ops::prepare_matmul_weight(g, ops::upload(g, wp));
+  const Tensor dnw = ops::upload(g, rand_f32({kD}, DType::F32, -0.5f, 0.5f));
+  // The consumers read width kD: weights [kN, kD] (kK == kD keeps the ones above).
+  static_assert(kK == kD, "the consumers' weights are the ones made in SetUp");
+  if (!ops::deferred_norm_fused(g, dwp, dws, ops::DeferredConsumer::kSwiglu, 1) ||
+      !ops::deferred_norm_fused(g, dwp, dw, ops::DeferredConsumer::kMatmul, 1))
+    GTEST_SKIP() << "this device does not fuse the deferred norm on Q4_KT";
+  for (const char* sums : {"1", "0"}) {
+    for (int64_t T : {1, 4, 8}) {
+      const Tensor a = rand_f32({T, kK}, act(), -1.0f, 1.0f), x0 = rand_f32({T, kD}, act(), -4.0f, 4.0f);
+      Tensor y[2], h[2], split[2][2];
+      bool sums_written[2] = {false, false};
+      for (int on = 0; on < 2; ++on) {
+        cuda::set_q4kt_stream_default(on);
+        ops::DeferredNorm in = ops::deferred_norm_scratch(g, T, kD, kEps);
+        if (std::strcmp(sums, "0") == 0) in.sums16 = Tensor();  // no sums: the consumers run the mins' mmas
+        Tensor dx = up(x0);
+        ops::matmul_add_deferred_norm(g, up(a), dwp, dx, dnw, kOff, in);
+        sums_written[on] = in.sums_written;
+        Tensor dy = up(nan_f32({T, kN})), dall = up(nan_f32({T, kN})), dh = up(nan_f32({T, kF}));
+        Tensor gu = up(nan_f32({T, kN}));
+        Tensor p0 = up(nan_f32({T, kN - 3200})), p1 = up(nan_f32({T, 3200}));
+        const uint64_t before = cuda::gemv_q4kt_streaming_launches();
+        ops::matmul_deferred(g, in, dw, dy);
+        ops::matmul_split_deferred(g, in, dw, dall, {&p0, &p1});
+        ops::matmul_swiglu_deferred(g, in, dws, gu, dh);
+        EXPECT_EQ(cuda::gemv_q4kt_streaming_launches(), before + 3 * on) << "T=" << T << " sums " << sums;
+        y[on] = down(dy);
+        h[on] = down(dh);
+        split[on][0] = down(p0);
+        split[on][1] = down(p1);
+      }
+      const std::string at = fmt::format("T={} sums {} (written: {})", T, sums, sums_written[0]);
+      EXPECT_EQ(sums_written[0], sums_written[1]) << at;
+      if (std::strcmp(sums, "0") == 0) {
+        EXPECT_FALSE(sums_written[0]) << at;
+      }
+      EXPECT_EQ(differs(y[1], y[0]), "") << "matmul_deferred, " << at;
+      for (int p = 0; p < 2; ++p)
+        EXPECT_EQ(differs(split[1][p], split[0][p]), "") << "matmul_split_deferred part " << p << ", " << at;
+      EXPECT_EQ(differs(h[1], h[0]), "") << "matmul_swiglu_deferred, " << at;
+    }
+  }
+}
+
+VI_CUDA_INSTANTIATE(GemvStreamingGpu);
+
+}  // namespace
+}  // namespace vi::cudatest
