@@ -2,9 +2,9 @@
 # One switch of the CUDA backend checked on a GPU machine (repository root), from a bundle that
 # holds bin/voltinfer and the CUDA op tests named (scripts/gpu_test.sh bundle with TESTS, + pack):
 #
-#   SUITES="streamed_input deferred_norm" scripts/gpu_switch.sh BUNDLE.tar.xz SETTING [SETTING ...]
+#   SUITES="gemv_streaming deferred_norm" scripts/gpu_switch.sh BUNDLE.tar.xz SETTING [SETTING ...]
 #
-# A SETTING is a list of environment assignments ("VI_STREAMED_INPUT=0", "" for the defaults).
+# A SETTING is a list of environment assignments ("VI_Q4KT_STREAM=0", "" for the defaults).
 # 1. Each suite of SUITES (cuda_test_NAME) under every setting.
 # 2. The 27B-shaped make-model (q4_k, seed 1): `voltinfer generate` sampled (temperature 0.8, seed
 #    7, 48 tokens) plain and with --spec mtp (4-token verify rounds) under every setting: the texts

@@ -630,18 +630,6 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   if (std::find(defer_post.begin(), defer_post.end(), 1) != defer_post.end() ||
       std::find(defer_next.begin(), defer_next.end(), 1) != defer_next.end())
     dn_all = ops::deferred_norm_scratch(ctx, N, d, eps, 2 * hp_.n_layer);
-  // Streamed down projections (ops/deferred_norm.h, streamed_input): where a layer defers both
-  // norms and the device starts the down projection while the fused SwiGLU still writes h, each
-  // such layer's SwiGLU writes its own rows of ff_hs, all poisoned once here (one fill a step,
-  // which a recorded step replays), so a value is the mark until its SwiGLU has stored it.
-  std::vector<char> streamed(hp_.n_layer, 0);
-  Tensor ff_hs;  // [n_layer * N, d_ff], or empty
-  for (int64_t l = 0; l < hp_.n_layer; ++l)
-    streamed[l] = defer_post[l] && defer_next[l] && ops::deferred_norm_streams(ctx, layers_[l].mlp.down);
-  if (std::find(streamed.begin(), streamed.end(), 1) != streamed.end()) {
-    ff_hs = ops::empty(ctx, ctx.act, {hp_.n_layer * N, hp_.d_ff});
-    ops::poison(ctx, ff_hs);
-  }
 
   ops::embedding(ctx, tok_embd_, plan.dev.ids, x);
   ops::rms_norm(ctx, x, norm_after(-1), eps, off, n);
@@ -749,8 +737,8 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     if (defer_post[l]) {
       dn = ops::deferred_norm_site(dn_all, 2 * l);
       ops::matmul_add_deferred_norm(ctx, o_in, wo, x, L.post_norm, off, dn);  // x += o; dn = post_norm(x), deferred
-      hidden = streamed[l] ? ff_hs.slice_rows(l * N, (l + 1) * N) : ff_h;
-      ops::matmul_swiglu_deferred(ctx, dn, L.mlp.gate_up, ff_gu, hidden);
+      ops::matmul_swiglu_deferred(ctx, dn, L.mlp.gate_up, ff_gu, ff_h);
+      hidden = ff_h;
     } else {
       ops::matmul(ctx, o_in, wo, o);
       const bool mlp_stacked = L.mlp.gate_up.data() != nullptr && N <= kStackedMlpMaxRows;
@@ -760,7 +748,6 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     }
     if (defer_next[l]) {
       dn = ops::deferred_norm_site(dn_all, 2 * l + 1);
-      dn.streamed_input = streamed[l];  // hidden: its SwiGLU just ran on poisoned rows
       ops::matmul_add_deferred_norm(ctx, hidden, L.mlp.down, x, norm_after(l), off, dn);  // x += mlp; dn = next norm
       in_deferred = true;
     } else {

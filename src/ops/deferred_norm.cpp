@@ -87,7 +87,6 @@ DeferredNorm deferred_norm_site(const DeferredNorm& scratch, int64_t i) {
   DeferredNorm n = scratch;
   n.ss = scratch.ss.slice_rows(i * T, (i + 1) * T);
   n.sums_written = false;
-  n.streamed_input = false;
   return n;
 }
 
@@ -212,16 +211,6 @@ bool deferred_norm_fused(Context& ctx, const Tensor& producer_w, const Tensor& c
          matmul_add_deferred_norm_table().get(ctx.device, producer_w.dtype())(ctx, a, producer_w, x, nw, 0.0f,
                                                                                nullptr) &&
          matmul_deferred_table().get(ctx.device, consumer_w.dtype())(ctx, probe, consumer_w, kind, {}, false);
-}
-
-OpTable<DeferredNormStreamsFn>& deferred_norm_streams_table() {
-  static OpTable<DeferredNormStreamsFn> table("deferred_norm_streams");
-  return table;
-}
-
-bool deferred_norm_streams(Context& ctx, const Tensor& producer_w) {
-  return deferred_norm_streams_table().supports(ctx.device, producer_w.dtype()) &&
-         deferred_norm_streams_table().get(ctx.device, producer_w.dtype())(ctx);
 }
 
 void set_deferred_norm_allowed(int allowed) { allowed_override().store(allowed < 0 ? -1 : allowed != 0); }

@@ -51,18 +51,12 @@ constexpr float kDeferredNormClamp = 4294967296.0f;          // 2^32: v = min(xÂ
 // per 32-value sub-block for the mins' term; a producer kernel that can write these in its
 // epilogue sets sums_written, and a consumer may then read them instead of summing u itself.
 // Nothing else writes them; a consumer must not read them unless sums_written.
-// streamed_input: set by the caller of matmul_add_deferred_norm (this site's producer) where its
-// input a was filled by ops::poison before the op that writes it, and that op is
-// matmul_swiglu_deferred, run just before: a device may then start the producer while the SwiGLU
-// still runs, reading each value of a once it is no longer the mark (backends/cuda/gemv_q4kt.cu).
-// A hint: the results are the same bits with or without it.
 struct DeferredNorm {
   Tensor u;   // [T, d] activation dtype
   Tensor ss;  // [T, 2 * kDeferredNormSlots] i64 (unsigned): (fine, coarse) per slot; zero before the producer
   float eps = 0.0f;
   Tensor sums16;              // [T, d / 8] f16, or empty
   bool sums_written = false;  // set by the producer op that wrote sums16 for this u
-  bool streamed_input = false;
 };
 
 // Where group i (u's values 16 i .. 16 i + 15) keeps its hi in a row of sums16 (lo follows): per
@@ -114,12 +108,6 @@ OpTable<MatmulDeferredFn>& matmul_deferred_table();  // keyed by w dtype; option
 bool deferred_norm_fused(Context& ctx, const Tensor& producer_w, const Tensor& consumer_w, DeferredConsumer kind,
                          int64_t T);
 void set_deferred_norm_allowed(int allowed);
-// Whether ctx's device starts a producer on producer_w while the SwiGLU before it still writes its
-// input, given DeferredNorm::streamed_input: where it does, a model that poisons that input pays
-// for the fill; elsewhere it need not fill anything.
-bool deferred_norm_streams(Context& ctx, const Tensor& producer_w);
-using DeferredNormStreamsFn = bool (*)(Context&);
-OpTable<DeferredNormStreamsFn>& deferred_norm_streams_table();  // keyed by the producer's weight dtype; optional
 
 // The pieces the unfused ops run as. add_deferred_norm: x += o (rounded to x's dtype), out = the
 // deferred norm of the new x (its sums added to out.ss, which must be zero before). finish_deferred_norm: y = u Â· s (y [T, d] of u's dtype).

@@ -44,22 +44,17 @@ void upload_into(Context& ctx, const void* host, size_t bytes, Tensor& dst) {
   f.upload_into(ctx, host, bytes, dst);
 }
 
-namespace {
-void fill_bytes(Context& ctx, Tensor& t, unsigned char byte, const char* what) {
-  VI_CHECK(t.device() == ctx.device, "{}: a {} tensor on {} with a {} context", what, t.shape_str(),
-           device_name(t.device()), device_name(ctx.device));
+void zero(Context& ctx, Tensor& t) {
+  VI_CHECK(t.device() == ctx.device, "zero: a {} tensor on {} with a {} context", t.shape_str(), device_name(t.device()),
+           device_name(ctx.device));
   if (t.nbytes() == 0) return;
   if (ctx.device == Device::CPU) {
-    std::memset(t.data(), byte, t.nbytes());
+    std::memset(t.data(), 0, t.nbytes());
     return;
   }
-  const MemoryFns& f = need(ctx.device, memory_fns(ctx.device).fill != nullptr, what);
-  f.fill(ctx, t, byte);
+  const MemoryFns& f = need(ctx.device, memory_fns(ctx.device).zero != nullptr, "zero");
+  f.zero(ctx, t);
 }
-}  // namespace
-
-void zero(Context& ctx, Tensor& t) { fill_bytes(ctx, t, 0, "zero"); }
-void poison(Context& ctx, Tensor& t) { fill_bytes(ctx, t, 0xFF, "poison"); }
 
 Tensor download(Context& ctx, const Tensor& t) {
   if (t.device() == Device::CPU) return t;

@@ -17,11 +17,6 @@ Tensor upload(Context& ctx, const Tensor& host);
 void upload_into(Context& ctx, const void* host, size_t bytes, Tensor& dst);
 // Sets every byte of t to zero (stream-ordered; inside a recording, a memset node).
 void zero(Context& ctx, Tensor& t);
-// Sets every byte of t to 0xFF: in f16, bf16 and f32 a NaN that arithmetic on numbers does not
-// produce (GPUs write the canonical NaN 0x7FFF..., x86 0xFFC0...), the mark of a value not yet
-// written, for an op that reads a buffer while the op before it still writes it
-// (ops/deferred_norm.h, streamed_input). Stream-ordered, as zero.
-void poison(Context& ctx, Tensor& t);
 // A host copy of a tensor on any device (the tensor itself when already on the host).
 Tensor download(Context& ctx, const Tensor& t);
 // Waits for all work queued on ctx (no-op on the CPU).
@@ -31,7 +26,7 @@ struct MemoryFns {
   Tensor (*empty)(Context&, DType, const std::vector<int64_t>&) = nullptr;
   Tensor (*upload)(Context&, const Tensor&) = nullptr;
   void (*upload_into)(Context&, const void*, size_t, Tensor&) = nullptr;
-  void (*fill)(Context&, Tensor&, unsigned char byte) = nullptr;  // every byte of the tensor
+  void (*zero)(Context&, Tensor&) = nullptr;
   Tensor (*download)(Context&, const Tensor&) = nullptr;
   void (*synchronize)(Context&) = nullptr;
 };

@@ -25,11 +25,8 @@ bool deferred_q4kt(ops::Context& ctx, const ops::DeferredNorm& in, const Tensor&
   return true;
 }
 
-bool streams_q4kt(ops::Context&) { return gemv_q4kt_streams(); }
-
 const bool registered = [] {
   ops::matmul_add_deferred_norm_table().add(Device::CUDA, DType::Q4_KT, add_deferred_norm_q4kt);
-  ops::deferred_norm_streams_table().add(Device::CUDA, DType::Q4_KT, streams_q4kt);
   ops::matmul_deferred_table().add(Device::CUDA, DType::Q4_KT, deferred_q4kt);
   ops::matmul_deferred_table().add(Device::CUDA, DType::Q4_KTS, deferred_q4kt);  // the fused SwiGLU only
   return true;

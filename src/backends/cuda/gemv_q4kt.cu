@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
-#include <utility>
 
 #include "backends/cuda/cp_async.cuh"
 #include "backends/cuda/device.cuh"
@@ -200,32 +199,26 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
 // PAIRED: with SWIGLU, w is Q4_KTS, whose tile b holds the block's gate rows (its rows g) and up
 // rows (g + 8): the block walks one whole tile as the plain GEMV does, and the same sums meet the
 // same SwiGLU epilogue (h equals the Q4_KT kernel's bit for bit).
-// POLL (the producer only): x is a streamed input (streamed_input.cuh), the h of the fused SwiGLU
-// launched just before, which may still run: no pdl_wait; each super-block's activations are
-// loaded until none is the poison mark. The producer's other reads and its writes need no wait
-// either (gemv_q4kt_add_deferred_norm says why).
 // STREAM (not the producer): the grid is smaller than the work (n_work tiles, or SWIGLU work
 // items), block b taking items b, b + gridDim.x, ...; each next item's first loads go out before
 // the warps' sums of the current one meet, so a block pays its start (the first loads' round
 // trip, its launch) once instead of once per item. Each item's loads, products and epilogue are
 // the one-item kernel's: the same outputs bit for bit.
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool POLL = false,
-          bool STREAM = false>
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool STREAM = false>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
                      int n_sb, int64_t K, uint32_t magic, NormArgs na, int64_t n_work) {
   static_assert(!(SWIGLU && NORM == kNormProduce), "the producer writes the residual, not h");
   static_assert(SWIGLU || !PAIRED, "Q4_KTS is read by the fused SwiGLU only");
-  static_assert(!POLL || (NORM == kNormProduce && !PAIR), "a streamed input: the producer after the SwiGLU");
   static_assert(!STREAM || NORM != kNormProduce, "the producer's epilogue is bound to blockIdx.x");
-  using Walk = Q4ktTileWalk<SWIGLU && !PAIRED, PAIR, NORM == kNormConsumeSums, POLL>;
+  using Walk = Q4ktTileWalk<SWIGLU && !PAIRED, PAIR, NORM == kNormConsumeSums>;
   int64_t blk = blockIdx.x;
   Walk walk(w, x, n_tok, N, n_sb, K, blk, na.sums_in);
   walk.start();
   [[maybe_unused]] __shared__ ProduceStage produce;
   [[maybe_unused]] __shared__ ConsumeStage consume;
   if constexpr (NORM == kNormProduce) stage_norm_weight(na, produce);
-  if constexpr (!POLL) pdl_wait();
+  pdl_wait();
   pdl_trigger();
   if constexpr (NORM == kNormProduce) stage_residual(na, N, n_tok, produce);
   if constexpr (consumes(NORM)) stage_totals(na, n_tok, consume);
@@ -260,14 +253,13 @@ __global__ void __launch_bounds__(128, MINB)
   }
 }
 
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool POLL = false,
-          bool STREAM = false>
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool STREAM = false>
 void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
   const int64_t N = w.dim(0), K = w.dim(1);
   const int64_t work = N / 16;  // tiles; SWIGLU: F / 8 items of 8 gate + 8 up rows
   const int64_t slots = int64_t(current_device().sm_count) * MINB;
   const unsigned blocks = static_cast<unsigned>(STREAM ? std::min(work, slots) : work);
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED, POLL, STREAM>, dim3(blocks),
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED, STREAM>, dim3(blocks),
                            dim3(128), 0, stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out,
                            static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic, na, work));
 }
@@ -287,10 +279,10 @@ void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const
     if (stream) {
       g_stream_launches.fetch_add(1, std::memory_order_relaxed);
       switch (2 * shape.blocks + (shape.pair ? 1 : 0)) {
-        case 6: launch<3, SWIGLU, NORM, false, PAIRED, false, true>(ctx, x, w, out, na); return;
-        case 8: launch<4, SWIGLU, NORM, false, PAIRED, false, true>(ctx, x, w, out, na); return;
-        case 7: launch<3, SWIGLU, NORM, true, PAIRED, false, true>(ctx, x, w, out, na); return;
-        case 9: launch<4, SWIGLU, NORM, true, PAIRED, false, true>(ctx, x, w, out, na); return;
+        case 6: launch<3, SWIGLU, NORM, false, PAIRED, true>(ctx, x, w, out, na); return;
+        case 8: launch<4, SWIGLU, NORM, false, PAIRED, true>(ctx, x, w, out, na); return;
+        case 7: launch<3, SWIGLU, NORM, true, PAIRED, true>(ctx, x, w, out, na); return;
+        case 9: launch<4, SWIGLU, NORM, true, PAIRED, true>(ctx, x, w, out, na); return;
         default: VI_FAIL("gemv_q4kt: no kernel for {}", gemv_q4kt_shape_name(shape));
       }
     }
@@ -333,33 +325,7 @@ bool sums_on() {
   return on;
 }
 
-// The streamed down projection (gemv_q4kt_add_deferred_norm): off by default until a device run
-// has timed it (docs/notes/gemv.md, run 39); VI_STREAMED_INPUT=1 turns it on, =0 off;
-// set_streamed_input_allowed overrides (tests).
-constexpr bool kStreamedByDefault = false;
-std::atomic<int> g_streamed_override{-1};
-std::atomic<uint64_t> g_streamed{0};  // kernels launched streamed, for the tests
-bool streamed_input_on() {
-  static const int forced = env_switch_forced("VI_STREAMED_INPUT");
-  static const bool env = forced < 0 ? kStreamedByDefault : forced == 1;
-  const int o = g_streamed_override.load(std::memory_order_relaxed);
-  return o < 0 ? env : o > 0;
-}
-
-// The last fused SwiGLU this host thread launched: its h, stream and pdl_launches() right after;
-// cleared by the next deferred-norm kernel launch of either kind.
-struct SwigluRecord {
-  const void* h = nullptr;
-  cudaStream_t stream = nullptr;
-  uint64_t launch = 0;
-};
-thread_local SwigluRecord t_swiglu;
-
 }  // namespace
-
-void set_streamed_input_allowed(int allowed) { g_streamed_override.store(allowed, std::memory_order_relaxed); }
-uint64_t gemv_streamed_inputs_taken() { return g_streamed.load(std::memory_order_relaxed); }
-bool gemv_q4kt_streams() { return streamed_input_on() && pdl_enabled(); }
 
 Tensor q4kt_from_q4kr(ops::Context& ctx, const Tensor& w) {
   return repack_q4kr_tiles(ctx, w, DType::Q4_KT, q4kt_from_q4kr_kernel<false>);
@@ -376,24 +342,28 @@ std::string gemv_q4kt_shape_name(Q4ktShape s) {
                      s.stream ? ", streaming" : "");
 }
 
-bool gemv_q4kt_stream_default() {
-  static const bool env = env_switch_forced("VI_Q4KT_STREAM") == 1;  // off until a device has timed it
+bool gemv_q4kt_stream_default(int64_t T) {
+  // Measured on the H200 (docs/notes/gemv.md run 40): at T = 1 every streamed GEMV of the 27B
+  // round is shorter (0.15 ms a round at 8K); at T = 4 the fused gate|up is 63 us a round slower
+  // and the rest gain about as much as the kernels after them lose.
+  static const int env = env_switch_forced("VI_Q4KT_STREAM");
   const int o = g_stream_override.load(std::memory_order_relaxed);
-  return o < 0 ? env : o > 0;
+  const int mode = o >= 0 ? o : env;
+  return mode < 0 ? T == 1 : mode == 1;
 }
 void set_q4kt_stream_default(int on) { g_stream_override.store(on, std::memory_order_relaxed); }
 uint64_t gemv_q4kt_streaming_launches() { return g_stream_launches.load(std::memory_order_relaxed); }
 
-Q4ktShape gemv_q4kt_default_shape(int64_t N) {
+Q4ktShape gemv_q4kt_default_shape(int64_t N, int64_t T) {
   // Measured on the H200 at the 27B shapes (docs/notes/gemv.md run 18): up to 8192 rows (at most
   // 512 tiles) 3 blocks per SM, which spreads the tiles over more SMs (FFN down 17.0 us against
   // 21.1 at 4); from 14336 rows 4 (gate|up 33.2 us against 35.2, the head 204 against 226).
-  return Q4ktShape{N <= 8192 ? 3 : 4, false, gemv_q4kt_stream_default()};
+  return Q4ktShape{N <= 8192 ? 3 : 4, false, gemv_q4kt_stream_default(T)};
 }
 
-Q4ktShape gemv_q4kt_swiglu_default_shape(int64_t N) {
+Q4ktShape gemv_q4kt_swiglu_default_shape(int64_t N, int64_t T) {
   static const bool pair = env_switch_on("VI_Q4KT_PAIR");
-  return Q4ktShape{gemv_q4kt_default_shape(N).blocks, pair, gemv_q4kt_stream_default()};
+  return Q4ktShape{gemv_q4kt_default_shape(N).blocks, pair, gemv_q4kt_stream_default(T)};
 }
 
 std::vector<Q4ktShape> gemv_q4kt_shapes() {
@@ -417,7 +387,7 @@ bool gemv_q4kt_supports(const ops::Context& ctx, const Tensor& x, const Tensor& 
 
 void gemv_q4kt(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, Q4ktShape shape) {
   launch_for<false>(ctx, x, w, gemv_out_whole(y, w.dim(0)),
-                    shape.blocks == 0 ? gemv_q4kt_default_shape(w.dim(0)) : shape);
+                    shape.blocks == 0 ? gemv_q4kt_default_shape(w.dim(0), x.rows()) : shape);
 }
 
 bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w,
@@ -429,7 +399,7 @@ bool gemv_q4kt_split_supports(const ops::Context& ctx, const Tensor& x, const Te
 
 void gemv_q4kt_split(const ops::Context& ctx, const Tensor& x, const Tensor& w, const std::vector<Tensor*>& parts) {
   launch_for<false>(ctx, x, w, gemv_out_parts(parts, w.dim(0), x.rows(), "gemv_q4kt_split"),
-                    gemv_q4kt_default_shape(w.dim(0)));
+                    gemv_q4kt_default_shape(w.dim(0), x.rows()));
 }
 
 bool gemv_q4kt_swiglu_supports(const ops::Context& ctx, const Tensor& x, const Tensor& w) {
@@ -445,7 +415,7 @@ void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w,
            "(a multiple of {})",
            h.rows(), h.cols(), x.rows(), dtype_name(w.dtype()), w.dim(0), rows_mult);
   launch_swiglu(ctx, x, w, gemv_out_whole(h, w.dim(0) / 2),
-                shape.blocks == 0 ? gemv_q4kt_swiglu_default_shape(w.dim(0)) : shape);
+                shape.blocks == 0 ? gemv_q4kt_swiglu_default_shape(w.dim(0), x.rows()) : shape);
 }
 
 bool gemv_q4kt_add_deferred_norm_supports(const ops::Context& ctx, const Tensor& a, const Tensor& w, const Tensor& x) {
@@ -466,26 +436,7 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
                     s16.rows() == a.rows() && w.dim(0) % 256 == 0 && s16.cols() == w.dim(0) / 8 &&
                     is_aligned(s16.data(), 4);
   na.sums = sums ? s16.ptr<__half>() : nullptr;
-  const Q4ktShape shape = gemv_q4kt_default_shape(w.dim(0));
-  // A streamed a: the caller poisoned it before the fused SwiGLU that writes it, and that SwiGLU
-  // is the kernel launched just before this one on the stream (checked here: otherwise a kernel
-  // between them would not be waited for). Without PDL this kernel starts after the SwiGLU anyway.
-  // What makes skipping pdl_wait safe: the residual x was written by the producer before the
-  // SwiGLU (complete before the SwiGLU passed its own wait, and so before this grid was launched);
-  // the norm weight is a weight; u, sums16 and ss are written in the epilogue, after this block saw
-  // every value of h, i.e. after every SwiGLU block finished reading the u and sums16 they
-  // overwrite (a SwiGLU block writes its h after its last read); this site's ss is not the one the
-  // SwiGLU reads. The kernel after this one waits for this grid, which ends after every SwiGLU
-  // block's last store.
-  const SwigluRecord rec = std::exchange(t_swiglu, SwigluRecord{});
-  const bool poll = out.streamed_input && gemv_q4kt_streams() && shape.blocks == 3 &&
-                    !shape.pair && rec.h == a.data() && rec.stream == stream_of(ctx) && rec.launch == pdl_launches();
-  if (poll) {
-    g_streamed.fetch_add(1, std::memory_order_relaxed);
-    launch<3, false, kNormProduce, false, false, true>(ctx, a, w, GemvOut{}, na);
-  } else {
-    launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, shape, na);
-  }
+  launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, gemv_q4kt_default_shape(w.dim(0), a.rows()), na);
   out.sums_written = sums;
 }
 
@@ -509,19 +460,19 @@ bool gemv_q4kt_deferred_supports(const ops::Context& ctx, const ops::DeferredNor
 
 void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, const Tensor& w,
                         ops::DeferredConsumer kind, const std::vector<Tensor*>& outs) {
-  t_swiglu = SwigluRecord{};
   const NormArgs na = consume_args(in);
+  const int64_t T = in.u.rows();
   auto run = [&](auto swiglu, const GemvOut& out) {
     constexpr bool kSwiglu = decltype(swiglu)::value;
     if (na.sums_in != nullptr) {
       if constexpr (kSwiglu)
-        launch_swiglu<kNormConsumeSums>(ctx, in.u, w, out, gemv_q4kt_swiglu_default_shape(w.dim(0)), na);
+        launch_swiglu<kNormConsumeSums>(ctx, in.u, w, out, gemv_q4kt_swiglu_default_shape(w.dim(0), T), na);
       else
-        launch_for<false, kNormConsumeSums>(ctx, in.u, w, out, gemv_q4kt_default_shape(w.dim(0)), na);
+        launch_for<false, kNormConsumeSums>(ctx, in.u, w, out, gemv_q4kt_default_shape(w.dim(0), T), na);
     } else if constexpr (kSwiglu) {
-      launch_swiglu<kNormConsume>(ctx, in.u, w, out, gemv_q4kt_swiglu_default_shape(w.dim(0)), na);
+      launch_swiglu<kNormConsume>(ctx, in.u, w, out, gemv_q4kt_swiglu_default_shape(w.dim(0), T), na);
     } else {
-      launch_for<false, kNormConsume>(ctx, in.u, w, out, gemv_q4kt_default_shape(w.dim(0)), na);
+      launch_for<false, kNormConsume>(ctx, in.u, w, out, gemv_q4kt_default_shape(w.dim(0), T), na);
     }
   };
   switch (kind) {
@@ -536,7 +487,6 @@ void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, co
                "gemv_q4kt_deferred: h [{}, {}] for a gate|up weight of {} rows and {} tokens", outs.at(0)->rows(),
                outs.at(0)->cols(), w.dim(0), in.u.rows());
       run(std::true_type{}, gemv_out_whole(*outs.at(0), w.dim(0) / 2));
-      t_swiglu = SwigluRecord{outs.at(0)->data(), stream_of(ctx), pdl_launches()};
       return;
   }
 }

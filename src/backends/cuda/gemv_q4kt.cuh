@@ -40,7 +40,8 @@ Tensor q4kts_from_q4kr(ops::Context& ctx, const Tensor& w);
 // `stream`: blocks stay for several tiles (a grid of SMs x blocks, block b taking tiles b, b + G,
 // ...), each next tile's first loads issued before the current tile's sums meet; taken only
 // where the tiles are more than one wave, never by the deferred norm's producer; the same outputs
-// bit for bit (docs/notes/gemv.md run 40).
+// bit for bit (docs/notes/gemv.md run 40: at T = 1 every streamed GEMV of the 27B round is
+// shorter, 0.15 ms a round at 8K on the H200; at T = 4 the fused gate|up loses 63 us a round).
 struct Q4ktShape {
   int blocks = 0;  // 0: the default shape for the call
   bool pair = false;
@@ -50,19 +51,20 @@ inline bool operator==(Q4ktShape a, Q4ktShape b) {
   return a.blocks == b.blocks && a.pair == b.pair && a.stream == b.stream;
 }
 std::string gemv_q4kt_shape_name(Q4ktShape s);
-// Whether the default shapes stream: off unless the environment sets VI_Q4KT_STREAM=1 (read once
-// per process) until a device run has timed it. set_q4kt_stream_default (tests): 1 on, 0 off, -1
-// back to the environment; gemv_q4kt_streaming_launches counts the launches that streamed.
-bool gemv_q4kt_stream_default();
+// Whether the default shapes of a call of T tokens stream: for T = 1 only, unless the environment
+// sets VI_Q4KT_STREAM=1 (every T) or 0 (never), read once per process. set_q4kt_stream_default
+// (tests): 1 every T, 0 never, -1 back to the environment; gemv_q4kt_streaming_launches counts the
+// launches that streamed.
+bool gemv_q4kt_stream_default(int64_t T);
 void set_q4kt_stream_default(int on);
 uint64_t gemv_q4kt_streaming_launches();
 // The plain GEMV's (and its split form's, the deferred norm's producer's and matmul consumers')
-// shape for an N-row matrix: 3 blocks per SM up to 8192 rows, where 4 leaves SMs idle, 4 above;
-// one super-block at a time (pairs measured slower on the 5120-row matrices).
-Q4ktShape gemv_q4kt_default_shape(int64_t N);
+// shape for an N-row matrix and T tokens: 3 blocks per SM up to 8192 rows, where 4 leaves SMs
+// idle, 4 above; one super-block at a time (pairs measured slower on the 5120-row matrices).
+Q4ktShape gemv_q4kt_default_shape(int64_t N, int64_t T = 1);
 // The fused gate|up + SwiGLU's: the same blocks, in pairs (34816 x 5120: 33.2 against 34.9 us at
 // T = 1 on the H200) unless the environment sets VI_Q4KT_PAIR=0 (read once per process).
-Q4ktShape gemv_q4kt_swiglu_default_shape(int64_t N);
+Q4ktShape gemv_q4kt_swiglu_default_shape(int64_t N, int64_t T = 1);
 std::vector<Q4ktShape> gemv_q4kt_shapes();  // every compiled shape, for the tests and the benchmark
 
 // Whether gemv_q4kt can take this call (profile, device, dtypes, T, alignment). Not on Q4_KTS,
@@ -88,15 +90,6 @@ void gemv_q4kt_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w,
 bool gemv_q4kt_add_deferred_norm_supports(const ops::Context& ctx, const Tensor& a, const Tensor& w, const Tensor& x);
 void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const Tensor& w, Tensor& x,
                                  const Tensor& norm_w, float w_offset, ops::DeferredNorm& out);
-// The down projection as a streamed-input kernel (streamed_input.cuh): taken where out.streamed_input
-// says a was poisoned before the fused SwiGLU (gemv_q4kt_deferred) that writes it, that SwiGLU was
-// the last kernel launched on the stream, PDL is on and the switch allows it (off by default until
-// timed on a device: VI_STREAMED_INPUT=1 turns it on, =0 off). set_streamed_input_allowed (tests):
-// 1 on, 0 off, -1 back to the environment; gemv_streamed_inputs_taken counts the kernels launched
-// that way.
-void set_streamed_input_allowed(int allowed);
-uint64_t gemv_streamed_inputs_taken();
-bool gemv_q4kt_streams();  // whether the switch and PDL allow it on the current device
 // Consumers: the GEMV, its split form and the fused SwiGLU on u, each token's sums scaled by its
 // s before rounding (outs: {y}, the parts, {h}; parts may be empty for the check alone); the
 // mins' term from in.sums16 where in.sums_written, else from u itself.

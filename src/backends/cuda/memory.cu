@@ -60,8 +60,8 @@ void cuda_upload_into(ops::Context& ctx, const void* host, size_t bytes, Tensor&
   VI_CUDA_CHECK(cudaMemcpyAsync(dst.data(), host, bytes, cudaMemcpyHostToDevice, stream_of(ctx)));
 }
 
-void cuda_fill(ops::Context& ctx, Tensor& t, unsigned char byte) {
-  VI_CUDA_CHECK(cudaMemsetAsync(t.data(), byte, t.nbytes(), stream_of(ctx)));
+void cuda_zero(ops::Context& ctx, Tensor& t) {
+  VI_CUDA_CHECK(cudaMemsetAsync(t.data(), 0, t.nbytes(), stream_of(ctx)));
 }
 
 Tensor cuda_download(ops::Context& ctx, const Tensor& t) {
@@ -89,7 +89,7 @@ const bool registered = [] {
   f.empty = device_empty;
   f.upload = cuda_upload;
   f.upload_into = cuda_upload_into;
-  f.fill = cuda_fill;
+  f.zero = cuda_zero;
   f.download = cuda_download;
   f.synchronize = cuda_synchronize;
   return true;

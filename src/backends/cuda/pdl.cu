@@ -56,9 +56,4 @@ bool pdl_enabled() {
 
 void set_pdl_allowed(bool allowed) { g_allowed.store(allowed, std::memory_order_relaxed); }
 
-uint64_t& pdl_launches() {
-  thread_local uint64_t n = 0;
-  return n;
-}
-
 }  // namespace vi::cuda

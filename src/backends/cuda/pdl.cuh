@@ -32,7 +32,6 @@
 // edges in captured graphs), and when the environment variable VI_PDL is "0".
 #pragma once
 
-#include <cstdint>
 #include <utility>
 
 #include "backends/cuda/cuda_util.cuh"
@@ -72,10 +71,6 @@ bool pdl_enabled();
 // Tests only: false turns PDL off in this process whatever VI_PDL says; true returns to the
 // default (still off where the device, code or toolkit cannot do it).
 void set_pdl_allowed(bool allowed);
-// Kernels this host thread has launched through pdl_launch and pdl_launch_cluster: a caller whose
-// kernel must follow a given one directly (a streamed input, gemv_q4kt.cu) compares it before and
-// after.
-uint64_t& pdl_launches();
 
 #if CUDART_VERSION >= 12000
 namespace pdl_detail {
@@ -105,7 +100,6 @@ cudaError_t launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
 template <class... Params, class... Args>
 cudaError_t pdl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                        Args&&... args) {
-  ++pdl_launches();
 #if CUDART_VERSION >= 12030
   if (pdl_enabled()) {
     cudaLaunchAttribute attr[1];
@@ -127,7 +121,6 @@ cudaError_t pdl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t 
 template <class... Params, class... Args>
 cudaError_t pdl_launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                unsigned cluster_x, Args&&... args) {
-  ++pdl_launches();
   cudaLaunchAttribute attr[2];
   unsigned n = 0;
   attr[n].id = cudaLaunchAttributeClusterDimension;

@@ -14,7 +14,6 @@
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/q4kr_bits.cuh"
-#include "backends/cuda/streamed_input.cuh"
 
 namespace vi::cuda {
 
@@ -68,21 +67,15 @@ __device__ __forceinline__ void load_scales(const uint8_t* sm0, const uint8_t* s
 // products in the same order as alone, so the sums are the same bits. scw[p], mnw[p]: super-block
 // p's scale and min words of rows g, g + 8. MINS false: t only (u untouched; mins_from_sums
 // computes it once per super-block from the activations' sums).
-// POLL: x is still being written by the grid before (a streamed input: load_x_polled).
-template <bool FIRST, int P, bool MINS = true, bool POLL = false>
+template <bool FIRST, int P, bool MINS = true>
 __device__ __forceinline__ void mma_halves(const HalfSb* const st[P], const uint32_t scw[P][2],
                                            const uint32_t mnw[P][2], const __half* const xs[P], uint32_t sel,
                                            uint32_t sel_mn, uint32_t magic, float t[P][4], float u[P][4]) {
   uint4 xv[P][4];
 #pragma unroll
-  for (int p = 0; p < P; ++p) {
-    if constexpr (POLL) {
-      load_x_polled(xs[p], xv[p]);
-    } else {
+  for (int p = 0; p < P; ++p)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) xv[p][i] = __ldg(reinterpret_cast<const uint4*>(xs[p] + 8 * i));
-    }
-  }
+    for (int i = 0; i < 4; ++i) xv[p][i] = __ldg(reinterpret_cast<const uint4*>(xs[p] + 8 * i));
   const __half2 k1024 = __float2half2_rn(1024.0f), kNeg1024 = __float2half2_rn(-1024.0f);
   const __half2 kSixteenth = __float2half2_rn(0.0625f);
   __half2 sc[P][2], sc16[P][2], neg[P][2], neg16[P][2];
@@ -134,15 +127,15 @@ __device__ __forceinline__ void mma_halves(const HalfSb* const st[P], const uint
 }
 
 // One super-block's half.
-template <bool FIRST, bool MINS = true, bool POLL = false>
+template <bool FIRST, bool MINS = true>
 __device__ __forceinline__ void mma_half(const HalfSb& st, uint32_t scw0, uint32_t scw1, uint32_t mnw0, uint32_t mnw1,
                                          const __half* xs, uint32_t sel, uint32_t sel_mn, uint32_t magic, float t[4],
                                          float u[4]) {
   const HalfSb* s[1] = {&st};
   const uint32_t scw[1][2] = {{scw0, scw1}}, mnw[1][2] = {{mnw0, mnw1}};
   const __half* x[1] = {xs};
-  mma_halves<FIRST, 1, MINS, POLL>(s, scw, mnw, x, sel, sel_mn, magic, reinterpret_cast<float(*)[4]>(t),
-                                   reinterpret_cast<float(*)[4]>(u));
+  mma_halves<FIRST, 1, MINS>(s, scw, mnw, x, sel, sel_mn, magic, reinterpret_cast<float(*)[4]>(t),
+                       reinterpret_cast<float(*)[4]>(u));
 }
 
 // Two super-blocks' halves of the same index, interleaved (the tiled layout: one word per row

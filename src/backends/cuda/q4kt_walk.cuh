@@ -14,8 +14,6 @@
 // bytes per warp-wide load) and one scale word and one (d, dmin) of each.
 // XSUM: the mins' term of each super-block from the activations' sums (mins_from_sums, two
 // mmas) instead of 16 mmas over the activations; t's products and order are unchanged.
-// POLL: x is a streamed input (streamed_input.cuh), still being written by the grid before: its
-// loads go to L2 and are repeated until no value is the poison mark; the same products.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -29,9 +27,8 @@ namespace vi::cuda {
 
 // PAIR: the warp's super-blocks multiplied two at a time with their mma steps interleaved
 // (mma_half_pair), the refills after both; the same sums bit for bit.
-template <bool SWIGLU, bool PAIR = false, bool XSUM = false, bool POLL = false>
+template <bool SWIGLU, bool PAIR = false, bool XSUM = false>
 struct Q4ktTileWalk {
-  static_assert(!POLL || (!PAIR && !XSUM), "a streamed input is read one super-block at a time, without sums");
   static constexpr int kDepth = 2;
   static constexpr size_t kStep = 4 * kQ4ktUnitBytes;  // to the warp's next super-block
   struct Sb {
@@ -128,8 +125,8 @@ struct Q4ktTileWalk {
       mma_half<false, false>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x + 128, 0x4242u, 0x4343u, magic, t, u);
       mins_from_sums(s.sw.x, s.sw.y, sums, u);
     } else {
-      mma_half<true, true, POLL>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x, 0x4040u, 0x4141u, magic, t, u);
-      mma_half<false, true, POLL>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x + 128, 0x4242u, 0x4343u, magic, t, u);
+      mma_half<true>(s.h[0], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x, 0x4040u, 0x4141u, magic, t, u);
+      mma_half<false>(s.h[1], s.sw.x, s.sw.y, s.sw.x, s.sw.y, x + 128, 0x4242u, 0x4343u, magic, t, u);
     }
     const uint32_t dd[2] = {s.dd.x, s.dd.y};
     apply_scales(dd, t, u, acc);

@@ -6,10 +6,12 @@
 // form, the fused gate|up + SwiGLU on Q4_KT and Q4_KTS, and the deferred norm's three consumers
 // (the mins' term from the producer's sums, and without them). The plain GEMV and the SwiGLU are
 // also checked against the CPU on the Q4_K original, so two kernels wrong the same way fail too.
-// Off the native f16 path the test says why it skips.
+// Off the native f16 path the test says why it skips. The policy (T = 1 streams by default) is
+// checked without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -166,6 +168,22 @@ TEST_P(GemvStreamingGpu, DeferredConsumersEqualTheOneTileKernels) {
       EXPECT_EQ(differs(h[1], h[0]), "") << "matmul_swiglu_deferred, " << at;
     }
   }
+}
+
+// The default: streaming for one token only (the 4-token round measured slower streamed), each
+// way forced by the switch; the model's calls follow it.
+TEST(GemvStreamingPolicy, OneTokenByDefaultForcedEitherWay) {
+  if (std::getenv("VI_Q4KT_STREAM") == nullptr) {
+    EXPECT_TRUE(cuda::gemv_q4kt_stream_default(1));
+    EXPECT_FALSE(cuda::gemv_q4kt_stream_default(4));
+    EXPECT_TRUE(cuda::gemv_q4kt_default_shape(34816, 1).stream);
+    EXPECT_FALSE(cuda::gemv_q4kt_swiglu_default_shape(34816, 8).stream);
+  }
+  cuda::set_q4kt_stream_default(1);
+  EXPECT_TRUE(cuda::gemv_q4kt_stream_default(8));
+  cuda::set_q4kt_stream_default(0);
+  EXPECT_FALSE(cuda::gemv_q4kt_stream_default(1));
+  cuda::set_q4kt_stream_default(-1);
 }
 
 VI_CUDA_INSTANTIATE(GemvStreamingGpu);
