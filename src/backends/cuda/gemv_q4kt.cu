@@ -253,12 +253,14 @@ __global__ void __launch_bounds__(128, MINB)
   }
 }
 
+// Blocks of `per_sm` a SM that the device holds at once: one wave of a launch.
+int64_t wave_slots(int per_sm) { return int64_t(current_device().sm_count) * per_sm; }
+
 template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool STREAM = false>
 void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
   const int64_t N = w.dim(0), K = w.dim(1);
   const int64_t work = N / 16;  // tiles; SWIGLU: F / 8 items of 8 gate + 8 up rows
-  const int64_t slots = int64_t(current_device().sm_count) * MINB;
-  const unsigned blocks = static_cast<unsigned>(STREAM ? std::min(work, slots) : work);
+  const unsigned blocks = static_cast<unsigned>(STREAM ? std::min(work, wave_slots(MINB)) : work);
   VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED, STREAM>, dim3(blocks),
                            dim3(128), 0, stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out,
                            static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic, na, work));
@@ -273,8 +275,7 @@ void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const
                 const NormArgs& na = {}) {
   // Streaming pays only where the work is more than one wave (the one-wave launch is the same
   // work in the same order), and the producer never streams.
-  const bool stream = NORM != kNormProduce && shape.stream &&
-                      w.dim(0) / 16 > int64_t(current_device().sm_count) * shape.blocks;
+  const bool stream = NORM != kNormProduce && shape.stream && w.dim(0) / 16 > wave_slots(shape.blocks);
   if constexpr (NORM != kNormProduce) {
     if (stream) {
       g_stream_launches.fetch_add(1, std::memory_order_relaxed);

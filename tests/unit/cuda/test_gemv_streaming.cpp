@@ -82,7 +82,7 @@ TEST_P(GemvStreamingGpu, PlainSplitAndSwigluEqualTheOneTileKernels) {
   for (int64_t T : {1, 4, 8}) {
     const Tensor x = rand_f32({T, kK}, act(), -2.0f, 2.0f);
     const Tensor dx = up(x);
-    Tensor ref = Tensor::empty(DType::F32, {T, kN}), gu_ref = Tensor::empty(DType::F32, {T, kN});
+    Tensor ref = Tensor::empty(DType::F32, {T, kN});
     ops::matmul(cpu, x, w, ref);
     Tensor h_ref = Tensor::empty(DType::F32, {T, kF});
     ops::swiglu_halves(cpu, ref, h_ref);
