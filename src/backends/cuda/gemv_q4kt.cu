@@ -16,6 +16,7 @@
 #include "backends/cuda/q4kr_mma.cuh"
 #include "backends/cuda/q4kr_tiles.cuh"
 #include "backends/cuda/q4kt_walk.cuh"
+#include "backends/cuda/workspace.cuh"
 #include "ops/copy.h"
 #include "ops/deferred_norm.h"
 #include "ops/memory.h"
@@ -77,6 +78,12 @@ struct NormArgs {
   __half* u;                        // produce: [T, N]
   unsigned long long* ss;           // produce: [T, kSsWords], added to
   __half* sums;                     // produce: [T, N / 8] u's sums16, or null
+  // produce, with halves (part_counts set): tiles split_from .. are split by K into two halves,
+  // blocks split_from + 2 j and + 1 taking tile split_from + j; the halves' sums meet through
+  // part_sums [n_split, 2, 128] f32 and part_counts [n_split] (zero between launches).
+  int64_t split_from;
+  float* part_sums;
+  unsigned* part_counts;
 };
 
 // Consume. A thread's sums at the end are for tokens of its warp's parity (store_tile_sums and
@@ -111,19 +118,44 @@ __device__ __forceinline__ void warp_scales(const NormArgs& na, int n_tok, const
 }
 
 // Produce: the tile's rows of the norm weight (before pdl_wait: a weight) and of the residual
-// (after it) into shared memory: 64 bytes, and 32 bytes a token.
-struct ProduceStage {
+// (after it) into shared memory: 64 bytes, and 32 bytes a token. 16-byte aligned for the copies,
+// wherever the kernel's other shared variables put it.
+struct alignas(16) ProduceStage {
   __half x[8][16];
   float w[16];
 };
-__device__ __forceinline__ void stage_norm_weight(const NormArgs& na, ProduceStage& st) {
-  if (threadIdx.x < 4) cp_async16(st.w + 4 * threadIdx.x, na.w + int64_t(blockIdx.x) * 16 + 4 * threadIdx.x, true);
+__device__ __forceinline__ void stage_norm_weight(const NormArgs& na, ProduceStage& st, int64_t tile) {
+  if (threadIdx.x < 4) cp_async16(st.w + 4 * threadIdx.x, na.w + tile * 16 + 4 * threadIdx.x, true);
 }
-__device__ __forceinline__ void stage_residual(const NormArgs& na, int64_t N, int n_tok, ProduceStage& st) {
+__device__ __forceinline__ void stage_residual(const NormArgs& na, int64_t N, int n_tok, ProduceStage& st,
+                                               int64_t tile) {
   const int tok = threadIdx.x >> 1, h = threadIdx.x & 1;
-  if (tok < n_tok)
-    cp_async16(&st.x[tok][8 * h], na.x + static_cast<int64_t>(tok) * N + int64_t(blockIdx.x) * 16 + 8 * h, true);
+  if (tok < n_tok) cp_async16(&st.x[tok][8 * h], na.x + static_cast<int64_t>(tok) * N + tile * 16 + 8 * h, true);
   cp_async_commit();
+}
+
+// The producer's halved tiles: half `part` of tile `tile` puts its sums of slot i of every lane
+// (s_own, thread 32 i + l) into part_sums; the second half to arrive adds the other half's to
+// its own (s_own and s_pair, the slot i ^ 2 of the same lane) and returns true to go on with
+// the epilogue, the first returns false. a + b is the same bits in either order, so which half
+// arrives last does not change the result. The last arrival leaves the counter at zero.
+__device__ __forceinline__ bool meet_halves(const NormArgs& na, int64_t tile, int part, float& s_own, float& s_pair) {
+  __shared__ unsigned arrived;
+  const int64_t j = tile - na.split_from;
+  na.part_sums[(2 * j + part) * 128 + threadIdx.x] = s_own;
+  __threadfence();  // the sums before the count
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    arrived = atomicAdd(na.part_counts + j, 1u);
+    if (arrived == 1) na.part_counts[j] = 0;  // both halves are in
+  }
+  __syncthreads();
+  if (arrived == 0) return false;
+  __threadfence();
+  const float* other = na.part_sums + (2 * j + (part ^ 1)) * 128;
+  s_own += __ldcg(other + threadIdx.x);
+  s_pair += __ldcg(other + (threadIdx.x ^ 64));  // slot i ^ 2 of the same lane
+  return true;
 }
 
 // Produce, after the loop: the tile's row sums o rounded to f16 as matmul stores them, then
@@ -134,35 +166,39 @@ __device__ __forceinline__ void stage_residual(const NormArgs& na, int64_t N, in
 // computes the u of the row 8 away (the same code as the thread that owns it, so the same bits),
 // and the 16 rows' u of each token are added in a fixed order (the pair, then three shuffles)
 // and written once as sums16's (hi, lo) pair: no barrier, no atomics. Every thread of the block
-// calls it.
+// calls it. part: -1 for a whole tile, else the half of a halved tile (meet_halves).
 __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const NormArgs& na, const ProduceStage& st,
-                                                     int64_t N, int n_tok) {
+                                                     int64_t N, int n_tok, int64_t tile, int part) {
   __shared__ float red[4][4][32];
   cp_async_wait<0>();  // the staged rows: visible to every thread after stash_tile_sums' barrier
   stash_tile_sums(acc, red);
   const int i = threadIdx.x / 32, l = threadIdx.x % 32;
   const int r = (l >> 2) + 8 * (i >> 1), tok = 2 * (l & 3) + (i & 1);
-  // Row rr's new residual value xn and its u, from accumulator slot ii of lane l (ii: this
-  // thread's slot i, or i ^ 2 for row r ^ 8 of the same token).
-  auto row_u = [&](int ii, int rr, __half& xn) {
-    float sum = 0.0f;
+  // The tile's sums of accumulator slot i of lane l (row r) and of slot i ^ 2 (row r ^ 8).
+  float s_own = 0.0f, s_pair = 0.0f;
 #pragma unroll
-    for (int wv = 0; wv < 4; ++wv) sum += red[wv][ii][l];
+  for (int wv = 0; wv < 4; ++wv) {
+    s_own += red[wv][i][l];
+    s_pair += red[wv][i ^ 2][l];
+  }
+  if (part >= 0 && !meet_halves(na, tile, part, s_own, s_pair)) return;
+  // Row rr's new residual value xn and its u from its sum.
+  auto row_u = [&](float sum, int rr, __half& xn) {
     const float o = __half2float(__float2half_rn(sum));
     xn = __float2half_rn(__half2float(st.x[tok][rr]) + o);
     return __float2half_rn(__half2float(xn) * (st.w[rr] + na.w_offset) * (1.0f / ops::kDeferredNormUnit));
   };
-  const int64_t at = static_cast<int64_t>(tok) * N + int64_t(blockIdx.x) * 16 + r;
+  const int64_t at = static_cast<int64_t>(tok) * N + tile * 16 + r;
   unsigned long long fine = 0, coarse = 0;
   float u16 = 0.0f;  // with na.sums: u of rows r and r ^ 8
   if (tok < n_tok) {
     __half xn;
-    const __half un = row_u(i, r, xn);
+    const __half un = row_u(s_own, r, xn);
     na.x[at] = xn;
     na.u[at] = un;
     if (na.sums != nullptr) {
       __half xn8;
-      const __half u8 = row_u(i ^ 2, r ^ 8, xn8);
+      const __half u8 = row_u(s_pair, r ^ 8, xn8);
       u16 = __half2float(un) + __half2float(u8);  // the partner adds the same two: one sum, commutative
     }
     const float xf = __half2float(xn);
@@ -188,7 +224,7 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
     if ((l >> 2) == 0 && i < 2 && tok < n_tok) {
       // / 16: exact, and keeps hi inside f16 for any 16 f16 values.
       *reinterpret_cast<__half2*>(na.sums + static_cast<int64_t>(tok) * (N / 8) +
-                                  ops::deferred_norm_sums_index(blockIdx.x)) = f16_hi_lo(u16 * (1.0f / 16.0f));
+                                  ops::deferred_norm_sums_index(tile)) = f16_hi_lo(u16 * (1.0f / 16.0f));
     }
   }
 }
@@ -213,14 +249,25 @@ __global__ void __launch_bounds__(128, MINB)
   static_assert(!STREAM || NORM != kNormProduce, "the producer's epilogue is bound to blockIdx.x");
   using Walk = Q4ktTileWalk<SWIGLU && !PAIRED, PAIR, NORM == kNormConsumeSums>;
   int64_t blk = blockIdx.x;
+  [[maybe_unused]] int part = -1;  // the producer's halved tiles: which half this block takes
+  if constexpr (NORM == kNormProduce) {
+    if (na.part_counts != nullptr && blk >= na.split_from) {
+      const int64_t j = blk - na.split_from;
+      blk = na.split_from + j / 2;
+      part = static_cast<int>(j & 1);
+    }
+  }
   Walk walk(w, x, n_tok, N, n_sb, K, blk, na.sums_in);
+  if constexpr (NORM == kNormProduce) {
+    if (part >= 0) walk.take_part(part == 0 ? 0 : n_sb / 2, part == 0 ? n_sb / 2 : n_sb - n_sb / 2);
+  }
   walk.start();
   [[maybe_unused]] __shared__ ProduceStage produce;
   [[maybe_unused]] __shared__ ConsumeStage consume;
-  if constexpr (NORM == kNormProduce) stage_norm_weight(na, produce);
+  if constexpr (NORM == kNormProduce) stage_norm_weight(na, produce, blk);
   pdl_wait();
   pdl_trigger();
-  if constexpr (NORM == kNormProduce) stage_residual(na, N, n_tok, produce);
+  if constexpr (NORM == kNormProduce) stage_residual(na, N, n_tok, produce, blk);
   if constexpr (consumes(NORM)) stage_totals(na, n_tok, consume);
   for (;;) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -235,7 +282,7 @@ __global__ void __launch_bounds__(128, MINB)
       }
     }
     if constexpr (NORM == kNormProduce) {
-      finish_deferred_tile(acc, na, produce, N, n_tok);
+      finish_deferred_tile(acc, na, produce, N, n_tok, blk, part);
     } else if constexpr (consumes(NORM)) {
       __shared__ float s_warp[4][8];
       warp_scales(na, n_tok, consume, s_warp[threadIdx.x >> 5]);
@@ -260,8 +307,10 @@ template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool P
 void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
   const int64_t N = w.dim(0), K = w.dim(1);
   const int64_t work = N / 16;  // tiles; SWIGLU: F / 8 items of 8 gate + 8 up rows
-  const unsigned blocks = static_cast<unsigned>(STREAM ? std::min(work, wave_slots(MINB)) : work);
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED, STREAM>, dim3(blocks),
+  int64_t blocks = STREAM ? std::min(work, wave_slots(MINB)) : work;
+  if (NORM == kNormProduce && na.part_counts != nullptr) blocks = na.split_from + 2 * (work - na.split_from);
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED, STREAM>,
+                           dim3(static_cast<unsigned>(blocks)),
                            dim3(128), 0, stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out,
                            static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic, na, work));
 }
@@ -269,6 +318,9 @@ void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const Gem
 // The streaming shapes' switch (set_q4kt_stream_default) and their launches, for the tests.
 std::atomic<int> g_stream_override{-1};
 std::atomic<uint64_t> g_stream_launches{0};
+// The producer's halved tiles: the switch (set_q4kt_halves_default) and the launches that halved.
+std::atomic<int> g_halves_override{-1};
+std::atomic<uint64_t> g_halved_launches{0};
 
 template <bool SWIGLU, int NORM = kNormNone, bool PAIRED = false>
 void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, Q4ktShape shape,
@@ -355,6 +407,24 @@ bool gemv_q4kt_stream_default(int64_t T) {
 void set_q4kt_stream_default(int on) { g_stream_override.store(on, std::memory_order_relaxed); }
 uint64_t gemv_q4kt_streaming_launches() { return g_stream_launches.load(std::memory_order_relaxed); }
 
+int64_t gemv_q4kt_halved_tiles(int64_t N, int64_t K, int blocks) {
+  // Off unless asked for: on the H100 a tie with whole tiles (docs/notes/gemv.md run 41), not yet
+  // measured on the H200.
+  static const int env = env_switch_forced("VI_Q4KT_HALVES");
+  const int o = g_halves_override.load(std::memory_order_relaxed);
+  if ((o >= 0 ? o : env) != 1) return 0;
+  // Whole tiles fill blocks - 1 slots of every SM; the tiles past them are halved so that their
+  // halves take one more slot on as many SMs, not a whole tile on fewer (320 tiles on 132 SMs at
+  // 3 a SM: 2 whole tiles and a half on 112 SMs, 2 on 20, instead of 3 on 56 and 2 on 76). Halves
+  // of at least 4 super-blocks, so every warp has one.
+  const int64_t sms = current_device().sm_count, tiles = N / 16, n_sb = K / kQKK;
+  if (blocks < 2 || n_sb < 8 || tiles > blocks * sms || tiles <= (blocks - 1) * sms) return 0;
+  const int64_t halved = tiles - (blocks - 1) * sms;
+  return tiles + halved <= blocks * sms ? halved : 0;
+}
+void set_q4kt_halves_default(int on) { g_halves_override.store(on, std::memory_order_relaxed); }
+uint64_t gemv_q4kt_halved_launches() { return g_halved_launches.load(std::memory_order_relaxed); }
+
 Q4ktShape gemv_q4kt_default_shape(int64_t N, int64_t T) {
   // Measured on the H200 at the 27B shapes (docs/notes/gemv.md run 18): up to 8192 rows (at most
   // 512 tiles) 3 blocks per SM, which spreads the tiles over more SMs (FFN down 17.0 us against
@@ -437,7 +507,17 @@ void gemv_q4kt_add_deferred_norm(const ops::Context& ctx, const Tensor& a, const
                     s16.rows() == a.rows() && w.dim(0) % 256 == 0 && s16.cols() == w.dim(0) / 8 &&
                     is_aligned(s16.data(), 4);
   na.sums = sums ? s16.ptr<__half>() : nullptr;
-  launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, gemv_q4kt_default_shape(w.dim(0), a.rows()), na);
+  const Q4ktShape shape = gemv_q4kt_default_shape(w.dim(0), a.rows());
+  const int64_t halved = gemv_q4kt_halved_tiles(w.dim(0), w.dim(1), shape.blocks);
+  na.split_from = w.dim(0) / 16 - halved;
+  if (halved > 0) {
+    na.part_sums = static_cast<float*>(
+        thread_workspace(ctx, WorkspaceSlot::kGemvHalfSums, static_cast<size_t>(halved) * 2 * 128 * sizeof(float)));
+    na.part_counts = static_cast<unsigned*>(
+        thread_workspace_zeroed(ctx, WorkspaceSlot::kGemvHalfCounts, static_cast<size_t>(halved) * sizeof(unsigned)));
+    g_halved_launches.fetch_add(1, std::memory_order_relaxed);
+  }
+  launch_for<false, kNormProduce>(ctx, a, w, GemvOut{}, shape, na);
   out.sums_written = sums;
 }
 

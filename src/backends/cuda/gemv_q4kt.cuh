@@ -58,6 +58,17 @@ std::string gemv_q4kt_shape_name(Q4ktShape s);
 bool gemv_q4kt_stream_default(int64_t T);
 void set_q4kt_stream_default(int on);
 uint64_t gemv_q4kt_streaming_launches();
+// The deferred norm's producer on a matrix of one wave of tiles or a little more than blocks - 1
+// (the 5120-row matrices: 320 tiles on 132 SMs at 3 blocks a SM): how many of its last tiles are
+// split by K into two halves, each taken by a block of its own, so that every SM holds about the
+// same work; the halves' sums meet in the second to finish (a + b in either order: the same bits;
+// not the one-tile kernel's, whose 4 warps' sums meet in one order). Off by default (a tie on the
+// H100, docs/notes/gemv.md run 41): VI_Q4KT_HALVES=1 (read once per process) or
+// set_q4kt_halves_default(1) turns it on (tests: 0 off, -1 back to the environment); 0 also where
+// it does not fit. gemv_q4kt_halved_launches counts the launches that halved tiles.
+int64_t gemv_q4kt_halved_tiles(int64_t N, int64_t K, int blocks);
+void set_q4kt_halves_default(int on);
+uint64_t gemv_q4kt_halved_launches();
 // The plain GEMV's (and its split form's, the deferred norm's producer's and matmul consumers')
 // shape for an N-row matrix and T tokens: 3 blocks per SM up to 8192 rows, where 4 leaves SMs
 // idle, 4 above; one super-block at a time (pairs measured slower on the 5120-row matrices).

@@ -67,6 +67,14 @@ struct Q4ktTileWalk {
     pdb = b + 2304 + 8 * g + 4 * half + (SWIGLU ? 0 : 4);
   }
 
+  // Only super-blocks sb0 .. sb0 + len - 1 of the tile (a part of a tile split by K, the deferred
+  // norm producer's, gemv_q4kt.cu): warp w takes sb0 + w, sb0 + w + 4, ... Called before start().
+  __device__ __forceinline__ void take_part(int sb0, int len) {
+    const int warp = threadIdx.x >> 5;
+    n_mine = warp < len ? (len - warp + 3) / 4 : 0;
+    shift(static_cast<size_t>(sb0) * kQ4ktUnitBytes, 256 * sb0);
+  }
+
   __device__ __forceinline__ void load_sb(int d, Sb& s) const {
     const size_t off = static_cast<size_t>(d) * kStep;
     s.h[0].q[0] = __ldcs(reinterpret_cast<const uint4*>(pqa + off));
@@ -133,15 +141,18 @@ struct Q4ktTileWalk {
   }
 
   // The load and activation cursors n super-blocks of this warp on.
-  __device__ __forceinline__ void advance(int n) {
-    pqa += n * kStep;
-    pqb += n * kStep;
-    psa += n * kStep;
-    psb += n * kStep;
-    pda += n * kStep;
-    pdb += n * kStep;
-    xs += n * 1024;
-    if constexpr (XSUM) ps += n * 128;
+  __device__ __forceinline__ void advance(int n) { shift(n * kStep, n * 1024); }
+
+  // Every load cursor `bytes` on, the activations' `vals` values on (their sums' vals / 8).
+  __device__ __forceinline__ void shift(size_t bytes, int vals) {
+    pqa += bytes;
+    pqb += bytes;
+    psa += bytes;
+    psb += bytes;
+    pda += bytes;
+    pdb += bytes;
+    xs += vals;
+    if constexpr (XSUM) ps += vals / 8;
   }
 
   // Buffers 0 and 1 multiplied together while both hold a super-block, then both refilled (each

@@ -24,9 +24,7 @@ struct ThreadWorkspaces {
   }
 };
 
-}  // namespace
-
-void* thread_workspace(const ops::Context&, WorkspaceSlot slot, size_t bytes) {
+void* workspace(WorkspaceSlot slot, size_t bytes, bool zeroed) {
   thread_local ThreadWorkspaces ws;
   const int dev = current_device().index;
   VI_CHECK(dev >= 0 && dev < kMaxDevices, "thread_workspace: device {} past the {} supported", dev, kMaxDevices);
@@ -40,16 +38,41 @@ void* thread_workspace(const ops::Context&, WorkspaceSlot slot, size_t bytes) {
   VI_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, want);
+  cudaError_t zero_err = cudaSuccess;
+  if (err == cudaSuccess && zeroed) {
+    // On a stream of its own, waited for here: a memset on the caller's stream while it records a
+    // step would become a node of that step's graph (replayed every time), and the buffer must be
+    // zero before whichever stream's kernel reads it first.
+    cudaStream_t zs = nullptr;
+    zero_err = cudaStreamCreateWithFlags(&zs, cudaStreamNonBlocking);
+    if (zero_err == cudaSuccess) zero_err = cudaMemsetAsync(p, 0, want, zs);
+    if (zero_err == cudaSuccess) zero_err = cudaStreamSynchronize(zs);
+    if (zs != nullptr) cudaStreamDestroy(zs);
+  }
   cudaThreadExchangeStreamCaptureMode(&mode);
   if (err != cudaSuccess) {
     cudaGetLastError();
     VI_FAIL("out of GPU memory: {:.1f} MiB of workspace could not be allocated on {} ({})", want / 1048576.0,
             current_device().name, cudaGetErrorString(err));
   }
+  if (zero_err != cudaSuccess) {
+    cudaFree(p);
+    cudaGetLastError();
+    VI_FAIL("a {:.1f} MiB workspace on {} could not be zeroed ({})", want / 1048576.0, current_device().name,
+            cudaGetErrorString(zero_err));
+  }
   ws.all.push_back(p);
   s.p = p;
   s.bytes = want;
   return p;
+}
+
+}  // namespace
+
+void* thread_workspace(const ops::Context&, WorkspaceSlot slot, size_t bytes) { return workspace(slot, bytes, false); }
+
+void* thread_workspace_zeroed(const ops::Context&, WorkspaceSlot slot, size_t bytes) {
+  return workspace(slot, bytes, true);
 }
 
 }  // namespace vi::cuda

@@ -19,11 +19,16 @@ namespace vi::cuda {
 
 enum class WorkspaceSlot : int {
   kDecodeAttentionPartials,  // split-KV partial sums and (max, sum) pairs (attention_decode.cu)
+  kGemvHalfSums,             // the halved tiles' partial sums of the deferred-norm producer (gemv_q4kt.cu)
+  kGemvHalfCounts,           // their arrival counters (zeroed; the last arrival resets its own)
   kCount,
 };
 
 // At least `bytes` of device memory for this thread on ctx's device, 256-byte aligned; valid until
 // the thread ends. Fails loudly (with the size) if the device is out of memory.
 void* thread_workspace(const ops::Context& ctx, WorkspaceSlot slot, size_t bytes);
+// The same, with every byte of a newly allocated buffer zero (for counters that the kernels using
+// them return to zero themselves); the zeroing is finished when it returns.
+void* thread_workspace_zeroed(const ops::Context& ctx, WorkspaceSlot slot, size_t bytes);
 
 }  // namespace vi::cuda

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -115,6 +116,16 @@ inline double rel_l2(const Tensor& got, const Tensor& ref) {
     den += b * b;
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// How many 4-byte words of a and b (host tensors) differ: "" where none, for EXPECT_EQ(.., "").
+inline std::string words_differ(const Tensor& a, const Tensor& b) {
+  if (a.nbytes() != b.nbytes()) return std::to_string(a.nbytes()) + " against " + std::to_string(b.nbytes()) + " bytes";
+  const auto* x = static_cast<const uint32_t*>(a.data());
+  const auto* y = static_cast<const uint32_t*>(b.data());
+  size_t bad = 0;
+  for (size_t i = 0; i < a.nbytes() / 4; ++i) bad += x[i] != y[i];
+  return bad == 0 ? "" : std::to_string(bad) + " of " + std::to_string(a.nbytes() / 4) + " words differ";
 }
 
 #define EXPECT_CLOSE(got, ref, tol, what)                                                 \

@@ -27,16 +27,6 @@
 namespace vi::cudatest {
 namespace {
 
-// How many 4-byte words of a and b differ ("" where none).
-std::string differs(const Tensor& a, const Tensor& b) {
-  if (a.nbytes() != b.nbytes()) return fmt::format("{} against {} bytes", a.nbytes(), b.nbytes());
-  const auto* x = static_cast<const uint32_t*>(a.data());
-  const auto* y = static_cast<const uint32_t*>(b.data());
-  size_t bad = 0;
-  for (size_t i = 0; i < a.nbytes() / 4; ++i) bad += x[i] != y[i];
-  return bad == 0 ? "" : fmt::format("{} of {} words differ", bad, a.nbytes() / 4);
-}
-
 class GemvStreamingGpu : public CudaOpTest {
  protected:
   static constexpr int64_t kN = 19200, kF = kN / 2, kK = 1024, kD = 1024;  // kD: the producer's width
@@ -71,7 +61,7 @@ class GemvStreamingGpu : public CudaOpTest {
     f(base, b);
     EXPECT_EQ(cuda::gemv_q4kt_streaming_launches(), before + 1) << what << ": the streaming kernel was not launched";
     const Tensor ha = down(a), hb = down(b);
-    EXPECT_EQ(differs(hb, ha), "") << what << " " << cuda::gemv_q4kt_shape_name(base);
+    EXPECT_EQ(words_differ(hb, ha), "") << what << " " << cuda::gemv_q4kt_shape_name(base);
     return ha;
   }
 
@@ -100,7 +90,7 @@ TEST_P(GemvStreamingGpu, PlainSplitAndSwigluEqualTheOneTileKernels) {
       const Tensor hs = both_same(shape, {T, kF}, [&](cuda::Q4ktShape s, Tensor& out) {
         cuda::gemv_q4kt_swiglu(g, dx, dws, out, s);
       }, "swiglu on Q4_KTS " + at);
-      EXPECT_EQ(differs(hs, h), "") << "Q4_KTS against Q4_KT, " << at;
+      EXPECT_EQ(words_differ(hs, h), "") << "Q4_KTS against Q4_KT, " << at;
     }
     // The split form (default shape): the streaming switch on against off.
     const std::vector<int64_t> widths = {kN - 3200, 3200};
@@ -116,7 +106,7 @@ TEST_P(GemvStreamingGpu, PlainSplitAndSwigluEqualTheOneTileKernels) {
       EXPECT_EQ(cuda::gemv_q4kt_streaming_launches(), before + on) << "split T=" << T;
       for (Tensor& p : parts) got[on].push_back(down(p));
     }
-    for (size_t p = 0; p < widths.size(); ++p) EXPECT_EQ(differs(got[1][p], got[0][p]), "") << "split part " << p;
+    for (size_t p = 0; p < widths.size(); ++p) EXPECT_EQ(words_differ(got[1][p], got[0][p]), "") << "split part " << p;
   }
 }
 
@@ -162,10 +152,10 @@ TEST_P(GemvStreamingGpu, DeferredConsumersEqualTheOneTileKernels) {
       if (std::strcmp(sums, "0") == 0) {
         EXPECT_FALSE(sums_written[0]) << at;
       }
-      EXPECT_EQ(differs(y[1], y[0]), "") << "matmul_deferred, " << at;
+      EXPECT_EQ(words_differ(y[1], y[0]), "") << "matmul_deferred, " << at;
       for (int p = 0; p < 2; ++p)
-        EXPECT_EQ(differs(split[1][p], split[0][p]), "") << "matmul_split_deferred part " << p << ", " << at;
-      EXPECT_EQ(differs(h[1], h[0]), "") << "matmul_swiglu_deferred, " << at;
+        EXPECT_EQ(words_differ(split[1][p], split[0][p]), "") << "matmul_split_deferred part " << p << ", " << at;
+      EXPECT_EQ(words_differ(h[1], h[0]), "") << "matmul_swiglu_deferred, " << at;
     }
   }
 }
