@@ -484,10 +484,14 @@ void Bench::trace_test(int64_t depth, int64_t T, SequenceState& seq, int32_t& to
       dropped ? fmt::format(" CUPTI dropped {} records: the trace has holes.", dropped) : "");
   profiles_ += head + ops::kernel_timeline_markdown(t);
   json rows = json::array();
-  for (const auto& r : t.rows)
+  for (const auto& r : t.rows) {
+    json per_kernel = json::array();  // each kernel of the row: its charged µs
+    for (size_t i = 0; i < r.kernel_names.size() && i < r.kernel_us.size(); ++i)
+      per_kernel.push_back({{"kernel", r.kernel_names[i]}, {"us", r.kernel_us[i]}});
     rows.push_back({{"op", r.op}, {"dtype", r.dtype}, {"shape", r.shape}, {"kernels", r.kernels},
-                    {"launches", r.launches}, {"us", r.us}, {"gap_us", r.gap_us}, {"own_us", r.own_us},
-                    {"bytes", r.bytes}});
+                    {"per_kernel", per_kernel}, {"launches", r.launches}, {"us", r.us}, {"gap_us", r.gap_us},
+                    {"own_us", r.own_us}, {"bytes", r.bytes}});
+  }
   emit({{"test", "kernel_trace"}, {"context", depth}, {"tokens", T}, {"rounds", t.rounds}, {"span_us", t.span_us},
         {"busy_us", t.busy_us}, {"kernels", t.kernels}, {"labelled", t.labelled}, {"note", t.note},
         {"traced_round_ms", traced}, {"untraced_round_ms", untraced_ms > 0 ? json(untraced_ms) : json(nullptr)},

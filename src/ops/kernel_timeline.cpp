@@ -145,7 +145,10 @@ KernelTimeline build_kernel_timeline(std::vector<std::vector<KernelSpan>> rounds
       a.row.op = op, a.row.dtype = dtype, a.row.shape = call >= 0 ? shape : "";
       order.push_back(key);
     }
-    if (std::find(a.names.begin(), a.names.end(), k.name) == a.names.end()) a.names.push_back(k.name);
+    if (std::find(a.names.begin(), a.names.end(), k.name) == a.names.end()) {
+      a.names.push_back(k.name);
+      a.row.kernel_us.push_back(0.0);
+    }
     if (call >= 0 && std::find(a.calls_seen.begin(), a.calls_seen.end(), call) == a.calls_seen.end()) {
       a.calls_seen.push_back(call);
       a.row.bytes += calls[static_cast<size_t>(call)].bytes;  // one round's worth
@@ -167,6 +170,7 @@ KernelTimeline build_kernel_timeline(std::vector<std::vector<KernelSpan>> rounds
       Acc& a = row_of(call_of[ri][i], k);
       a.row.launches += 1 / n;
       a.row.us += charged / 1e3 / n;
+      a.row.kernel_us[std::find(a.names.begin(), a.names.end(), k.name) - a.names.begin()] += charged / 1e3 / n;
       a.row.gap_us += gap / 1e3 / n;
       a.row.own_us += (end - k.start_ns) / 1e3 / n;
       frontier = std::max(frontier, end);
@@ -179,6 +183,7 @@ KernelTimeline build_kernel_timeline(std::vector<std::vector<KernelSpan>> rounds
   for (const std::string& key : order) {
     Acc& a = acc[key];
     for (size_t i = 0; i < a.names.size(); ++i) a.row.kernels += (i ? " + " : "") + a.names[i];
+    a.row.kernel_names = a.names;
     t.rows.push_back(a.row);
   }
   std::stable_sort(t.rows.begin(), t.rows.end(),
@@ -195,8 +200,14 @@ std::string kernel_timeline_markdown(const KernelTimeline& t) {
   for (const auto& r : t.rows) {
     bytes += r.bytes;
     gap += r.gap_us;
+    std::string kernels = r.kernels;
+    if (r.kernel_names.size() > 1 && r.kernel_us.size() == r.kernel_names.size()) {  // where the time went
+      kernels.clear();
+      for (size_t i = 0; i < r.kernel_names.size(); ++i)
+        kernels += fmt::format("{}{} ({:.1f} µs)", i ? " + " : "", r.kernel_names[i], r.kernel_us[i]);
+    }
     out += fmt::format("| {} | {} | {} | {} | {:.0f} | {:.1f} | {:.1f} | {} | {} | {:.1f}% |\n", r.op, r.dtype, r.shape,
-                       r.kernels, r.launches, r.us, r.gap_us, r.bytes > 0 ? fmt::format("{:.2f}", r.bytes / 1e6) : "",
+                       kernels, r.launches, r.us, r.gap_us, r.bytes > 0 ? fmt::format("{:.2f}", r.bytes / 1e6) : "",
                        r.bytes > 0 && r.us > 0 ? fmt::format("{:.0f}", r.bytes / r.us / 1e3) : "",
                        t.span_us > 0 ? 100.0 * r.us / t.span_us : 0.0);
   }

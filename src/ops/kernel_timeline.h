@@ -32,6 +32,8 @@ struct KernelTimeline {
   struct Row {
     std::string op, dtype, shape;  // the op call class; op "(kernel)" when unlabelled
     std::string kernels;           // distinct kernel names of the row, in first-launch order
+    std::vector<std::string> kernel_names;  // the same names, one by one
+    std::vector<double> kernel_us;          // charged µs per round of each, in that order
     double launches = 0;           // kernels per round
     double us = 0;                 // charged µs per round
     double gap_us = 0;             // of which no kernel ran (launch gaps, waits)
@@ -54,7 +56,8 @@ KernelTimeline build_kernel_timeline(std::vector<std::vector<KernelSpan>> rounds
                                      const std::vector<OpCall>& calls);
 
 // Markdown table: op, dtype, shape, kernels, launches, µs, gap µs, MB, GB/s, share; then the
-// totals (span, busy, idle).
+// totals (span, busy, idle). A row of several kernels gives each one's µs in the kernels column
+// (e.g. an attention kernel and its combine).
 std::string kernel_timeline_markdown(const KernelTimeline& t);
 
 // "void vi::cuda::(anonymous namespace)::gemv_kernel<2, 4>(float const*, int)" ->

@@ -1,7 +1,8 @@
 // The per-kernel table built from a kernel trace (ops/kernel_timeline.h), on hand-made spans:
 // charges add up to the round's span also when kernels overlap (programmatic dependent launch),
 // labels carry over only when the traced rounds replay the labelled round's kernels, bytes
-// come once per op call, and kernel names lose their scope and parameters.
+// come once per op call, a row of several kernels tells each one's time, and kernel names lose
+// their scope and parameters.
 #include <gtest/gtest.h>
 
 #include "ops/kernel_timeline.h"
@@ -99,6 +100,15 @@ TEST(KernelTimeline, LabelsCarryOverAndAverageOverRounds) {
   EXPECT_DOUBLE_EQ(mm->us, (2 + 3 + 4 + 3) / 2.0);
   EXPECT_DOUBLE_EQ(at->us, (2 + 1 + 2 + 1) / 2.0);
   EXPECT_DOUBLE_EQ(t.span_us, (8 + 10) / 2.0);
+  // Each kernel of the attention row on its own (A 2 and 2, B 1 and 1), and so in the table.
+  ASSERT_EQ(at->kernel_us.size(), 2u);
+  EXPECT_DOUBLE_EQ(at->kernel_us[0], 2);
+  EXPECT_DOUBLE_EQ(at->kernel_us[1], 1);
+  ASSERT_EQ(mm->kernel_us.size(), 1u);
+  EXPECT_DOUBLE_EQ(mm->kernel_us[0], mm->us);
+  const std::string md = ops::kernel_timeline_markdown(t);
+  EXPECT_NE(md.find("| A (2.0 µs) + B (1.0 µs) |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| G | 2 |"), std::string::npos) << md;  // one kernel: its name alone
 }
 
 TEST(KernelTimeline, LabelsFollowTheCommonKernelsWhenTheRoundsDiffer) {
