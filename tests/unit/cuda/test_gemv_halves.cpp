@@ -9,16 +9,14 @@
 // path the test says why it skips.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
-#include "backends/cuda/hwinfo.h"
 #include "backends/cuda/gemv_q4kt.cuh"
+#include "backends/cuda/hwinfo.h"
 #include "cuda_test_util.h"
 #include "ops/deferred_norm.h"
-#include "ops/matmul.h"
 #include "ops/memory.h"
 #include "ops/prepare_matmul_weight.h"
 
