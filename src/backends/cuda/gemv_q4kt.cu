@@ -236,17 +236,33 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
 // rows (g + 8): the block walks one whole tile as the plain GEMV does, and the same sums meet the
 // same SwiGLU epilogue (h equals the Q4_KT kernel's bit for bit).
 // STREAM (not the producer): the grid is smaller than the work (n_work tiles, or SWIGLU work
-// items), block b taking items b, b + gridDim.x, ...; each next item's first loads go out before
-// the warps' sums of the current one meet, so a block pays its start (the first loads' round
-// trip, its launch) once instead of once per item. Each item's loads, products and epilogue are
-// the one-item kernel's: the same outputs bit for bit.
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool STREAM = false>
+// items). kStride: block b takes items b, b + gridDim.x, ...; each next item's first loads go out
+// before the warps' sums of the current one meet, so a block pays its start (the first loads'
+// round trip, its launch) once instead of once per item. Each item's loads, products and epilogue
+// are the one-item kernel's: the same outputs bit for bit.
+// kTickets (more than two items a block: n_work > 2 G, G = gridDim.x): block b's first two items
+// are b and b + G, every later one 2 G + a ticket drawn from a counter, so the blocks that finish
+// first take the rest instead of a fixed block taking a fifth item late. Thread 0 draws the item
+// after next when an item starts (the atomic's round trip hides behind the walk) and puts it in
+// shared memory after the walk, before the barrier that ends the item: every thread reads it one
+// item later, when it re-aims. A block draws while its next item exists: n_work - G draws in all
+// (the items past 2 G, and one past the end a block). Whoever draws the last one resets the
+// counter for the next launch (which draws only after its pdl_wait, so after this grid is done).
+// (Drawing the second item too, for launches of one to two waves, cost a barrier after the first
+// walk and lost: docs/notes/gemv.md run 42.)
+enum : int { kOneItem = 0, kStride = 1, kTickets = 2 };
+struct StreamTickets {
+  unsigned* counter;  // kTickets: zero at the launch, zero after it
+  int draws;          // tickets the launch draws in all
+};
+
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, int STREAM = kOneItem>
 __global__ void __launch_bounds__(128, MINB)
     gemv_q4kt_kernel(const uint8_t* __restrict__ w, const __half* __restrict__ x, GemvOut out, int n_tok, int64_t N,
-                     int n_sb, int64_t K, uint32_t magic, NormArgs na, int64_t n_work) {
+                     int n_sb, int64_t K, uint32_t magic, NormArgs na, int64_t n_work, StreamTickets tickets) {
   static_assert(!(SWIGLU && NORM == kNormProduce), "the producer writes the residual, not h");
   static_assert(SWIGLU || !PAIRED, "Q4_KTS is read by the fused SwiGLU only");
-  static_assert(!STREAM || NORM != kNormProduce, "the producer's epilogue is bound to blockIdx.x");
+  static_assert(STREAM == kOneItem || NORM != kNormProduce, "the producer's epilogue is bound to blockIdx.x");
   using Walk = Q4ktTileWalk<SWIGLU && !PAIRED, PAIR, NORM == kNormConsumeSums>;
   int64_t blk = blockIdx.x;
   [[maybe_unused]] int part = -1;  // the producer's halved tiles: which half this block takes
@@ -269,13 +285,32 @@ __global__ void __launch_bounds__(128, MINB)
   pdl_trigger();
   if constexpr (NORM == kNormProduce) stage_residual(na, N, n_tok, produce, blk);
   if constexpr (consumes(NORM)) stage_totals(na, n_tok, consume);
+  // kTickets: s_after[i & 1] is the id of the block's item i + 2 (n_work: none), written by thread
+  // 0 during item i. Items are below 2^31 (N / 16).
+  [[maybe_unused]] __shared__ int s_after[2];
+  [[maybe_unused]] int parity = 0;  // kTickets: i & 1 of the item being walked
+  [[maybe_unused]] bool first = true;
   for (;;) {
+    [[maybe_unused]] unsigned drawn = ~0u;  // kTickets, thread 0: the ticket drawn for this item
+    if constexpr (STREAM == kTickets) {
+      if (threadIdx.x == 0) {
+        const int64_t nxt = first ? blk + gridDim.x : int64_t(s_after[parity ^ 1]);
+        if (nxt < n_work) drawn = atomicAdd(tickets.counter, 1u);
+      }
+    }
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     walk.run(magic, acc);
-    [[maybe_unused]] const int64_t next = blk + gridDim.x;
+    [[maybe_unused]] int64_t next = blk + gridDim.x;
+    if constexpr (STREAM == kTickets) {
+      if (drawn != ~0u) {
+        s_after[parity] = static_cast<int>(min(2 * int64_t(gridDim.x) + drawn, n_work));
+        if (drawn + 1 == static_cast<unsigned>(tickets.draws)) *tickets.counter = 0u;
+      }
+      if (!first) next = s_after[parity ^ 1];
+    }
     // One item: blockIdx.x read again at the end rather than held through the walk (a register).
-    [[maybe_unused]] const int64_t at = STREAM ? blk : int64_t(blockIdx.x);
-    if constexpr (STREAM) {
+    [[maybe_unused]] const int64_t at = STREAM != kOneItem ? blk : int64_t(blockIdx.x);
+    if constexpr (STREAM != kOneItem) {
       if (next < n_work) {
         walk = Walk(w, x, n_tok, N, n_sb, K, next, na.sums_in);
         walk.start();
@@ -290,12 +325,16 @@ __global__ void __launch_bounds__(128, MINB)
     } else {
       finish_gemv_out_tile<SWIGLU>(acc, out, N, n_tok, at);
     }
-    if constexpr (!STREAM) {
+    if constexpr (STREAM == kOneItem) {
       break;
     } else {
       if (next >= n_work) break;
       blk = next;
-      __syncthreads();  // every warp has read the shared sums of this item before the next are stashed
+      if constexpr (STREAM == kTickets) {
+        parity ^= 1;
+        first = false;
+      }
+      __syncthreads();  // every warp has read the shared sums (and s_after) of this item before the next are stashed
     }
   }
 }
@@ -303,24 +342,52 @@ __global__ void __launch_bounds__(128, MINB)
 // Blocks of `per_sm` a SM that the device holds at once: one wave of a launch.
 int64_t wave_slots(int per_sm) { return int64_t(current_device().sm_count) * per_sm; }
 
-template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, bool STREAM = false>
-void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
-  const int64_t N = w.dim(0), K = w.dim(1);
-  const int64_t work = N / 16;  // tiles; SWIGLU: F / 8 items of 8 gate + 8 up rows
-  int64_t blocks = STREAM ? std::min(work, wave_slots(MINB)) : work;
-  if (NORM == kNormProduce && na.part_counts != nullptr) blocks = na.split_from + 2 * (work - na.split_from);
-  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED, STREAM>,
-                           dim3(static_cast<unsigned>(blocks)),
-                           dim3(128), 0, stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out,
-                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic, na, work));
-}
-
 // The streaming shapes' switch (set_q4kt_stream_default) and their launches, for the tests.
 std::atomic<int> g_stream_override{-1};
 std::atomic<uint64_t> g_stream_launches{0};
+// The streaming launches' tickets: the switch (set_q4kt_tickets_default) and the launches that drew.
+std::atomic<int> g_tickets_override{-1};
+std::atomic<uint64_t> g_ticket_launches{0};
+
+// A streaming launch takes tickets where they are switched on and every block has a second item.
+bool takes_tickets(int64_t work, int64_t grid) { return gemv_q4kt_tickets_default() && work > 2 * grid; }
+
+template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, int STREAM = kOneItem>
+void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, const NormArgs& na = {}) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  const int64_t work = N / 16;  // tiles; SWIGLU: F / 8 items of 8 gate + 8 up rows
+  int64_t blocks = STREAM != kOneItem ? std::min(work, wave_slots(MINB)) : work;
+  if (NORM == kNormProduce && na.part_counts != nullptr) blocks = na.split_from + 2 * (work - na.split_from);
+  StreamTickets tickets{nullptr, 0};
+  if (STREAM == kTickets) {
+    VI_CHECK(work > 2 * blocks && work < (int64_t(1) << 31), "gemv_q4kt: tickets for {} items on {} blocks", work,
+             blocks);
+    tickets.draws = static_cast<int>(work - blocks);
+    tickets.counter =
+        static_cast<unsigned*>(thread_workspace_zeroed(ctx, WorkspaceSlot::kGemvStreamTickets, sizeof(unsigned)));
+    g_ticket_launches.fetch_add(1, std::memory_order_relaxed);
+  }
+  VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED, STREAM>,
+                           dim3(static_cast<unsigned>(blocks)),
+                           dim3(128), 0, stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out,
+                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic, na, work,
+                           tickets));
+}
 // The producer's halved tiles: the switch (set_q4kt_halves_default) and the launches that halved.
 std::atomic<int> g_halves_override{-1};
 std::atomic<uint64_t> g_halved_launches{0};
+
+template <bool SWIGLU, int NORM, bool PAIRED, int STREAM>
+void launch_streaming(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, Q4ktShape shape,
+                      const NormArgs& na) {
+  switch (2 * shape.blocks + (shape.pair ? 1 : 0)) {
+    case 6: launch<3, SWIGLU, NORM, false, PAIRED, STREAM>(ctx, x, w, out, na); return;
+    case 8: launch<4, SWIGLU, NORM, false, PAIRED, STREAM>(ctx, x, w, out, na); return;
+    case 7: launch<3, SWIGLU, NORM, true, PAIRED, STREAM>(ctx, x, w, out, na); return;
+    case 9: launch<4, SWIGLU, NORM, true, PAIRED, STREAM>(ctx, x, w, out, na); return;
+    default: VI_FAIL("gemv_q4kt: no kernel for {}", gemv_q4kt_shape_name(shape));
+  }
+}
 
 template <bool SWIGLU, int NORM = kNormNone, bool PAIRED = false>
 void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, Q4ktShape shape,
@@ -331,13 +398,12 @@ void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const
   if constexpr (NORM != kNormProduce) {
     if (stream) {
       g_stream_launches.fetch_add(1, std::memory_order_relaxed);
-      switch (2 * shape.blocks + (shape.pair ? 1 : 0)) {
-        case 6: launch<3, SWIGLU, NORM, false, PAIRED, true>(ctx, x, w, out, na); return;
-        case 8: launch<4, SWIGLU, NORM, false, PAIRED, true>(ctx, x, w, out, na); return;
-        case 7: launch<3, SWIGLU, NORM, true, PAIRED, true>(ctx, x, w, out, na); return;
-        case 9: launch<4, SWIGLU, NORM, true, PAIRED, true>(ctx, x, w, out, na); return;
-        default: VI_FAIL("gemv_q4kt: no kernel for {}", gemv_q4kt_shape_name(shape));
+      if (takes_tickets(w.dim(0) / 16, wave_slots(shape.blocks))) {
+        launch_streaming<SWIGLU, NORM, PAIRED, kTickets>(ctx, x, w, out, shape, na);
+      } else {
+        launch_streaming<SWIGLU, NORM, PAIRED, kStride>(ctx, x, w, out, shape, na);
       }
+      return;
     }
   }
   switch (2 * shape.blocks + (shape.pair ? 1 : 0)) {
@@ -406,6 +472,14 @@ bool gemv_q4kt_stream_default(int64_t T) {
 }
 void set_q4kt_stream_default(int on) { g_stream_override.store(on, std::memory_order_relaxed); }
 uint64_t gemv_q4kt_streaming_launches() { return g_stream_launches.load(std::memory_order_relaxed); }
+bool gemv_q4kt_tickets_default() {
+  // Off unless asked for (docs/notes/gemv.md run 42).
+  static const int env = env_switch_forced("VI_Q4KT_TICKETS");
+  const int o = g_tickets_override.load(std::memory_order_relaxed);
+  return (o >= 0 ? o : env) == 1;
+}
+void set_q4kt_tickets_default(int on) { g_tickets_override.store(on, std::memory_order_relaxed); }
+uint64_t gemv_q4kt_ticket_launches() { return g_ticket_launches.load(std::memory_order_relaxed); }
 
 int64_t gemv_q4kt_halved_tiles(int64_t N, int64_t K, int blocks) {
   // Off unless asked for: on the H100 a tie with whole tiles (docs/notes/gemv.md run 41), not yet

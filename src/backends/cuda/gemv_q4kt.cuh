@@ -58,6 +58,14 @@ std::string gemv_q4kt_shape_name(Q4ktShape s);
 bool gemv_q4kt_stream_default(int64_t T);
 void set_q4kt_stream_default(int on);
 uint64_t gemv_q4kt_streaming_launches();
+// Whether a streaming launch of more than two items a block hands its items past the second out
+// by tickets (the blocks that finish first take them) instead of the fixed stride b, b + G, ...:
+// off unless VI_Q4KT_TICKETS=1 (read once per process) or set_q4kt_tickets_default(1) (tests: 0
+// off, -1 back to the environment). The same outputs bit for bit. gemv_q4kt_ticket_launches
+// counts the launches that drew tickets.
+bool gemv_q4kt_tickets_default();
+void set_q4kt_tickets_default(int on);
+uint64_t gemv_q4kt_ticket_launches();
 // The deferred norm's producer on a matrix of one wave of tiles or a little more than blocks - 1
 // (the 5120-row matrices: 320 tiles on 132 SMs at 3 blocks a SM): how many of its last tiles are
 // split by K into two halves, each taken by a block of its own, so that every SM holds about the

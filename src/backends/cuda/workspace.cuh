@@ -21,6 +21,7 @@ enum class WorkspaceSlot : int {
   kDecodeAttentionPartials,  // split-KV partial sums and (max, sum) pairs (attention_decode.cu)
   kGemvHalfSums,             // the halved tiles' partial sums of the deferred-norm producer (gemv_q4kt.cu)
   kGemvHalfCounts,           // their arrival counters (zeroed; the last arrival resets its own)
+  kGemvStreamTickets,        // the streaming GEMV's item counter (zeroed; its last draw resets it)
   kCount,
 };
 
