@@ -60,8 +60,8 @@ void set_q4kt_stream_default(int on);
 uint64_t gemv_q4kt_streaming_launches();
 // Whether a streaming launch of more than two items a block hands its items past the second out
 // by tickets (the blocks that finish first take them) instead of the fixed stride b, b + G, ...:
-// off unless VI_Q4KT_TICKETS=1 (read once per process) or set_q4kt_tickets_default(1) (tests: 0
-// off, -1 back to the environment). The same outputs bit for bit. gemv_q4kt_ticket_launches
+// on unless VI_Q4KT_TICKETS=0 (read once per process) or set_q4kt_tickets_default(0) (tests: 1
+// on, -1 back to the environment). The same outputs bit for bit. gemv_q4kt_ticket_launches
 // counts the launches that drew tickets.
 bool gemv_q4kt_tickets_default();
 void set_q4kt_tickets_default(int on);
@@ -70,10 +70,11 @@ uint64_t gemv_q4kt_ticket_launches();
 // (the 5120-row matrices: 320 tiles on 132 SMs at 3 blocks a SM): how many of its last tiles are
 // split by K into two halves, each taken by a block of its own, so that every SM holds about the
 // same work; the halves' sums meet in the second to finish (a + b in either order: the same bits;
-// not the one-tile kernel's, whose 4 warps' sums meet in one order). Off by default (a tie on the
-// H100, docs/notes/gemv.md run 41): VI_Q4KT_HALVES=1 (read once per process) or
-// set_q4kt_halves_default(1) turns it on (tests: 0 off, -1 back to the environment); 0 also where
-// it does not fit. gemv_q4kt_halved_launches counts the launches that halved tiles.
+// not the one-tile kernel's, whose 4 warps' sums meet in one order). On by default (with the
+// streaming tickets 0.06 ms off the H100's 8K round, docs/notes/gemv.md run 42): VI_Q4KT_HALVES=0
+// (read once per process) or set_q4kt_halves_default(0) turns it off (tests: 1 on, -1 back to the
+// environment); 0 also where it does not fit. gemv_q4kt_halved_launches counts the launches that
+// halved tiles.
 int64_t gemv_q4kt_halved_tiles(int64_t N, int64_t K, int blocks);
 void set_q4kt_halves_default(int on);
 uint64_t gemv_q4kt_halved_launches();

@@ -238,10 +238,10 @@ TEST(GemvStreamingPolicy, OneTokenByDefaultForcedEitherWay) {
   cuda::set_q4kt_stream_default(-1);
 }
 
-// Tickets are off unless switched on, and the switch works both ways.
-TEST(GemvStreamingPolicy, TicketsOffUnlessSwitchedOn) {
+// Tickets are on unless switched off, and the switch works both ways.
+TEST(GemvStreamingPolicy, TicketsOnUnlessSwitchedOff) {
   if (std::getenv("VI_Q4KT_TICKETS") == nullptr) {
-    EXPECT_FALSE(cuda::gemv_q4kt_tickets_default());
+    EXPECT_TRUE(cuda::gemv_q4kt_tickets_default());
   }
   cuda::set_q4kt_tickets_default(1);
   EXPECT_TRUE(cuda::gemv_q4kt_tickets_default());
