@@ -473,8 +473,9 @@ bool gemv_q4kt_stream_default(int64_t T) {
 void set_q4kt_stream_default(int on) { g_stream_override.store(on, std::memory_order_relaxed); }
 uint64_t gemv_q4kt_streaming_launches() { return g_stream_launches.load(std::memory_order_relaxed); }
 bool gemv_q4kt_tickets_default() {
-  // On unless switched off: the gate|up stack ~20 us a round shorter on the H100, 0.06 ms a round
-  // with the producer's halves (docs/notes/gemv.md run 42); not yet measured on the H200.
+  // On unless switched off: the gate|up stack ~20 us a round shorter on the H100; with the
+  // producer's halves 0.07-0.09 ms off the 8K round on the H100 and the H200 (docs/notes/gemv.md
+  // run 42).
   static const int env = env_switch_forced("VI_Q4KT_TICKETS");
   const int o = g_tickets_override.load(std::memory_order_relaxed);
   return (o >= 0 ? o : env) != 0;
@@ -483,8 +484,8 @@ void set_q4kt_tickets_default(int on) { g_tickets_override.store(on, std::memory
 uint64_t gemv_q4kt_ticket_launches() { return g_ticket_launches.load(std::memory_order_relaxed); }
 
 int64_t gemv_q4kt_halved_tiles(int64_t N, int64_t K, int blocks) {
-  // On unless switched off: with the streaming launches' tickets, 0.06 ms off the H100's 8K round
-  // (docs/notes/gemv.md runs 41 and 42); not yet measured on the H200.
+  // On unless switched off: with the streaming launches' tickets, 0.07-0.09 ms off the 8K round on
+  // the H100 and the H200, 0.09-0.13 ms at 128K on the H200 (docs/notes/gemv.md runs 41 and 42).
   static const int env = env_switch_forced("VI_Q4KT_HALVES");
   const int o = g_halves_override.load(std::memory_order_relaxed);
   if ((o >= 0 ? o : env) == 0) return 0;

@@ -71,10 +71,10 @@ uint64_t gemv_q4kt_ticket_launches();
 // split by K into two halves, each taken by a block of its own, so that every SM holds about the
 // same work; the halves' sums meet in the second to finish (a + b in either order: the same bits;
 // not the one-tile kernel's, whose 4 warps' sums meet in one order). On by default (with the
-// streaming tickets 0.06 ms off the H100's 8K round, docs/notes/gemv.md run 42): VI_Q4KT_HALVES=0
-// (read once per process) or set_q4kt_halves_default(0) turns it off (tests: 1 on, -1 back to the
-// environment); 0 also where it does not fit. gemv_q4kt_halved_launches counts the launches that
-// halved tiles.
+// streaming tickets 0.07-0.09 ms off the 8K round on the H100 and the H200, docs/notes/gemv.md run
+// 42): VI_Q4KT_HALVES=0 (read once per process) or set_q4kt_halves_default(0) turns it off (tests:
+// 1 on, -1 back to the environment); 0 also where it does not fit. gemv_q4kt_halved_launches
+// counts the launches that halved tiles.
 int64_t gemv_q4kt_halved_tiles(int64_t N, int64_t K, int blocks);
 void set_q4kt_halves_default(int on);
 uint64_t gemv_q4kt_halved_launches();
