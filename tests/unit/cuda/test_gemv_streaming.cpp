@@ -10,8 +10,9 @@
 // streaming launch of more than two tiles a block draws tickets (counted) and gives the same bits,
 // twice in a row (the counter is back at zero after each launch, or the second would skip items
 // and leave NaN); a launch of one to two waves (a matrix made for this device's SM count) draws
-// none and gives the same bits too. Off the native f16 path the test says why it skips. The policy (T = 1 streams by
-// default) is checked without a GPU.
+// none and gives the same bits too. Off the native f16 path the test says why it skips. The
+// policies (T = 1 streams by default; tickets are on unless switched off) are checked without a
+// GPU.
 #include <gtest/gtest.h>
 
 #include <cstdint>
