@@ -377,9 +377,10 @@ void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const Gem
 std::atomic<int> g_halves_override{-1};
 std::atomic<uint64_t> g_halved_launches{0};
 
+// The kernel of `shape`'s blocks a SM and pair form, in the STREAM form given.
 template <bool SWIGLU, int NORM, bool PAIRED, int STREAM>
-void launch_streaming(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, Q4ktShape shape,
-                      const NormArgs& na) {
+void launch_shape(const ops::Context& ctx, const Tensor& x, const Tensor& w, const GemvOut& out, Q4ktShape shape,
+                  const NormArgs& na) {
   switch (2 * shape.blocks + (shape.pair ? 1 : 0)) {
     case 6: launch<3, SWIGLU, NORM, false, PAIRED, STREAM>(ctx, x, w, out, na); return;
     case 8: launch<4, SWIGLU, NORM, false, PAIRED, STREAM>(ctx, x, w, out, na); return;
@@ -399,20 +400,14 @@ void launch_for(const ops::Context& ctx, const Tensor& x, const Tensor& w, const
     if (stream) {
       g_stream_launches.fetch_add(1, std::memory_order_relaxed);
       if (takes_tickets(w.dim(0) / 16, wave_slots(shape.blocks))) {
-        launch_streaming<SWIGLU, NORM, PAIRED, kTickets>(ctx, x, w, out, shape, na);
+        launch_shape<SWIGLU, NORM, PAIRED, kTickets>(ctx, x, w, out, shape, na);
       } else {
-        launch_streaming<SWIGLU, NORM, PAIRED, kStride>(ctx, x, w, out, shape, na);
+        launch_shape<SWIGLU, NORM, PAIRED, kStride>(ctx, x, w, out, shape, na);
       }
       return;
     }
   }
-  switch (2 * shape.blocks + (shape.pair ? 1 : 0)) {
-    case 6: launch<3, SWIGLU, NORM, false, PAIRED>(ctx, x, w, out, na); break;
-    case 8: launch<4, SWIGLU, NORM, false, PAIRED>(ctx, x, w, out, na); break;
-    case 7: launch<3, SWIGLU, NORM, true, PAIRED>(ctx, x, w, out, na); break;
-    case 9: launch<4, SWIGLU, NORM, true, PAIRED>(ctx, x, w, out, na); break;
-    default: VI_FAIL("gemv_q4kt: no kernel for {}", gemv_q4kt_shape_name(shape));
-  }
+  launch_shape<SWIGLU, NORM, PAIRED, kOneItem>(ctx, x, w, out, shape, na);
 }
 
 // The fused SwiGLU on either gate|up layout: Q4_KT (half tiles) or Q4_KTS (paired whole tiles).
