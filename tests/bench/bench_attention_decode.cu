@@ -32,7 +32,8 @@
 // default with only the lean slot step off ("[no lean]": old vs new step of the T >= 3
 // kernels, everything else as the default) or only the narrow step off ("[no narrow]": the
 // 16-row step at T = 1 of the 27B shape) or only the copies before the PDL wait off ("[no
-// pre-wait]"); --tuning pieces adds each piece alone too
+// pre-wait]") or only the split-V step off ("[no split V]": the lean step at T = 3..5 of the
+// 27B shape); --tuning pieces adds each piece alone too
 // ("[balanced]", "[combine]", "[pdl]", "[lean]", "[narrow]"). --paths limits the kernels
 // (comma-separated names as printed, e.g. tensor-core,tc-warps). The context column reads
 // "length/bound".
@@ -130,7 +131,7 @@ int main(int argc, char** argv) {
   using vi::cuda::DecodeTuning;
   std::vector<std::pair<std::string, DecodeTuning>> tunings = {{"", vi::cuda::decode_tuning()}};
   if (tuning_mode != "default") {
-    tunings.push_back({" [old]", DecodeTuning{false, false, false, false, false, false}});
+    tunings.push_back({" [old]", DecodeTuning{false, false, false, false, false, false, false}});
     DecodeTuning no_lean = vi::cuda::decode_tuning();
     no_lean.lean_share_step = false;
     tunings.push_back({" [no lean]", no_lean});
@@ -140,13 +141,16 @@ int main(int argc, char** argv) {
     DecodeTuning no_pre = vi::cuda::decode_tuning();
     no_pre.pre_wait_copies = false;
     tunings.push_back({" [no pre-wait]", no_pre});
+    DecodeTuning no_split = vi::cuda::decode_tuning();
+    no_split.split_v = false;
+    tunings.push_back({" [no split V]", no_split});
   }
   if (tuning_mode == "pieces") {
-    tunings.push_back({" [balanced]", DecodeTuning{true, false, false, false, false, false}});
-    tunings.push_back({" [combine]", DecodeTuning{false, true, false, false, false, false}});
-    tunings.push_back({" [pdl]", DecodeTuning{false, false, true, false, false, false}});
-    tunings.push_back({" [lean]", DecodeTuning{false, false, false, true, false, false}});
-    tunings.push_back({" [narrow]", DecodeTuning{false, false, false, false, true, false}});
+    tunings.push_back({" [balanced]", DecodeTuning{true, false, false, false, false, false, false}});
+    tunings.push_back({" [combine]", DecodeTuning{false, true, false, false, false, false, false}});
+    tunings.push_back({" [pdl]", DecodeTuning{false, false, true, false, false, false, false}});
+    tunings.push_back({" [lean]", DecodeTuning{false, false, false, true, false, false, false}});
+    tunings.push_back({" [narrow]", DecodeTuning{false, false, false, false, true, false, false}});
   }
   const DecodeTuning tuning0 = vi::cuda::decode_tuning();
   FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");

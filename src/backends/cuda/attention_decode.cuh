@@ -157,9 +157,15 @@ constexpr int64_t kDecodeNarrowRows = 8;
 //   all precede the step's first new token before pdl_wait (those K/V rows, the position and
 //   the block table are written by no kernel of the step), so their latency overlaps the K/V
 //   write kernel before it; off: every copy after the wait.
+// - split_v (with lean_share_step; 2 row tiles at D 129..256, every row group over 16 rows:
+//   T = 3..5 of the 27B shape): the two warps of a stream hand each other their P fragments
+//   through shared memory, and each multiplies half the head dims for both tiles' rows, so each
+//   converts half of a slot's V bytes instead of all of them; the same bits as the lean step.
+//   Off: the lean step, measured on 2026-12-06 (H100, 128K T = 4: 152.4 against 146.6 us a
+//   layer); docs/notes/decode_attention.md, "Split V".
 // Defaults: all on; VI_DECODE_TUNING=0 in the environment (read once per process) turns all
 // of them off (the path measured before, for end-to-end A/B), VI_DECODE_NARROW=0 narrow_rows
-// alone, VI_DECODE_PRE_WAIT=0 pre_wait_copies alone.
+// alone, VI_DECODE_PRE_WAIT=0 pre_wait_copies alone, VI_DECODE_SPLIT_V=0 split_v alone.
 struct DecodeTuning {
   bool balanced_splits = true;
   bool fast_combine = true;
@@ -167,10 +173,15 @@ struct DecodeTuning {
   bool lean_share_step = true;
   bool narrow_rows = true;
   bool pre_wait_copies = true;
+  bool split_v = true;
 };
 // Whether the warp-split kernel (where it takes the call) runs it on the narrow step
 // (DecodeTuning::narrow_rows and at most kDecodeNarrowRows rows in one row tile).
 bool decode_tc_narrow_takes(const DecodeArgs& a);
+// Whether the shared-slot kernel (where the warp-split kernel takes the call with 2 row tiles)
+// runs the split-V step: DecodeTuning::split_v with lean_share_step, D 129..256, and every row
+// group over 16 rows.
+bool decode_tc_split_v_takes(const DecodeArgs& a);
 DecodeTuning decode_tuning();
 void set_decode_tuning(const DecodeTuning& t);  // process-wide (tests, benchmarks)
 

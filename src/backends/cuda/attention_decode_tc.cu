@@ -998,13 +998,26 @@ __device__ __forceinline__ void warp_slot_step(const unsigned char* slot, const 
 //   P times the V scale (<= 65504 / 127 for an f16 source) stays below 65504 in f16.
 constexpr float kLazyMaxLog2 = 6.0f;
 
+// Waits until the kThreads threads (whole warps) of stream `stream` (0 or 1) have arrived at
+// its named barrier (1 + stream; 0 is __syncthreads), and orders their shared-memory accesses
+// as __syncthreads does for the block. Immediate barrier ids: ptxas then reserves 3 barriers,
+// not all 16 as it does for an id in a register.
+template <int kThreads>
+__device__ __forceinline__ void stream_barrier(int stream) {
+  if (stream == 0) asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+  else asm volatile("bar.sync 2, %0;\n" ::"n"(kThreads) : "memory");
+}
+
+// The step in two halves, so the split-V step below can put the stream's barrier between them:
+// lean_scores (S, scale and mask, the online softmax: m, l, the correction factors and P times
+// the V scale as the A fragment pa of the P·V mma) and lean_pv (O += P·V over V chunks qq0 ..
+// qq0 + NQ - 1 of each lane's key rows, i.e. O tiles 16 qq .., for MT row tiles at once: the
+// V bytes are converted once for all of them).
 template <int DP>
-__device__ __forceinline__ void warp_slot_step_lean(const unsigned char* slot, const uint4* qf, int g, int c,
-                                                    int key0, int s_end, int pos_a, int pos_b, float& m_a, float& m_b,
-                                                    float& l_a, float& l_b, float (&o)[DP / 8][4]) {
+__device__ __forceinline__ void lean_scores(const unsigned char* slot, const uint4* qf, int g, int c, int key0,
+                                            int s_end, int pos_a, int pos_b, float& m_a, float& m_b, float& l_a,
+                                            float& l_b, float& corr_a, float& corr_b, uint32_t (&pa)[4]) {
   using L = WarpLayout<DP>;
-  constexpr int NT = DP / 8;    // m16n8 tiles of O (columns: dim (DP / 8) n + t)
-  constexpr int VQ = DP / 128;  // V chunks a lane reads per key
 
   // S in two accumulators per 8-key tile (even and odd jj), added at the end: two chains of
   // DP / 32 dependent HMMA per tile instead of one of DP / 16.
@@ -1069,7 +1082,7 @@ __device__ __forceinline__ void warp_slot_step_lean(const unsigned char* slot, c
   // max); the same on the row's 4 lanes, which hold the same mx and m.
   const float mn_a = mx_a > m_a + kLazyMaxLog2 ? mx_a : m_a, mn_b = mx_b > m_b + kLazyMaxLog2 ? mx_b : m_b;
   const bool none_a = mn_a == -INFINITY, none_b = mn_b == -INFINITY;
-  const float corr_a = none_a ? 1.0f : exp2f(m_a - mn_a), corr_b = none_b ? 1.0f : exp2f(m_b - mn_b);
+  corr_a = none_a ? 1.0f : exp2f(m_a - mn_a), corr_b = none_b ? 1.0f : exp2f(m_b - mn_b);
   m_a = mn_a, m_b = mn_b;
   float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
@@ -1082,20 +1095,30 @@ __device__ __forceinline__ void warp_slot_step_lean(const unsigned char* slot, c
     }
   l_a = l_a * corr_a + sum_a;
   l_b = l_b * corr_b + sum_b;
-  if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) {
-#pragma unroll
-    for (int t = 0; t < NT; ++t) o[t][0] *= corr_a, o[t][1] *= corr_a, o[t][2] *= corr_b, o[t][3] *= corr_b;
-  }
-  const uint32_t pa0 = pack_half2(s[0][0] * vs[0][0], s[0][1] * vs[0][1]);
-  const uint32_t pa1 = pack_half2(s[0][2] * vs[0][0], s[0][3] * vs[0][1]);
-  const uint32_t pa2 = pack_half2(s[1][0] * vs[1][0], s[1][1] * vs[1][1]);
-  const uint32_t pa3 = pack_half2(s[1][2] * vs[1][0], s[1][3] * vs[1][1]);
+  pa[0] = pack_half2(s[0][0] * vs[0][0], s[0][1] * vs[0][1]);
+  pa[1] = pack_half2(s[0][2] * vs[0][0], s[0][3] * vs[0][1]);
+  pa[2] = pack_half2(s[1][0] * vs[1][0], s[1][1] * vs[1][1]);
+  pa[3] = pack_half2(s[1][2] * vs[1][0], s[1][3] * vs[1][1]);
+}
 
-  // O += P·V as in warp_slot_step.
+// O tiles (rows g: [0], [1]; g + 8: [2], [3]) times the rows' correction factors.
+template <int N>
+__device__ __forceinline__ void rescale_tiles(float (&o)[N][4], float corr_a, float corr_b) {
+#pragma unroll
+  for (int t = 0; t < N; ++t) o[t][0] *= corr_a, o[t][1] *= corr_a, o[t][2] *= corr_b, o[t][3] *= corr_b;
+}
+
+// O += P·V as in warp_slot_step, over V chunks qq0 .. qq0 + NQ - 1 (O tiles 16 (qq - qq0) .. of
+// o0, o1), for one (MT 1: pa0 into o0) or two row tiles (MT 2: pa1 into o1 too).
+template <int DP, int NQ, int MT>
+__device__ __forceinline__ void lean_pv(const unsigned char* slot, int g, int c, int qq0, const uint32_t (&pa0)[4],
+                                        const uint32_t (&pa1)[4], float (&o0)[16 * NQ][4], float (&o1)[16 * NQ][4]) {
+  using L = WarpLayout<DP>;
+  constexpr int VQ = DP / 128;  // V chunks a lane reads per key
   const int r0 = 2 * c, r1 = 2 * c + 1, r2 = 2 * c + 8, r3 = 2 * c + 9;
 #pragma unroll
-  for (int qq = 0; qq < VQ; ++qq) {
-    const int ch = VQ * g + qq;
+  for (int q = 0; q < NQ; ++q) {
+    const int ch = VQ * g + qq0 + q;
     const uint4 v0 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r0 * DP + v_chunk<DP>(r0, ch) * 16);
     const uint4 v1 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r1 * DP + v_chunk<DP>(r1, ch) * 16);
     const uint4 v2 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r2 * DP + v_chunk<DP>(r2, ch) * 16);
@@ -1114,20 +1137,75 @@ __device__ __forceinline__ void warp_slot_step_lean(const unsigned char* slot, c
         const uint32_t sel = bi & 1 ? 0x4342u : 0x4140u;
         const uint32_t b0 = as_u32(__hsub2(as_h2(__byte_perm(i01[bi >> 1], 0x64646464u, sel)), bias));
         const uint32_t b1 = as_u32(__hsub2(as_h2(__byte_perm(i23[bi >> 1], 0x64646464u, sel)), bias));
-        mma_16816(o[16 * qq + 4 * wi + bi], pa0, pa1, pa2, pa3, b0, b1);
+        mma_16816(o0[16 * q + 4 * wi + bi], pa0[0], pa0[1], pa0[2], pa0[3], b0, b1);
+        if constexpr (MT == 2) mma_16816(o1[16 * q + 4 * wi + bi], pa1[0], pa1[1], pa1[2], pa1[3], b0, b1);
       }
     }
+  }
+}
+
+template <int DP>
+__device__ __forceinline__ void warp_slot_step_lean(const unsigned char* slot, const uint4* qf, int g, int c,
+                                                    int key0, int s_end, int pos_a, int pos_b, float& m_a, float& m_b,
+                                                    float& l_a, float& l_b, float (&o)[DP / 8][4]) {
+  float corr_a, corr_b;
+  uint32_t pa[4];
+  lean_scores<DP>(slot, qf, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, corr_a, corr_b, pa);
+  if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) rescale_tiles(o, corr_a, corr_b);
+  lean_pv<DP, DP / 128, 1>(slot, g, c, 0, pa, pa, o, o);
+}
+
+// The split-V step (DecodeTuning::split_v; the shared-slot kernel with 2 row tiles at DP 256,
+// both tiles holding rows: T = 3..5 of the 27B shape). Why: in the lean step both warps of a
+// stream convert all of the slot's V bytes for their own 16 rows; here warp rt scores its own
+// tile as before (lean_scores), hands its P fragment and correction factors to its partner
+// through shared memory (pbuf, cbuf: [2 tiles][32 lanes] of the stream), meets it at the
+// stream's barrier, and then multiplies half the head dims (V chunk VQ g + rt: O tiles
+// 16 rt ..) for both tiles' rows: half the V conversions a warp, the same 32 P·V mma, O still
+// 128 floats (16 tiles x 2 row tiles). o_own / o_part: the O tiles of this warp's half for its
+// own tile and its partner's. One buffer suffices: a warp writes its next P only after the
+// loop's barrier, which its partner reaches only after reading this one.
+template <int DP, int kStreamThreads>
+__device__ __forceinline__ void warp_slot_step_split_v(const unsigned char* slot, const uint4* qf, int g, int c,
+                                                       int key0, int s_end, int pos_a, int pos_b, float& m_a,
+                                                       float& m_b, float& l_a, float& l_b, float (&o_own)[16][4],
+                                                       float (&o_part)[16][4], int rt, int st, int lane, uint4* pbuf,
+                                                       float2* cbuf) {
+  static_assert(DP == 256, "two V chunks a key row per lane: one for each warp of the pair");
+  float corr_a, corr_b;
+  uint32_t pa[4];
+  lean_scores<DP>(slot, qf, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, corr_a, corr_b, pa);
+  pbuf[rt * 32 + lane] = make_uint4(pa[0], pa[1], pa[2], pa[3]);
+  cbuf[rt * 32 + lane] = make_float2(corr_a, corr_b);
+  stream_barrier<kStreamThreads>(st);  // the partner's P and factors of this slot are in
+  const uint4 pp = pbuf[(1 - rt) * 32 + lane];
+  const float2 cp = cbuf[(1 - rt) * 32 + lane];
+  const uint32_t pb[4] = {pp.x, pp.y, pp.z, pp.w};
+  if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) rescale_tiles(o_own, corr_a, corr_b);
+  if (__any_sync(0xffffffffu, cp.x != 1.0f || cp.y != 1.0f)) rescale_tiles(o_part, cp.x, cp.y);
+  lean_pv<DP, 1, 2>(slot, g, c, rt, pa, pb, o_own, o_part);
+}
+
+// O tiles t0 .. t0 + N - 1 of a 16-row tile (rows g: [0], [1]; g + 8: [2], [3]; column n of
+// tile t is dim (DP / 8) n + t) into its staging rows ow [16][DP + 4] f32.
+template <int DP, int N>
+__device__ __forceinline__ void stash_tiles(const float (&o)[N][4], float* ow, int t0, int g, int c) {
+  constexpr int NT = DP / 8, kLdO = WarpLayout<DP>::kLdO;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int d = NT * 2 * c + t0 + i;
+    ow[g * kLdO + d] = o[i][0];
+    ow[g * kLdO + d + NT] = o[i][1];
+    ow[(g + 8) * kLdO + d] = o[i][2];
+    ow[(g + 8) * kLdO + d + NT] = o[i][3];
   }
 }
 
 // The end of a 16-row warp's keys (the one-tile and slot-sharing kernels): its rows' running
 // max (m_w) and sum (l_w, this lane's parts added over the row's 4 lanes), by warp and row, and
 // its O into the staging Os [kWW][16][DP + 4] f32 over the drained rings, for the block's merge.
-template <int DP>
-__device__ __forceinline__ void stash_tile_partial(float m_a, float m_b, float l_a, float l_b,
-                                                   const float (&o)[DP / 8][4], float* m_w, float* l_w, float* Os,
-                                                   int warp, int g, int c) {
-  constexpr int NT = DP / 8, kLdO = WarpLayout<DP>::kLdO;
+__device__ __forceinline__ void stash_row_stats(float m_a, float m_b, float l_a, float l_b, float* m_w, float* l_w,
+                                                int warp, int g, int c) {
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
   l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
@@ -1136,15 +1214,13 @@ __device__ __forceinline__ void stash_tile_partial(float m_a, float m_b, float l
     m_w[warp * 16 + g] = m_a, m_w[warp * 16 + g + 8] = m_b;
     l_w[warp * 16 + g] = l_a, l_w[warp * 16 + g + 8] = l_b;
   }
-  float* ow = Os + warp * 16 * kLdO;
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    const int d = NT * 2 * c + t;
-    ow[g * kLdO + d] = o[t][0];
-    ow[g * kLdO + d + NT] = o[t][1];
-    ow[(g + 8) * kLdO + d] = o[t][2];
-    ow[(g + 8) * kLdO + d + NT] = o[t][3];
-  }
+}
+template <int DP>
+__device__ __forceinline__ void stash_tile_partial(float m_a, float m_b, float l_a, float l_b,
+                                                   const float (&o)[DP / 8][4], float* m_w, float* l_w, float* Os,
+                                                   int warp, int g, int c) {
+  stash_row_stats(m_a, m_b, l_a, l_b, m_w, l_w, warp, g, c);
+  stash_tiles<DP, DP / 8>(o, Os + warp * 16 * WarpLayout<DP>::kLdO, 0, g, c);
 }
 
 // The narrow slot step (DecodeTuning::narrow_rows; decode_tc_warps_kernel<DP, true>): up to 8
@@ -1569,7 +1645,10 @@ struct WarpShareLayout {
   // rings at the end.
   static constexpr int kOffRow = 0;  // f32 m_w, l_w, fac [kWW][16]; M, L [kRows]
   static constexpr int kOffQ = 2048;                                           // half [kRows][kLdQ]
-  static constexpr int kOffRing = (kOffQ + kRows * kLdQ * 2 + 127) / 128 * 128;
+  // The split-V step's hand-over per stream: P fragments uint4 [2][32], factors float2 [2][32].
+  static constexpr int kOffX = (kOffQ + kRows * kLdQ * 2 + 127) / 128 * 128;
+  static constexpr int kXBytes = 2 * 32 * (16 + 8);
+  static constexpr int kOffRing = (kOffX + kStreams * kXBytes + 127) / 128 * 128;
   static constexpr int kNSS0 = (kBudget2 - kOffRing) / (kStreams * WL::kSlotBytes);
   static constexpr int kNSS = kNSS0 < 10 ? kNSS0 : 10;  // slots per stream
   static constexpr int kBytes = kOffRing + kStreams * kNSS * WL::kSlotBytes;
@@ -1581,22 +1660,14 @@ struct WarpShareLayout {
   static_assert(kLdO == WL::kLdO, "stash_tile_partial stages O with the one-tile kernel's row pitch");
 };
 
-// Waits until the kThreads threads (whole warps) of stream `stream` (0 or 1) have arrived at
-// its named barrier (1 + stream; 0 is __syncthreads), and orders their shared-memory accesses
-// as __syncthreads does for the block. Immediate barrier ids: ptxas then reserves 3 barriers,
-// not all 16 as it does for an id in a register.
-template <int kThreads>
-__device__ __forceinline__ void stream_barrier(int stream) {
-  if (stream == 0) asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
-  else asm volatile("bar.sync 2, %0;\n" ::"n"(kThreads) : "memory");
-}
-
 // Grid (n_splits * n_groups, Hkv), kWThreads threads. TcParams as above; rows per group
 // group_tokens * G <= 16 * RT, D % 16 == 0, 16-byte aligned i8 pools (the host checks).
 // kLean (DecodeTuning::lean_share_step): Q in mma fragment order and warp_slot_step_lean,
 // and the copies of a refill split in two: the block-table loads before the stream barrier
 // (they fly while the stream waits), the cp.async after it, unrolled without guards.
-template <int DP, int RT, bool kLean>
+// kSplitV (DecodeTuning::split_v; lean, RT 2, DP 256, both row tiles holding rows):
+// warp_slot_step_split_v, each warp O of half the head dims for both tiles.
+template <int DP, int RT, bool kLean, bool kSplitV = false>
 __global__ void __launch_bounds__(kWThreads, 2)
     decode_tc_warps_share_kernel(const __half* __restrict__ q, const int8_t* __restrict__ k,
                                  const int8_t* __restrict__ v, __half* __restrict__ out, TcParams P) {
@@ -1615,6 +1686,8 @@ __global__ void __launch_bounds__(kWThreads, 2)
   float* L_s = M_s + kRows;                                   // [kRows]
   __half* Qs = reinterpret_cast<__half*>(smem + L::kOffQ);
   unsigned char* ring_all = smem + L::kOffRing;
+  static_assert(!kSplitV || (kLean && RT == 2 && DP == 256), "the split-V step: lean, a warp pair, two V chunks");
+  constexpr int kHalfT = DP / 16;  // kSplitV: O tiles a warp holds per row tile
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   const int st = warp / RT, rt = warp % RT, stid = rt * 32 + lane;  // stream, row tile, thread of the stream
@@ -1795,6 +1868,17 @@ __global__ void __launch_bounds__(kWThreads, 2)
   const __half* qa_row = Qs + ra * kLdQ;
   const __half* qb_row = Qs + rb * kLdQ;
   const uint4* qf = reinterpret_cast<const uint4*>(Qs) + rt * (2 * DP) + lane;  // kLean: this lane's fragments
+  // kSplitV: this warp's half of O for its own tile (oh[0]) and its partner's (oh[1]), and the
+  // stream's hand-over area.
+  float oh[2][kHalfT][4];
+  if constexpr (kSplitV) {
+#pragma unroll
+    for (int t = 0; t < kHalfT; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) oh[0][t][e] = oh[1][t][e] = 0.0f;
+  }
+  uint4* pbuf = reinterpret_cast<uint4*>(smem + L::kOffX + st * L::kXBytes);  // [2][32]
+  float2* cbuf = reinterpret_cast<float2*>(pbuf + 64);                          // [2][32]
 
 #pragma unroll 1
   for (int i = 0; i < n_mine; ++i) {
@@ -1823,7 +1907,10 @@ __global__ void __launch_bounds__(kWThreads, 2)
     if (busy) {
       const unsigned char* slot = ring + (i % NSS) * WL::kSlotBytes;
       const int key0 = s_begin + (st + NST * i) * kSlotKeys;
-      if constexpr (kLean)
+      if constexpr (kSplitV)
+        warp_slot_step_split_v<DP, kStreamThreads>(slot, qf, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b,
+                                                   oh[0], oh[1], rt, st, lane, pbuf, cbuf);
+      else if constexpr (kLean)
         warp_slot_step_lean<DP>(slot, qf, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, o);
       else
         warp_slot_step<DP>(slot, qa_row, qb_row, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, o);
@@ -1834,7 +1921,13 @@ __global__ void __launch_bounds__(kWThreads, 2)
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring; the staging goes over the rings
   float* Os = reinterpret_cast<float*>(ring_all);  // [kWW][16][kLdO]
-  stash_tile_partial<DP>(m_a, m_b, l_a, l_b, o, m_w, l_w, Os, warp, g, c);
+  if constexpr (kSplitV) {
+    stash_row_stats(m_a, m_b, l_a, l_b, m_w, l_w, warp, g, c);
+    stash_tiles<DP, kHalfT>(oh[0], Os + (st * RT + rt) * 16 * L::kLdO, kHalfT * rt, g, c);
+    stash_tiles<DP, kHalfT>(oh[1], Os + (st * RT + 1 - rt) * 16 * L::kLdO, kHalfT * rt, g, c);
+  } else {
+    stash_tile_partial<DP>(m_a, m_b, l_a, l_b, o, m_w, l_w, Os, warp, g, c);
+  }
   __syncthreads();
   if (tid < kRows) {  // row tid: tile tid / 16, whose warp in stream s2 is s2 * RT + tid / 16
     const int rr = tid % 16, w0 = tid / 16;
@@ -1965,6 +2058,16 @@ bool decode_tc_narrow_takes(const DecodeArgs& a) {
   return decode_tuning().narrow_rows && decode_tc_warps_tiles(a) == 1 && a.T * G <= kDecodeNarrowRows;
 }
 
+bool decode_tc_split_v_takes(const DecodeArgs& a) {
+  const DecodeTuning t = decode_tuning();
+  if (!t.lean_share_step || !t.split_v || decode_tc_warps_tiles(a) != 2 || a.D <= 128 || a.D > 256) return false;
+  // Every row group's second tile must hold rows (a warp waits at the barrier for its partner's
+  // P): the last group, the smallest, has more than 16.
+  const int64_t G = a.Hkv > 0 ? a.Hq / a.Hkv : 0, tg = decode_tc_warps_group_tokens(a);
+  const int64_t groups = decode_tc_warps_groups(a);
+  return groups > 0 && (a.T - (groups - 1) * tg) * G > 16;
+}
+
 bool decode_tc_warps_fits(const ops::Context& ctx, const DecodeArgs& a) {
   const DecodeTcWarps mode = decode_tc_warps();
   if (mode == DecodeTcWarps::kNever || (mode == DecodeTcWarps::kAuto && !kDecodeTcWarpsByDefault)) return false;
@@ -2072,11 +2175,14 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
     const DecodeTuning tuning = decode_tuning();
     const bool pdl = tuning.pdl;
     P.pre_wait_copies = tuning.pre_wait_copies;
+    const bool split_v = decode_tc_split_v_takes(a);
     auto share = [&](auto lean) {
       constexpr bool kLean = decltype(lean)::value;
       if (DP == 128) {
         if (RT == 2) launch_at(decode_tc_warps_share_kernel<128, 2, kLean>, wgrid, kWThreads, smem, k, v, pdl);
         else launch_at(decode_tc_warps_share_kernel<128, 4, kLean>, wgrid, kWThreads, smem, k, v, pdl);
+      } else if (RT == 2 && split_v) {
+        if constexpr (kLean) launch_at(decode_tc_warps_share_kernel<256, 2, true, true>, wgrid, kWThreads, smem, k, v, pdl);
       } else {
         if (RT == 2) launch_at(decode_tc_warps_share_kernel<256, 2, kLean>, wgrid, kWThreads, smem, k, v, pdl);
         else launch_at(decode_tc_warps_share_kernel<256, 4, kLean>, wgrid, kWThreads, smem, k, v, pdl);

@@ -102,13 +102,17 @@ class AttentionDecode : public CudaOpTest {
     const bool tc_warps = tc && cuda::decode_tc_warps_fits(g, a);
     const bool tc_ring = tc && !tc_warps && cuda::decode_tc_ring_fits(g, a);
     last_narrow = tc_warps && cuda::decode_tc_narrow_takes(a);
-    const std::string path = tc_warps ? fmt::format("tensor cores, warp-split, {} row tiles per block, {} row groups{}",
+    last_split_v = tc_warps && cuda::decode_tc_split_v_takes(a);
+    const std::string path = tc_warps ? fmt::format("tensor cores, warp-split, {} row tiles per block, {} row groups{}{}",
                                                     cuda::decode_tc_warps_tiles(a), cuda::decode_tc_warps_groups(a),
-                                                    last_narrow ? ", narrow step" : "")
+                                                    last_narrow ? ", narrow step" : "",
+                                                    last_split_v ? ", split-V step" : "")
                              : tc_ring ? "tensor cores, ring"
                              : tc      ? "tensor cores, registers"
                                        : "CUDA cores";
     cuda::decode_attention(g, a);
+    last_out = down(dout);
+    last_rel = rel_l2(last_out, ref);
     EXPECT_CLOSE(down(dout), ref, tol(2e-5, 3e-3),
                  fmt::format("split ({}) K {} V {}: Hq={} Hkv={} D={} bs={} T={} pos0={} splits={} bound+{} q_amp={}",
                              path, dtype_name(kdt), dtype_name(vdt), s.Hq, s.Hkv, s.D, s.bs, T, q_pos0, n_splits,
@@ -118,8 +122,12 @@ class AttentionDecode : public CudaOpTest {
 
   // TensorCoreWarpSplit's calls under the current DecodeTuning (defined below the tests).
   void check_warp_split(bool narrow);
-  // Whether the last check_split ran the warp-split kernel's narrow step.
+  // Whether the last check_split ran the warp-split kernel's narrow step, and its relative L2
+  // error against the CPU op.
   bool last_narrow = false;
+  bool last_split_v = false;  // and whether it ran the split-V step
+  double last_rel = 0;
+  Tensor last_out;  // the last check_split's output, on the host
 
   // Float pools (the activation dtype): T query tokens at q_pos0 against the pool.
   void check_float(const Shape& s, int64_t T, int64_t q_pos0) {
@@ -447,14 +455,15 @@ TEST_P(AttentionDecode, RoundedUpKeyBound) {
   };
   using cuda::DecodeTuning;
   const DecodeTuning modes[] = {
-      DecodeTuning{true, true, true, true, true, true},   DecodeTuning{false, false, false, false, false, false},
-      DecodeTuning{true, false, false, true, true, false}, DecodeTuning{false, true, true, false, true, true},
-      DecodeTuning{true, true, true, false, false, false}, DecodeTuning{true, true, false, true, true, true}};
+      DecodeTuning{true, true, true, true, true, true, true},    DecodeTuning{false, false, false, false, false, false, false},
+      DecodeTuning{true, false, false, true, true, false, true},  DecodeTuning{false, true, true, false, true, true, false},
+      DecodeTuning{true, true, true, false, false, false, false}, DecodeTuning{true, true, false, true, true, true, false}};
   for (const DecodeTuning& m : modes) {
     const Tuning tuning(m);
     const std::string what =
-        fmt::format("balanced {} fast combine {} pdl {} lean step {} narrow rows {} pre-wait copies {}",
-                    m.balanced_splits, m.fast_combine, m.pdl, m.lean_share_step, m.narrow_rows, m.pre_wait_copies);
+        fmt::format("balanced {} fast combine {} pdl {} lean step {} narrow rows {} pre-wait copies {} split V {}",
+                    m.balanced_splits, m.fast_combine, m.pdl, m.lean_share_step, m.narrow_rows, m.pre_wait_copies,
+                    m.split_v);
     SCOPED_TRACE(what);
     int ran = 0, calls = 0;
     for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{24, 4, 256, 7}}) {
@@ -497,12 +506,18 @@ TEST_P(AttentionDecode, TensorCoreLeanSlotStep) {
     return b - S;
   };
   using cuda::DecodeTcWarpsTiles;
-  for (bool lean : {true, false}) {
+  // The split-V step (the lean step with the V half of each slot split over the warp pair), the
+  // lean step, the old step.
+  for (int form : {2, 1, 0}) {
+    const bool lean = form >= 1;
     cuda::DecodeTuning t = cuda::decode_tuning();
     t.lean_share_step = lean;
+    t.split_v = form == 2;
     const Tuning tuning(t);
-    SCOPED_TRACE(lean ? "lean slot step" : "old slot step");
-    int ran = 0, calls = 0;
+    const char* names[] = {"old", "lean", "split-V"};
+    const char* name = names[form];
+    SCOPED_TRACE(name);
+    int ran = 0, calls = 0, split_v = 0;
     for (DecodeTcWarpsTiles tiles : {DecodeTcWarpsTiles::k2, DecodeTcWarpsTiles::k4}) {
       const WarpTiles forced(tiles);
       for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{24, 4, 256, 7}, Shape{24, 4, 128, 16}, Shape{16, 2, 64, 16}}) {
@@ -510,6 +525,7 @@ TEST_P(AttentionDecode, TensorCoreLeanSlotStep) {
         auto run = [&](int64_t T, int64_t p0, int n_splits, int64_t extra, float amp) {
           if (T * G > cuda::kDecodeMaxRows) return;
           ran += check_split(s, T, p0, DType::I8, DType::I8, 1, n_splits, extra, true, true, amp), ++calls;
+          split_v += last_split_v;
         };
         for (int64_t T = 1; T <= 8; ++T) {
           run(T, 1500 + 37 * T, 0, 0, 2.0f);
@@ -527,10 +543,59 @@ TEST_P(AttentionDecode, TensorCoreLeanSlotStep) {
         check_split(Shape{24, 4, 256, 16}, T, 900, kv, DType::F16, 1, 0, 0, true, false);
       }
     if (GetParam().profile == ops::KernelProfile::kVolta) EXPECT_EQ(ran, 0);
-    else std::printf("%s slot step: shared-slot kernels ran in %d of %d calls (0: no sm_80 code)\n",
-                     lean ? "lean" : "old", ran, calls);
+    else std::printf("%s slot step: shared-slot kernels ran in %d of %d calls, the split-V step in %d (0: no sm_80 code)\n",
+                     name, ran, calls, split_v);
     if (ran > 0) {
       EXPECT_EQ(ran, calls);
+      // 2 row tiles forced at D 256 with 17..32 rows: T = 3..5 for G 6 (and in groups for more).
+      if (form == 2) EXPECT_GT(split_v, 0);
+      else EXPECT_EQ(split_v, 0);
+    }
+  }
+}
+
+// The split-V step runs the lean step's mma on the same operands for every O tile, only on the
+// other warp of the pair for half of them: the same bits as the lean step, at T = 3, 4, 5 (the
+// shared-slot kernel with 2 row tiles) over the kernel's own splits and few long ones, for
+// spread-out and peaked scores.
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  if (a.numel() != b.numel()) return INFINITY;
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double d = std::fabs(double(a.ptr<float>()[i]) - double(b.ptr<float>()[i]));
+    if (!(d <= m)) m = std::isnan(d) ? INFINITY : d;
+  }
+  return m;
+}
+
+TEST_P(AttentionDecode, TensorCoreSplitVMatchesLeanStep) {
+  if (GetParam().profile == ops::KernelProfile::kVolta) GTEST_SKIP() << "the shared-slot kernels need sm_80 code";
+  for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{24, 4, 256, 7}, Shape{40, 4, 160, 16}}) {
+    for (int64_t T : {3, 4, 5}) {
+      for (float amp : {0.05f, 2.0f}) {
+        for (int n_splits : {2, 0}) {
+          Tensor out[2];
+          bool split[2] = {false, false};
+          const unsigned seed = static_cast<unsigned>(rng()());
+          for (int form = 0; form < 2; ++form) {
+            cuda::DecodeTuning t = cuda::decode_tuning();
+            t.lean_share_step = true;
+            t.split_v = form == 1;
+            const Tuning tuning(t);
+            rng().seed(seed);  // the same pools and queries for both
+            if (!check_split(s, T, 3000 + 11 * T, DType::I8, DType::I8, 1, n_splits, 0, true, true, amp))
+              GTEST_SKIP() << "no sm_80 code: the shared-slot kernel does not run";
+            split[form] = last_split_v;
+            out[form] = last_out;
+          }
+          EXPECT_FALSE(split[0]);
+          const int64_t G = s.Hq / s.Hkv;
+          EXPECT_EQ(split[1], T * G > 16 && T * G <= 32) << "T " << T << " G " << G;
+          EXPECT_EQ(max_abs_diff(out[1], out[0]), 0.0)
+              << "split-V against lean: D " << s.D << " bs " << s.bs << " T " << T << " q_amp " << amp << " splits "
+              << n_splits;
+        }
+      }
     }
   }
 }
