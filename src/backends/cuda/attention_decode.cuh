@@ -163,9 +163,14 @@ constexpr int64_t kDecodeNarrowRows = 8;
 //   converts half of a slot's V bytes instead of all of them; the same bits as the lean step.
 //   Off: the lean step, measured on 2026-12-06 (H100, 128K T = 4: 152.4 against 146.6 us a
 //   layer); docs/notes/decode_attention.md, "Split V".
-// Defaults: all on; VI_DECODE_TUNING=0 in the environment (read once per process) turns all
-// of them off (the path measured before, for end-to-end A/B), VI_DECODE_NARROW=0 narrow_rows
-// alone, VI_DECODE_PRE_WAIT=0 pre_wait_copies alone, VI_DECODE_SPLIT_V=0 split_v alone.
+// - split_k (with split_v): the split-V step's warps also split S: each converts half of a slot's
+//   K bytes and multiplies them with both tiles' Q, and the pair adds its partial S through shared
+//   memory at a second barrier a slot (S summed in another order: not the lean step's bits).
+//   Off unless VI_DECODE_SPLIT_K=1 (not yet measured).
+// Defaults: all on but split_k; VI_DECODE_TUNING=0 in the environment (read once per process)
+// turns all of them off (the path measured before, for end-to-end A/B), VI_DECODE_NARROW=0
+// narrow_rows alone, VI_DECODE_PRE_WAIT=0 pre_wait_copies alone, VI_DECODE_SPLIT_V=0 split_v
+// alone.
 struct DecodeTuning {
   bool balanced_splits = true;
   bool fast_combine = true;
@@ -174,6 +179,7 @@ struct DecodeTuning {
   bool narrow_rows = true;
   bool pre_wait_copies = true;
   bool split_v = true;
+  bool split_k = false;
 };
 // Whether the warp-split kernel (where it takes the call) runs it on the narrow step
 // (DecodeTuning::narrow_rows and at most kDecodeNarrowRows rows in one row tile).

@@ -1013,15 +1013,15 @@ __device__ __forceinline__ void stream_barrier(int stream) {
 // the V scale as the A fragment pa of the P·V mma) and lean_pv (O += P·V over V chunks qq0 ..
 // qq0 + NQ - 1 of each lane's key rows, i.e. O tiles 16 qq .., for MT row tiles at once: the
 // V bytes are converted once for all of them).
+// lean_scores is lean_s (S) then lean_softmax (the rest), so the split-K form can put the
+// pair's exchange of partial S between them.
 template <int DP>
-__device__ __forceinline__ void lean_scores(const unsigned char* slot, const uint4* qf, int g, int c, int key0,
-                                            int s_end, int pos_a, int pos_b, float& m_a, float& m_b, float& l_a,
-                                            float& l_b, float& corr_a, float& corr_b, uint32_t (&pa)[4]) {
+__device__ __forceinline__ void lean_s(const unsigned char* slot, const uint4* qf, int g, int c, float (&s)[2][4]) {
   using L = WarpLayout<DP>;
 
   // S in two accumulators per 8-key tile (even and odd jj), added at the end: two chains of
   // DP / 32 dependent HMMA per tile instead of one of DP / 16.
-  float s[2][4], s2[2][4];
+  float s2[2][4];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     s[h][0] = s[h][1] = s[h][2] = s[h][3] = 0.0f;
@@ -1052,8 +1052,48 @@ __device__ __forceinline__ void lean_scores(const unsigned char* slot, const uin
   for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[h][e] += s2[h][e];
+}
 
-  // Scale and mask as in warp_slot_step: s[h][e] is row g, key 8h + 2c + e; s[h][2 + e] row g + 8.
+// S of both row tiles of a pair (Q fragments qf0, qf1) over half the head dims: K chunks c + 4 jj
+// for jj in [DP / 128 half, + DP / 128), each converted once for both tiles (the split-K form).
+template <int DP>
+__device__ __forceinline__ void lean_s_half(const unsigned char* slot, const uint4* qf0, const uint4* qf1, int g,
+                                            int c, int half, float (&s0)[2][4], float (&s1)[2][4]) {
+  using L = WarpLayout<DP>;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s0[h][e] = s1[h][e] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < DP / 128; ++j) {
+    const int jj = DP / 128 * half + j, ch = c + 4 * jj;
+    uint32_t kws[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int kr = 8 * h + g;
+      const uint4 kw = *reinterpret_cast<const uint4*>(slot + L::kSlotK + kr * DP + k_chunk<DP>(kr, ch) * 16);
+      kws[h][0] = kw.x, kws[h][1] = kw.y, kws[h][2] = kw.z, kws[h][3] = kw.w;
+    }
+#pragma unroll
+    for (int j4 = 0; j4 < 4; ++j4) {
+      const uint4 a0 = qf0[32 * (4 * jj + j4)], a1 = qf1[32 * (4 * jj + j4)];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t b0, b1;
+        i8x4_to_h2(kws[h][j4], b0, b1);
+        mma_16816(s0[h], a0.x, a0.y, a0.z, a0.w, b0, b1);
+        mma_16816(s1[h], a1.x, a1.y, a1.z, a1.w, b0, b1);
+      }
+    }
+  }
+}
+
+// Scale and mask as in warp_slot_step: s[h][e] is row g, key 8h + 2c + e; s[h][2 + e] row g + 8.
+template <int DP>
+__device__ __forceinline__ void lean_softmax(const unsigned char* slot, int c, int key0, int s_end, int pos_a,
+                                             int pos_b, float (&s)[2][4], float& m_a, float& m_b, float& l_a,
+                                             float& l_b, float& corr_a, float& corr_b, uint32_t (&pa)[4]) {
+  using L = WarpLayout<DP>;
   const float* ksc = reinterpret_cast<const float*>(slot + L::kSlotKs);
   const float* vsc = reinterpret_cast<const float*>(slot + L::kSlotVs);
   float vs[2][2];
@@ -1099,6 +1139,15 @@ __device__ __forceinline__ void lean_scores(const unsigned char* slot, const uin
   pa[1] = pack_half2(s[0][2] * vs[0][0], s[0][3] * vs[0][1]);
   pa[2] = pack_half2(s[1][0] * vs[1][0], s[1][1] * vs[1][1]);
   pa[3] = pack_half2(s[1][2] * vs[1][0], s[1][3] * vs[1][1]);
+}
+
+template <int DP>
+__device__ __forceinline__ void lean_scores(const unsigned char* slot, const uint4* qf, int g, int c, int key0,
+                                            int s_end, int pos_a, int pos_b, float& m_a, float& m_b, float& l_a,
+                                            float& l_b, float& corr_a, float& corr_b, uint32_t (&pa)[4]) {
+  float s[2][4];
+  lean_s<DP>(slot, qf, g, c, s);
+  lean_softmax<DP>(slot, c, key0, s_end, pos_a, pos_b, s, m_a, m_b, l_a, l_b, corr_a, corr_b, pa);
 }
 
 // O tiles (rows g: [0], [1]; g + 8: [2], [3]) times the rows' correction factors.
@@ -1165,16 +1214,45 @@ __device__ __forceinline__ void warp_slot_step_lean(const unsigned char* slot, c
 // 128 floats (16 tiles x 2 row tiles). o_own / o_part: the O tiles of this warp's half for its
 // own tile and its partner's. One buffer suffices: a warp writes its next P only after the
 // loop's barrier, which its partner reaches only after reading this one.
-template <int DP, int kStreamThreads>
+// kSplitK (DecodeTuning::split_k): S the same way, each warp converting half of the slot's K
+// bytes and multiplying them with both tiles' Q (lean_s_half); the partial S of the partner's
+// tile goes through sbuf ([2 tiles][32 lanes][8] f32 of the stream) at a second barrier. S is
+// then summed in another order than the lean step's (not its bits).
+template <int DP, int kStreamThreads, bool kSplitK>
 __device__ __forceinline__ void warp_slot_step_split_v(const unsigned char* slot, const uint4* qf, int g, int c,
                                                        int key0, int s_end, int pos_a, int pos_b, float& m_a,
                                                        float& m_b, float& l_a, float& l_b, float (&o_own)[16][4],
                                                        float (&o_part)[16][4], int rt, int st, int lane, uint4* pbuf,
-                                                       float2* cbuf) {
+                                                       float2* cbuf, float4* sbuf) {
   static_assert(DP == 256, "two V chunks a key row per lane: one for each warp of the pair");
   float corr_a, corr_b;
   uint32_t pa[4];
-  lean_scores<DP>(slot, qf, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, corr_a, corr_b, pa);
+  if constexpr (kSplitK) {
+    // qf is this tile's fragments; tile t's are 2 DP uint4 apart.
+    const uint4* qf0 = qf - rt * (2 * DP);
+    float s0[2][4], s1[2][4];
+    lean_s_half<DP>(slot, qf0, qf0 + 2 * DP, g, c, rt, s0, s1);
+    // Element by element (a runtime choice of a whole register array would go through memory).
+    float mine[2][4], theirs[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        mine[h][e] = rt == 0 ? s0[h][e] : s1[h][e];
+        theirs[h][e] = rt == 0 ? s1[h][e] : s0[h][e];
+      }
+    float4* to = sbuf + ((1 - rt) * 32 + lane) * 2;
+    to[0] = make_float4(theirs[0][0], theirs[0][1], theirs[0][2], theirs[0][3]);
+    to[1] = make_float4(theirs[1][0], theirs[1][1], theirs[1][2], theirs[1][3]);
+    stream_barrier<kStreamThreads>(st);  // the partner's half of this tile's S is in
+    const float4* from = sbuf + (rt * 32 + lane) * 2;
+    const float4 f0 = from[0], f1 = from[1];
+    float s[2][4] = {{mine[0][0] + f0.x, mine[0][1] + f0.y, mine[0][2] + f0.z, mine[0][3] + f0.w},
+                     {mine[1][0] + f1.x, mine[1][1] + f1.y, mine[1][2] + f1.z, mine[1][3] + f1.w}};
+    lean_softmax<DP>(slot, c, key0, s_end, pos_a, pos_b, s, m_a, m_b, l_a, l_b, corr_a, corr_b, pa);
+  } else {
+    lean_scores<DP>(slot, qf, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, corr_a, corr_b, pa);
+  }
   pbuf[rt * 32 + lane] = make_uint4(pa[0], pa[1], pa[2], pa[3]);
   cbuf[rt * 32 + lane] = make_float2(corr_a, corr_b);
   stream_barrier<kStreamThreads>(st);  // the partner's P and factors of this slot are in
@@ -1645,9 +1723,10 @@ struct WarpShareLayout {
   // rings at the end.
   static constexpr int kOffRow = 0;  // f32 m_w, l_w, fac [kWW][16]; M, L [kRows]
   static constexpr int kOffQ = 2048;                                           // half [kRows][kLdQ]
-  // The split-V step's hand-over per stream: P fragments uint4 [2][32], factors float2 [2][32].
+  // The split-V step's hand-over per stream: P fragments uint4 [2][32], factors float2 [2][32],
+  // the split-K form's partial S float4 [2][32][2].
   static constexpr int kOffX = (kOffQ + kRows * kLdQ * 2 + 127) / 128 * 128;
-  static constexpr int kXBytes = 2 * 32 * (16 + 8);
+  static constexpr int kXBytes = 2 * 32 * (16 + 8 + 32);
   static constexpr int kOffRing = (kOffX + kStreams * kXBytes + 127) / 128 * 128;
   static constexpr int kNSS0 = (kBudget2 - kOffRing) / (kStreams * WL::kSlotBytes);
   static constexpr int kNSS = kNSS0 < 10 ? kNSS0 : 10;  // slots per stream
@@ -1666,8 +1745,9 @@ struct WarpShareLayout {
 // and the copies of a refill split in two: the block-table loads before the stream barrier
 // (they fly while the stream waits), the cp.async after it, unrolled without guards.
 // kSplitV (DecodeTuning::split_v; lean, RT 2, DP 256, both row tiles holding rows):
-// warp_slot_step_split_v, each warp O of half the head dims for both tiles.
-template <int DP, int RT, bool kLean, bool kSplitV = false>
+// warp_slot_step_split_v, each warp O of half the head dims for both tiles; kSplitK (with it,
+// DecodeTuning::split_k) S too.
+template <int DP, int RT, bool kLean, bool kSplitV = false, bool kSplitK = false>
 __global__ void __launch_bounds__(kWThreads, 2)
     decode_tc_warps_share_kernel(const __half* __restrict__ q, const int8_t* __restrict__ k,
                                  const int8_t* __restrict__ v, __half* __restrict__ out, TcParams P) {
@@ -1687,6 +1767,7 @@ __global__ void __launch_bounds__(kWThreads, 2)
   __half* Qs = reinterpret_cast<__half*>(smem + L::kOffQ);
   unsigned char* ring_all = smem + L::kOffRing;
   static_assert(!kSplitV || (kLean && RT == 2 && DP == 256), "the split-V step: lean, a warp pair, two V chunks");
+  static_assert(!kSplitK || kSplitV, "the split-K form is a form of the split-V step");
   constexpr int kHalfT = DP / 16;  // kSplitV: O tiles a warp holds per row tile
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
@@ -1879,6 +1960,7 @@ __global__ void __launch_bounds__(kWThreads, 2)
   }
   uint4* pbuf = reinterpret_cast<uint4*>(smem + L::kOffX + st * L::kXBytes);  // [2][32]
   float2* cbuf = reinterpret_cast<float2*>(pbuf + 64);                          // [2][32]
+  float4* sbuf = reinterpret_cast<float4*>(cbuf + 64);                          // [2][32][2]
 
 #pragma unroll 1
   for (int i = 0; i < n_mine; ++i) {
@@ -1908,8 +1990,8 @@ __global__ void __launch_bounds__(kWThreads, 2)
       const unsigned char* slot = ring + (i % NSS) * WL::kSlotBytes;
       const int key0 = s_begin + (st + NST * i) * kSlotKeys;
       if constexpr (kSplitV)
-        warp_slot_step_split_v<DP, kStreamThreads>(slot, qf, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b,
-                                                   oh[0], oh[1], rt, st, lane, pbuf, cbuf);
+        warp_slot_step_split_v<DP, kStreamThreads, kSplitK>(slot, qf, g, c, key0, s_end, pos_a, pos_b, m_a, m_b,
+                                                            l_a, l_b, oh[0], oh[1], rt, st, lane, pbuf, cbuf, sbuf);
       else if constexpr (kLean)
         warp_slot_step_lean<DP>(slot, qf, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, o);
       else
@@ -2182,7 +2264,12 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
         if (RT == 2) launch_at(decode_tc_warps_share_kernel<128, 2, kLean>, wgrid, kWThreads, smem, k, v, pdl);
         else launch_at(decode_tc_warps_share_kernel<128, 4, kLean>, wgrid, kWThreads, smem, k, v, pdl);
       } else if (RT == 2 && split_v) {
-        if constexpr (kLean) launch_at(decode_tc_warps_share_kernel<256, 2, true, true>, wgrid, kWThreads, smem, k, v, pdl);
+        if constexpr (kLean) {
+          if (tuning.split_k)
+            launch_at(decode_tc_warps_share_kernel<256, 2, true, true, true>, wgrid, kWThreads, smem, k, v, pdl);
+          else
+            launch_at(decode_tc_warps_share_kernel<256, 2, true, true>, wgrid, kWThreads, smem, k, v, pdl);
+        }
       } else {
         if (RT == 2) launch_at(decode_tc_warps_share_kernel<256, 2, kLean>, wgrid, kWThreads, smem, k, v, pdl);
         else launch_at(decode_tc_warps_share_kernel<256, 4, kLean>, wgrid, kWThreads, smem, k, v, pdl);

@@ -506,15 +506,16 @@ TEST_P(AttentionDecode, TensorCoreLeanSlotStep) {
     return b - S;
   };
   using cuda::DecodeTcWarpsTiles;
-  // The split-V step (the lean step with the V half of each slot split over the warp pair), the
-  // lean step, the old step.
-  for (int form : {2, 1, 0}) {
+  // The split-V step with its S split too (split-K), the split-V step (the lean step with the V
+  // half of each slot split over the warp pair), the lean step, the old step.
+  for (int form : {3, 2, 1, 0}) {
     const bool lean = form >= 1;
     cuda::DecodeTuning t = cuda::decode_tuning();
     t.lean_share_step = lean;
-    t.split_v = form == 2;
+    t.split_v = form >= 2;
+    t.split_k = form == 3;
     const Tuning tuning(t);
-    const char* names[] = {"old", "lean", "split-V"};
+    const char* names[] = {"old", "lean", "split-V", "split-V + split-K"};
     const char* name = names[form];
     SCOPED_TRACE(name);
     int ran = 0, calls = 0, split_v = 0;
@@ -548,7 +549,7 @@ TEST_P(AttentionDecode, TensorCoreLeanSlotStep) {
     if (ran > 0) {
       EXPECT_EQ(ran, calls);
       // 2 row tiles forced at D 256 with 17..32 rows: T = 3..5 for G 6 (and in groups for more).
-      if (form == 2) EXPECT_GT(split_v, 0);
+      if (form >= 2) EXPECT_GT(split_v, 0);
       else EXPECT_EQ(split_v, 0);
     }
   }
