@@ -1013,12 +1013,23 @@ __device__ __forceinline__ void stream_barrier(int stream) {
 // the V scale as the A fragment pa of the P·V mma) and lean_pv (O += P·V over V chunks qq0 ..
 // qq0 + NQ - 1 of each lane's key rows, i.e. O tiles 16 qq .., for MT row tiles at once: the
 // V bytes are converted once for all of them).
+// The K words of chunk ch of key rows g (kws[0]) and g + 8 (kws[1]) of a slot: the B operands
+// of four k-steps for the 16-row steps.
+template <int DP>
+__device__ __forceinline__ void load_k_words(const unsigned char* slot, int g, int ch, uint32_t (&kws)[2][4]) {
+  using L = WarpLayout<DP>;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int kr = 8 * h + g;
+    const uint4 kw = *reinterpret_cast<const uint4*>(slot + L::kSlotK + kr * DP + k_chunk<DP>(kr, ch) * 16);
+    kws[h][0] = kw.x, kws[h][1] = kw.y, kws[h][2] = kw.z, kws[h][3] = kw.w;
+  }
+}
+
 // lean_scores is lean_s (S) then lean_softmax (the rest), so the split-K form can put the
 // pair's exchange of partial S between them.
 template <int DP>
 __device__ __forceinline__ void lean_s(const unsigned char* slot, const uint4* qf, int g, int c, float (&s)[2][4]) {
-  using L = WarpLayout<DP>;
-
   // S in two accumulators per 8-key tile (even and odd jj), added at the end: two chains of
   // DP / 32 dependent HMMA per tile instead of one of DP / 16.
   float s2[2][4];
@@ -1031,12 +1042,7 @@ __device__ __forceinline__ void lean_s(const unsigned char* slot, const uint4* q
   for (int jj = 0; jj < DP / 64; ++jj) {
     const int ch = c + 4 * jj;  // i8 chunk of K
     uint32_t kws[2][4];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int kr = 8 * h + g;
-      const uint4 kw = *reinterpret_cast<const uint4*>(slot + L::kSlotK + kr * DP + k_chunk<DP>(kr, ch) * 16);
-      kws[h][0] = kw.x, kws[h][1] = kw.y, kws[h][2] = kw.z, kws[h][3] = kw.w;
-    }
+    load_k_words<DP>(slot, g, ch, kws);
 #pragma unroll
     for (int j4 = 0; j4 < 4; ++j4) {
       const uint4 a = qf[32 * (4 * jj + j4)];
@@ -1059,7 +1065,6 @@ __device__ __forceinline__ void lean_s(const unsigned char* slot, const uint4* q
 template <int DP>
 __device__ __forceinline__ void lean_s_half(const unsigned char* slot, const uint4* qf0, const uint4* qf1, int g,
                                             int c, int half, float (&s0)[2][4], float (&s1)[2][4]) {
-  using L = WarpLayout<DP>;
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -1068,12 +1073,7 @@ __device__ __forceinline__ void lean_s_half(const unsigned char* slot, const uin
   for (int j = 0; j < DP / 128; ++j) {
     const int jj = DP / 128 * half + j, ch = c + 4 * jj;
     uint32_t kws[2][4];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int kr = 8 * h + g;
-      const uint4 kw = *reinterpret_cast<const uint4*>(slot + L::kSlotK + kr * DP + k_chunk<DP>(kr, ch) * 16);
-      kws[h][0] = kw.x, kws[h][1] = kw.y, kws[h][2] = kw.z, kws[h][3] = kw.w;
-    }
+    load_k_words<DP>(slot, g, ch, kws);
 #pragma unroll
     for (int j4 = 0; j4 < 4; ++j4) {
       const uint4 a0 = qf0[32 * (4 * jj + j4)], a1 = qf1[32 * (4 * jj + j4)];
