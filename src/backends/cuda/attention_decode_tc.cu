@@ -1008,11 +1008,6 @@ __device__ __forceinline__ void stream_barrier(int stream) {
   else asm volatile("bar.sync 2, %0;\n" ::"n"(kThreads) : "memory");
 }
 
-// The step in two halves, so the split-V step below can put the stream's barrier between them:
-// lean_scores (S, scale and mask, the online softmax: m, l, the correction factors and P times
-// the V scale as the A fragment pa of the P·V mma) and lean_pv (O += P·V over V chunks qq0 ..
-// qq0 + NQ - 1 of each lane's key rows, i.e. O tiles 16 qq .., for MT row tiles at once: the
-// V bytes are converted once for all of them).
 // The K words of chunk ch of key rows g (kws[0]) and g + 8 (kws[1]) of a slot: the B operands
 // of four k-steps for the 16-row steps.
 template <int DP>
@@ -1026,8 +1021,12 @@ __device__ __forceinline__ void load_k_words(const unsigned char* slot, int g, i
   }
 }
 
-// lean_scores is lean_s (S) then lean_softmax (the rest), so the split-K form can put the
-// pair's exchange of partial S between them.
+// The lean step in two halves, so the split-V step below can put the stream's barrier between
+// them: lean_scores (S, scale and mask, the online softmax: m, l, the correction factors and P
+// times the V scale as the A fragment pa of the P·V mma) and lean_pv (O += P·V over V chunks
+// qq0 .. qq0 + NQ - 1 of each lane's key rows, i.e. O tiles 16 qq .., for MT row tiles at once:
+// the V bytes are converted once for all of them). lean_scores is lean_s (S) then lean_softmax
+// (the rest), so the split-K form can put the pair's exchange of partial S between them.
 template <int DP>
 __device__ __forceinline__ void lean_s(const unsigned char* slot, const uint4* qf, int g, int c, float (&s)[2][4]) {
   // S in two accumulators per 8-key tile (even and odd jj), added at the end: two chains of
