@@ -2263,7 +2263,7 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
         if (RT == 2) launch_at(decode_tc_warps_share_kernel<128, 2, kLean>, wgrid, kWThreads, smem, k, v, pdl);
         else launch_at(decode_tc_warps_share_kernel<128, 4, kLean>, wgrid, kWThreads, smem, k, v, pdl);
       } else if (RT == 2 && split_v) {
-        if constexpr (kLean) {
+        if constexpr (kLean) {  // decode_tc_split_v_takes holds only with the lean step
           if (tuning.split_k)
             launch_at(decode_tc_warps_share_kernel<256, 2, true, true, true>, wgrid, kWThreads, smem, k, v, pdl);
           else
