@@ -33,7 +33,9 @@
 // kernels, everything else as the default) or only the narrow step off ("[no narrow]": the
 // 16-row step at T = 1 of the 27B shape) or only the copies before the PDL wait off ("[no
 // pre-wait]") or only the split-V step off ("[no split V]": the lean step at T = 3..5 of the
-// 27B shape), or the split-V step's split-K form switched ("[split K]" where off by default);
+// 27B shape), or the split-V step's split-K form switched ("[split K]" where off by default),
+// or only the run copies off ("[no runs]": the 16-row step and the shared-slot kernels look up
+// every row in the block table);
 // --tuning pieces adds each piece alone too
 // ("[balanced]", "[combine]", "[pdl]", "[lean]", "[narrow]"). --paths limits the kernels
 // (comma-separated names as printed, e.g. tensor-core,tc-warps). The context column reads
@@ -148,6 +150,9 @@ int main(int argc, char** argv) {
     DecodeTuning split_k = vi::cuda::decode_tuning();
     split_k.split_k = !split_k.split_k;
     tunings.push_back({split_k.split_k ? " [split K]" : " [no split K]", split_k});
+    DecodeTuning no_runs = vi::cuda::decode_tuning();
+    no_runs.run_copies = false;
+    tunings.push_back({" [no runs]", no_runs});
   }
   if (tuning_mode == "pieces") {
     tunings.push_back({" [balanced]", DecodeTuning{true, false, false, false, false, false, false}});

@@ -414,8 +414,8 @@ int row_groups_for(int R) {
 
 namespace {
 // DecodeTuning: all on unless VI_DECODE_TUNING=0; VI_DECODE_NARROW=0 turns narrow_rows off
-// alone, VI_DECODE_PRE_WAIT=0 pre_wait_copies, VI_DECODE_SPLIT_V=0 split_v; split_k is off
-// unless VI_DECODE_SPLIT_K=1 (read once, at the first use).
+// alone, VI_DECODE_PRE_WAIT=0 pre_wait_copies, VI_DECODE_SPLIT_V=0 split_v, VI_DECODE_RUNS=0
+// run_copies; split_k is off unless VI_DECODE_SPLIT_K=1 (read once, at the first use).
 DecodeTuning initial_tuning() {
   const bool on = env_switch_on("VI_DECODE_TUNING");
   return DecodeTuning{on,
@@ -425,15 +425,16 @@ DecodeTuning initial_tuning() {
                       on && env_switch_on("VI_DECODE_NARROW"),
                       on && env_switch_on("VI_DECODE_PRE_WAIT"),
                       on && env_switch_on("VI_DECODE_SPLIT_V"),
-                      on && env_switch_forced("VI_DECODE_SPLIT_K") == 1};
+                      on && env_switch_forced("VI_DECODE_SPLIT_K") == 1,
+                      on && env_switch_on("VI_DECODE_RUNS")};
 }
-uint8_t tuning_to_bits(const DecodeTuning& t) {
-  return static_cast<uint8_t>(t.balanced_splits | (t.fast_combine << 1) | (t.pdl << 2) | (t.lean_share_step << 3) |
-                              (t.narrow_rows << 4) | (t.pre_wait_copies << 5) | (t.split_v << 6) |
-                              (t.split_k << 7));
+uint16_t tuning_to_bits(const DecodeTuning& t) {
+  return static_cast<uint16_t>(t.balanced_splits | (t.fast_combine << 1) | (t.pdl << 2) | (t.lean_share_step << 3) |
+                               (t.narrow_rows << 4) | (t.pre_wait_copies << 5) | (t.split_v << 6) |
+                               (t.split_k << 7) | (t.run_copies << 8));
 }
-std::atomic<uint8_t>& tuning_bits() {
-  static std::atomic<uint8_t> bits{tuning_to_bits(initial_tuning())};
+std::atomic<uint16_t>& tuning_bits() {
+  static std::atomic<uint16_t> bits{tuning_to_bits(initial_tuning())};
   return bits;
 }
 std::atomic<int> g_tc_min_rows{kDecodeTcMinRowsDefault};
@@ -457,9 +458,9 @@ std::atomic<int64_t>& tc_min_keys(bool warps) {
 }  // namespace
 
 DecodeTuning decode_tuning() {
-  const uint8_t b = tuning_bits().load(std::memory_order_relaxed);
-  return DecodeTuning{(b & 1) != 0,  (b & 2) != 0,  (b & 4) != 0, (b & 8) != 0,
-                      (b & 16) != 0, (b & 32) != 0, (b & 64) != 0, (b & 128) != 0};
+  const uint16_t b = tuning_bits().load(std::memory_order_relaxed);
+  return DecodeTuning{(b & 1) != 0,  (b & 2) != 0,  (b & 4) != 0,   (b & 8) != 0,  (b & 16) != 0,
+                      (b & 32) != 0, (b & 64) != 0, (b & 128) != 0, (b & 256) != 0};
 }
 void set_decode_tuning(const DecodeTuning& t) {
   tuning_bits().store(tuning_to_bits(t), std::memory_order_relaxed);

@@ -166,11 +166,17 @@ constexpr int64_t kDecodeNarrowRows = 8;
 // - split_k (with split_v): the split-V step's warps also split S: each converts half of a slot's
 //   K bytes and multiplies them with both tiles' Q, and the pair adds its partial S through shared
 //   memory at a second barrier a slot (S summed in another order: not the lean step's bits).
-//   Off unless VI_DECODE_SPLIT_K=1 (not yet measured).
+//   Off unless VI_DECODE_SPLIT_K=1 (measured 2026-12-06 on an H100: a tie with split_v alone).
+// - run_copies: where a slot's 16 keys are 16 consecutive pool rows (no block table, or pool
+//   blocks of a power of two >= 16 keys), the one-tile kernel's 16-row step (T = 2 of the 27B
+//   shape) and the shared-slot kernels' lean step copy a slot with one table load per thread and
+//   rows a fixed stride apart, as the narrow step always does, instead of a table load and a
+//   64-bit offset per row and chunk; the same bytes land in the same places (the same bits).
+//   Off: the per-row lookup there.
 // Defaults: all on but split_k; VI_DECODE_TUNING=0 in the environment (read once per process)
 // turns all of them off (the path measured before, for end-to-end A/B), VI_DECODE_NARROW=0
 // narrow_rows alone, VI_DECODE_PRE_WAIT=0 pre_wait_copies alone, VI_DECODE_SPLIT_V=0 split_v
-// alone.
+// alone, VI_DECODE_RUNS=0 run_copies alone.
 struct DecodeTuning {
   bool balanced_splits = true;
   bool fast_combine = true;
@@ -180,6 +186,7 @@ struct DecodeTuning {
   bool pre_wait_copies = true;
   bool split_v = true;
   bool split_k = false;
+  bool run_copies = true;
 };
 // Whether the warp-split kernel (where it takes the call) runs it on the narrow step
 // (DecodeTuning::narrow_rows and at most kDecodeNarrowRows rows in one row tile).
@@ -188,6 +195,10 @@ bool decode_tc_narrow_takes(const DecodeArgs& a);
 // runs the split-V step: DecodeTuning::split_v with lean_share_step, D 129..256, and every row
 // group over 16 rows.
 bool decode_tc_split_v_takes(const DecodeArgs& a);
+// Whether the warp-split kernel (where it takes the call) copies its slots as runs of 16 pool
+// rows: no block table or pool blocks of a power of two >= 16 keys, and the narrow step, or
+// DecodeTuning::run_copies on the 16-row step or (with lean_share_step) the shared-slot kernels.
+bool decode_tc_runs_take(const DecodeArgs& a);
 DecodeTuning decode_tuning();
 void set_decode_tuning(const DecodeTuning& t);  // process-wide (tests, benchmarks)
 

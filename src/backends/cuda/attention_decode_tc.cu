@@ -99,6 +99,7 @@ struct TcParams {
   int n_splits;   // splits (blocks per row group and KV head)
   bool balanced;  // warp-split kernels: splits spread the true key count (warp_split_range)
   bool pre_wait_copies;  // warp-split kernels: DecodeTuning::pre_wait_copies
+  bool runs;             // warp-split kernels: slots copied as runs of pool rows (decode_tc_runs_take)
   float qscale;  // scale * log2(e)
   bool rotate_q, vec_k, vec_v;
   float* part_acc;  // [n_splits, T * Hq, D] unnormalised (null: one split, write out)
@@ -1489,7 +1490,7 @@ __global__ void __launch_bounds__(kWThreads, 2)
   // load per slot, loaded a step ahead, instead of one per key and chunk with a division
   // (issue() above is ~400 of a slot step's ~1000 instructions at D 256; ncu, H200). A lane
   // copies chunk lane % KCH of rows lane / KCH + (32 / KCH) it.
-  const bool runs = !P.table || P.bs_shift >= 4;
+  const bool runs = P.runs;  // decode_tc_runs_take: the narrow step always, the 16-row step where run_copies
   auto slot_row0 = [&](int i) -> int64_t {  // pool row of the first key of this warp's i-th slot
     const int key0 = s_begin + (warp + kWW * i) * kSlotKeys;
     if (!P.table) return key0;
@@ -1524,13 +1525,9 @@ __global__ void __launch_bounds__(kWThreads, 2)
   // Slot i of the warp (one commit group each, in slot order): its keys start at key0(i) and
   // increase with i, so the slots of keys before p0 alone are a prefix [0, n_pre).
   auto start_slot = [&](int i) {
-    if constexpr (kNarrow) {
-      if (i < n_mine) {
-        if (runs) copy_run(i, slot_row0(i));
-        else issue(i);
-      }
-    } else {
-      if (i < n_mine) issue(i);
+    if (i < n_mine) {
+      if (runs) copy_run(i, slot_row0(i));
+      else issue(i);
     }
     cp_async_commit();
   };
@@ -1627,6 +1624,8 @@ __global__ void __launch_bounds__(kWThreads, 2)
 
 #pragma unroll 1
     for (int i = 0; i < n_mine; ++i) {
+      const bool refill = i + NSW < n_mine;
+      const int64_t row_next = runs && refill ? slot_row0(i + NSW) : 0;  // in flight through the step
       // Groups committed: NSW + i; slot i is group i.
       cp_async_wait<NSW - 1>();
       __syncwarp();  // the other lanes' copies of the slot are visible
@@ -1634,7 +1633,10 @@ __global__ void __launch_bounds__(kWThreads, 2)
       const int key0 = s_begin + (warp + kWW * i) * kSlotKeys;
       warp_slot_step<DP>(slot, qa_row, qb_row, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, o);
       __syncwarp();  // every lane is done with the slot before it is refilled
-      if (i + NSW < n_mine) issue(i + NSW);
+      if (refill) {
+        if (runs) copy_run(i + NSW, row_next);
+        else issue(i + NSW);
+      }
       cp_async_commit();
     }
 
@@ -1891,15 +1893,57 @@ __global__ void __launch_bounds__(kWThreads, 2)
     }
   };
 
+  // The lean copies where a slot's 16 keys are 16 consecutive pool rows (no table, or pool
+  // blocks of a power of two >= 16 keys: split bounds and slots start at multiples of 16), as
+  // the narrow kernel's copy_run: one table load per slot and thread (slot_row0, issued a step
+  // ahead) and rows a fixed stride apart, instead of lookup()'s load and 64-bit offset per row.
+  // lookup + copy were ~150 of a split-V warp's ~900 instructions a slot (SASS, sm_90).
+  const bool runs = P.runs;  // decode_tc_runs_take
+  auto slot_row0 = [&](int i) -> int64_t {  // pool row of the first key of the stream's i-th slot
+    const int key0 = s_begin + (st + NST * i) * kSlotKeys;
+    if (!P.table) return key0;
+    return (int64_t(__ldg(P.table + (key0 >> P.bs_shift))) << P.bs_shift) + (key0 & ((1 << P.bs_shift) - 1));
+  };
+  const int64_t run_col = chunk_off + int64_t(my_r0) * kv_stride;
+  const int run_rows = my_ch_ok ? kSlotKeys : 0;  // rows this thread copies (none past D)
+  auto copy_run = [&](int i, int64_t row0) {
+    unsigned char* slot = ring + (i % NSS) * WL::kSlotBytes;
+    const int key0 = s_begin + (st + NST * i) * kSlotKeys;
+    const int left = min(run_rows, s_end - key0) - my_r0;  // row j is valid while kRowsPass j < left
+    const int8_t* ks = k + row0 * kv_stride + run_col;
+    const int8_t* vs = v + row0 * kv_stride + run_col;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int r = my_r0 + kRowsPass * j;
+      const bool ok = kRowsPass * j < left;
+      // Rows past s_end lie in the same pool block (or past the key bound without a table):
+      // a zero-byte copy (zero fill) reads nothing there.
+      const int64_t at = int64_t(j) * kRowsPass * kv_stride;
+      cp_async16(slot + WL::kSlotK + r * DP + k_chunk<DP>(r, my_ch) * 16, ks + at, ok);
+      cp_async16(slot + WL::kSlotV + r * DP + v_chunk<DP>(r, my_ch) * 16, vs + at, ok);
+    }
+    if (rt == 0) {
+      const int kr = lane & 15;
+      const bool ok = key0 + kr < s_end;
+      const int64_t srow = ok ? (row0 + kr) * P.Hkv + hk : 0;
+      if (lane < 16) cp_async4(slot + WL::kSlotKs + kr * 4, P.k_scale + srow, ok);
+      else cp_async4(slot + WL::kSlotVs + kr * 4, P.v_scale + srow, ok);
+    }
+  };
+
   // Slot n of the stream is cp.async group n: slots 0 .. NSS - 1 here (those of keys before p0
   // alone, a prefix, before pdl_wait), slot n >= NSS in the loop's iteration n - NSS + 1 (one
   // group per iteration from the second on).
   auto start_slot = [&](int i) {
     if (i < n_mine) {
       if constexpr (kLean) {
-        Refill f;
-        lookup(i, f);
-        copy(i, f);
+        if (runs) {
+          copy_run(i, slot_row0(i));
+        } else {
+          Refill f;
+          lookup(i, f);
+          copy(i, f);
+        }
       } else {
         issue(i);
       }
@@ -1966,12 +2010,17 @@ __global__ void __launch_bounds__(kWThreads, 2)
     const int nxt = i - 1 + NSS;  // the slot that refills ring slot (i - 1) % NSS
     if constexpr (kLean) {
       const bool refill = i > 0 && nxt < n_mine;  // uniform over the stream
+      // The refill's table loads are in flight while the stream meets.
+      const int64_t row_next = runs && refill ? slot_row0(nxt) : 0;
       Refill f;
-      if (refill) lookup(nxt, f);  // its table loads are in flight while the stream meets
+      if (!runs && refill) lookup(nxt, f);
       cp_async_wait<NSS - 2>();
       stream_barrier<kStreamThreads>(st);  // the stream's copies of slot i are visible; slot i - 1 is free
       if (i > 0) {
-        if (refill) copy(nxt, f);  // into ring slot (i - 1) % NSS
+        if (refill) {  // into ring slot (i - 1) % NSS
+          if (runs) copy_run(nxt, row_next);
+          else copy(nxt, f);
+        }
         cp_async_commit();
       }
     } else {
@@ -2149,6 +2198,16 @@ bool decode_tc_split_v_takes(const DecodeArgs& a) {
   return groups > 0 && (a.T - (groups - 1) * tg) * G > 16;
 }
 
+bool decode_tc_runs_take(const DecodeArgs& a) {
+  const DecodeTuning t = decode_tuning();
+  // Runs of 16 pool rows: every slot starts at a multiple of 16 keys (split bounds are), so a
+  // power-of-two block of at least 16 keys holds a whole slot.
+  const bool runs = a.table == nullptr || (a.block_size >= 16 && (a.block_size & (a.block_size - 1)) == 0);
+  if (!runs) return false;
+  if (decode_tc_warps_tiles(a) == 1) return decode_tc_narrow_takes(a) || t.run_copies;  // the narrow step always
+  return t.lean_share_step && t.run_copies;  // the shared-slot kernels' old step keeps issue()
+}
+
 bool decode_tc_warps_fits(const ops::Context& ctx, const DecodeArgs& a) {
   const DecodeTcWarps mode = decode_tc_warps();
   if (mode == DecodeTcWarps::kNever || (mode == DecodeTcWarps::kAuto && !kDecodeTcWarpsByDefault)) return false;
@@ -2256,6 +2315,7 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
     const DecodeTuning tuning = decode_tuning();
     const bool pdl = tuning.pdl;
     P.pre_wait_copies = tuning.pre_wait_copies;
+    P.runs = decode_tc_runs_take(a);
     const bool split_v = decode_tc_split_v_takes(a);
     auto share = [&](auto lean) {
       constexpr bool kLean = decltype(lean)::value;

@@ -23,6 +23,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <tuple>
 
 #include "backends/cuda/attention_decode.cuh"
 #include "cuda_test_util.h"
@@ -587,6 +588,62 @@ TEST_P(AttentionDecode, TensorCoreSplitVMatchesLeanStep) {
       }
     }
   }
+}
+
+// The warp-split kernels' run copies (DecodeTuning::run_copies: one table load a slot, rows a
+// stride apart, where a slot's 16 keys are 16 consecutive pool rows) put the same bytes where the
+// per-row lookup puts them: the same bits, for the one-tile kernel's 16-row step (T = 1 with the
+// narrow step off, T = 2) and the shared-slot kernels' lean and split-V steps (T = 3, 4, 8: 2 and
+// 4 row tiles), pool blocks of 16, 32 and 64 keys (shuffled tables), D 256, 128 and 64, the
+// kernel's own splits, 33 splits (slots cut by a split's end), one long split, and a recorded
+// step's power-of-two key bound (slots past the length). Blocks of 7 keys never take the runs.
+TEST_P(AttentionDecode, TensorCoreRunCopiesMatchLookupCopies) {
+  if (GetParam().profile == ops::KernelProfile::kVolta) GTEST_SKIP() << "the warp-split kernels need sm_80 code";
+  auto pow2_extra = [](int64_t S) {
+    int64_t b = 256;
+    while (b < S) b *= 2;
+    return b - S;
+  };
+  int compared = 0;
+  for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{24, 4, 256, 32}, Shape{24, 4, 128, 64}, Shape{16, 2, 64, 16},
+                         Shape{24, 4, 256, 7}}) {
+    for (int64_t T : {1, 2, 3, 4, 8}) {
+      for (bool split_v : {true, false}) {
+        if (T < 3 && !split_v) continue;  // one row tile: no split-V step either way
+        for (auto [p0, n_splits, extra] : {std::tuple<int64_t, int, int64_t>{1500 + 37 * T, 0, 0},
+                                           {1300 - T, 33, 0}, {2017, 1, 0}, {2051 - T, 0, pow2_extra(2051)}}) {
+          Tensor out[2];
+          bool took[2] = {false, false};
+          const unsigned seed = static_cast<unsigned>(rng()());
+          for (int form = 0; form < 2; ++form) {
+            cuda::DecodeTuning t = cuda::decode_tuning();
+            t.lean_share_step = true;
+            t.narrow_rows = false;  // the 16-row step at T = 1 (the narrow step always copies runs)
+            t.split_v = split_v;
+            t.run_copies = form == 1;
+            const Tuning tuning(t);
+            rng().seed(seed);  // the same pools and queries for both
+            if (!check_split(s, T, p0, DType::I8, DType::I8, 1, n_splits, extra, true, true, 2.0f))
+              GTEST_SKIP() << "no sm_80 code: the warp-split kernel does not run";
+            cuda::DecodeArgs probe;
+            probe.T = T, probe.Hq = s.Hq, probe.Hkv = s.Hkv, probe.D = s.D;
+            probe.block_size = s.bs;
+            static const int32_t kAnyTable = 0;
+            probe.table = &kAnyTable;  // the paged pools here always have a table
+            took[form] = cuda::decode_tc_runs_take(probe);
+            out[form] = last_out;
+          }
+          const std::string what = fmt::format("D {} bs {} T {} split V {} pos0 {} splits {} bound+{}", s.D, s.bs, T,
+                                               split_v, p0, n_splits, extra);
+          EXPECT_FALSE(took[0]) << what;
+          EXPECT_EQ(took[1], s.bs % 16 == 0) << what;
+          EXPECT_EQ(words_differ(out[1], out[0]), "") << "run copies against the per-row lookup: " << what;
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 0);
 }
 
 TEST_P(AttentionDecode, TensorCoreFits) {
