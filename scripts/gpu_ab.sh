@@ -23,6 +23,9 @@ set -uo pipefail
 bundle=$1
 out=${2:-${OUT:-/tmp/gpu_ab}}
 mkdir -p "$out"
+# A second job on a warm machine finds the first one's logs in a fixed LOG_DIR: bench.log is
+# appended to, so its rows would join this job's summary. Start from none of them.
+rm -f "$out"/bench.log "$out"/summary.txt "$out"/bench_*.jsonl "$out"/trace_*.md
 . "$(dirname "$0")/bundle_env.sh"
 unpack_bundle "$bundle"
 t0=$SECONDS

@@ -46,6 +46,7 @@ bundle() {
 run() {
   local b=$1 out=${2:-${OUT:-/tmp/gpu_bench}}
   mkdir -p "$out"
+  rm -f "$out"/bench.log "$out"/make.log  # appended to below: a warm machine may hold an earlier job's
   local tarball=
   if [ -f "$b/bundle.tar.xz" ]; then tarball=$b/bundle.tar.xz; elif [ -f "$b" ]; then tarball=$b; fi
   if [ -n "$tarball" ]; then

@@ -17,6 +17,7 @@ set -uo pipefail
 bundle=$1
 out=${2:-${OUT:-/tmp/gpu_speculative}}
 mkdir -p "$out"
+rm -f "$out"/bench.log  # appended to below: a warm machine may hold an earlier job's
 . "$(dirname "$0")/bundle_env.sh"
 unpack_bundle "$bundle"
 t0=$SECONDS
