@@ -1899,7 +1899,8 @@ __global__ void __launch_bounds__(kWThreads, 2)
   // blocks of a power of two >= 16 keys: split bounds and slots start at multiples of 16), as
   // the narrow kernel's copy_run: one table load per slot and thread (slot_row0, issued a step
   // ahead) and rows a fixed stride apart, instead of lookup()'s load and 64-bit offset per row.
-  // lookup + copy were ~150 of a split-V warp's ~900 instructions a slot (SASS, sm_90).
+  // lookup + copy were ~300 of a split-V warp's ~1000 instructions a slot (SASS of CUDA 11.8,
+  // sm_90; docs/notes/decode_attention.md, "Run copies").
   const bool runs = P.runs;  // decode_tc_runs_take
   auto slot_row0 = [&](int i) -> int64_t {  // pool row of the first key of the stream's i-th slot
     const int key0 = s_begin + (st + NST * i) * kSlotKeys;
