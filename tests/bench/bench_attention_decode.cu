@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
   using vi::cuda::DecodeTuning;
   std::vector<std::pair<std::string, DecodeTuning>> tunings = {{"", vi::cuda::decode_tuning()}};
   if (tuning_mode != "default") {
-    tunings.push_back({" [old]", DecodeTuning{false, false, false, false, false, false, false}});
+    tunings.push_back({" [old]", DecodeTuning{false, false, false, false, false, false, false, false, false}});
     DecodeTuning no_lean = vi::cuda::decode_tuning();
     no_lean.lean_share_step = false;
     tunings.push_back({" [no lean]", no_lean});
@@ -155,11 +155,11 @@ int main(int argc, char** argv) {
     tunings.push_back({" [no runs]", no_runs});
   }
   if (tuning_mode == "pieces") {
-    tunings.push_back({" [balanced]", DecodeTuning{true, false, false, false, false, false, false}});
-    tunings.push_back({" [combine]", DecodeTuning{false, true, false, false, false, false, false}});
-    tunings.push_back({" [pdl]", DecodeTuning{false, false, true, false, false, false, false}});
-    tunings.push_back({" [lean]", DecodeTuning{false, false, false, true, false, false, false}});
-    tunings.push_back({" [narrow]", DecodeTuning{false, false, false, false, true, false, false}});
+    tunings.push_back({" [balanced]", DecodeTuning{true, false, false, false, false, false, false, false, false}});
+    tunings.push_back({" [combine]", DecodeTuning{false, true, false, false, false, false, false, false, false}});
+    tunings.push_back({" [pdl]", DecodeTuning{false, false, true, false, false, false, false, false, false}});
+    tunings.push_back({" [lean]", DecodeTuning{false, false, false, true, false, false, false, false, false}});
+    tunings.push_back({" [narrow]", DecodeTuning{false, false, false, false, true, false, false, false, false}});
   }
   const DecodeTuning tuning0 = vi::cuda::decode_tuning();
   FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");

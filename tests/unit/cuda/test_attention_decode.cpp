@@ -440,7 +440,8 @@ TEST_P(AttentionDecode, TensorCoreWarpSplitSharedSlots) {
 // A recorded step's key bound: the length rounded up to a power of two (BatchPlan::stage),
 // so a context just past a power of two launches splits for twice its keys. Every
 // combination of the tuning (balanced splits over the true length or splits of the bound;
-// the fast or the old combine; PDL launches and no partial buffer for one split) over the
+// the fast or the old combine; PDL launches and no partial buffer for one split; run copies
+// or the per-row lookup) over the
 // 27B shape (blocks of 16 and 7), T = 1, 2, 4, 8 on the warp-split kernel with the tiles the
 // default picks (1, 2 or 4), the kernel's own split counts and forced ones (33 splits over 300
 // keys: balanced splits of 9 keys, some of them empty after the rounding to 16-key slots;
@@ -454,15 +455,19 @@ TEST_P(AttentionDecode, RoundedUpKeyBound) {
   };
   using cuda::DecodeTuning;
   const DecodeTuning modes[] = {
-      DecodeTuning{true, true, true, true, true, true, true},    DecodeTuning{false, false, false, false, false, false, false},
-      DecodeTuning{true, false, false, true, true, false, true},  DecodeTuning{false, true, true, false, true, true, false},
-      DecodeTuning{true, true, true, false, false, false, false}, DecodeTuning{true, true, false, true, true, true, false}};
+      DecodeTuning{true, true, true, true, true, true, true, false, true},
+      DecodeTuning{false, false, false, false, false, false, false, false, false},
+      DecodeTuning{true, false, false, true, true, false, true, false, false},
+      DecodeTuning{false, true, true, false, true, true, false, false, true},
+      DecodeTuning{true, true, true, false, false, false, false, false, false},
+      DecodeTuning{true, true, false, true, true, true, false, false, true}};
   for (const DecodeTuning& m : modes) {
     const Tuning tuning(m);
     const std::string what =
-        fmt::format("balanced {} fast combine {} pdl {} lean step {} narrow rows {} pre-wait copies {} split V {}",
+        fmt::format("balanced {} fast combine {} pdl {} lean step {} narrow rows {} pre-wait copies {} split V {} "
+                    "run copies {}",
                     m.balanced_splits, m.fast_combine, m.pdl, m.lean_share_step, m.narrow_rows, m.pre_wait_copies,
-                    m.split_v);
+                    m.split_v, m.run_copies);
     SCOPED_TRACE(what);
     int ran = 0, calls = 0;
     for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{24, 4, 256, 7}}) {
