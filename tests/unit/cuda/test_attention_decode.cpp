@@ -441,12 +441,12 @@ TEST_P(AttentionDecode, TensorCoreWarpSplitSharedSlots) {
 // so a context just past a power of two launches splits for twice its keys. Every
 // combination of the tuning (balanced splits over the true length or splits of the bound;
 // the fast or the old combine; PDL launches and no partial buffer for one split; run copies
-// or the per-row lookup) over the
-// 27B shape (blocks of 16 and 7), T = 1, 2, 4, 8 on the warp-split kernel with the tiles the
-// default picks (1, 2 or 4), the kernel's own split counts and forced ones (33 splits over 300
-// keys: balanced splits of 9 keys, some of them empty after the rounding to 16-key slots;
-// more splits than keys), and the CUDA-core kernel with the fast combine on D 64, 80 and 37
-// (D % 4 != 0: the old combine). Against the CPU op, NaN in the pool rows past the length.
+// or the per-row lookup) over the 27B shape (blocks of 16 and 7), T = 1, 2, 4, 8 on the
+// warp-split kernel with the tiles the default picks (1, 2 or 4), the kernel's own split
+// counts and forced ones (33 splits over 300 keys: balanced splits of 9 keys, some of them
+// empty after the rounding to 16-key slots; more splits than keys), and the CUDA-core kernel
+// with the fast combine on D 64, 80 and 37 (D % 4 != 0: the old combine). Against the CPU
+// op, NaN in the pool rows past the length.
 TEST_P(AttentionDecode, RoundedUpKeyBound) {
   auto pow2_extra = [](int64_t S) {
     int64_t b = 256;
