@@ -846,6 +846,13 @@ __device__ __forceinline__ void store_q_row(__half* Qs, int kLdQ, int r, int lan
 // boundaries rounded down to the 16-key slot (one pool block of 16 per slot where the pool
 // has blocks of 16); every group of a split uses the same boundaries, so each row's splits
 // still cover its keys exactly once.
+// The pool row of key key0, the first of a slot copied as a run (TcParams::runs: no table, or
+// blocks of 2^bs_shift >= 16 keys, so the slot's 16 keys are the 16 rows from here).
+__device__ __forceinline__ int64_t run_first_row(const TcParams& P, int key0) {
+  if (!P.table) return key0;
+  return (int64_t(__ldg(P.table + (key0 >> P.bs_shift))) << P.bs_shift) + (key0 & ((1 << P.bs_shift) - 1));
+}
+
 __device__ __forceinline__ void warp_split_range(const TcParams& P, int split, int p0, int n_keys, int& s_begin,
                                                  int& s_end) {
   if (P.balanced) {
@@ -1493,10 +1500,8 @@ __global__ void __launch_bounds__(kWThreads, 2)
   // (issue() above is ~400 of a slot step's ~1000 instructions at D 256; ncu, H200). A lane
   // copies chunk lane % KCH of rows lane / KCH + (32 / KCH) it.
   const bool runs = P.runs;  // decode_tc_runs_take: the narrow step always, the 16-row step where run_copies
-  auto slot_row0 = [&](int i) -> int64_t {  // pool row of the first key of this warp's i-th slot
-    const int key0 = s_begin + (warp + kWW * i) * kSlotKeys;
-    if (!P.table) return key0;
-    return (int64_t(__ldg(P.table + (key0 >> P.bs_shift))) << P.bs_shift) + (key0 & ((1 << P.bs_shift) - 1));
+  auto slot_row0 = [&](int i) {  // pool row of the first key of this warp's i-th slot
+    return run_first_row(P, s_begin + (warp + kWW * i) * kSlotKeys);
   };
   constexpr int kRPI = 32 / KCH;  // rows per copy step of copy_run
   const int run_ch = lane % KCH, run_r0 = lane / KCH;
@@ -1902,10 +1907,8 @@ __global__ void __launch_bounds__(kWThreads, 2)
   // lookup + copy were ~300 of a split-V warp's ~1000 instructions a slot (SASS of CUDA 11.8,
   // sm_90; docs/notes/decode_attention.md, "Run copies").
   const bool runs = P.runs;  // decode_tc_runs_take
-  auto slot_row0 = [&](int i) -> int64_t {  // pool row of the first key of the stream's i-th slot
-    const int key0 = s_begin + (st + NST * i) * kSlotKeys;
-    if (!P.table) return key0;
-    return (int64_t(__ldg(P.table + (key0 >> P.bs_shift))) << P.bs_shift) + (key0 & ((1 << P.bs_shift) - 1));
+  auto slot_row0 = [&](int i) {  // pool row of the first key of the stream's i-th slot
+    return run_first_row(P, s_begin + (st + NST * i) * kSlotKeys);
   };
   const int64_t run_col = chunk_off + int64_t(my_r0) * kv_stride;
   const int run_rows = my_ch_ok ? kSlotKeys : 0;  // rows this thread copies (none past D)

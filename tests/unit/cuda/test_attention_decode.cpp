@@ -67,6 +67,14 @@ struct WarpTiles {
   ~WarpTiles() { cuda::set_decode_tc_warps_tiles(cuda::DecodeTcWarpsTiles::kAuto); }
 };
 
+// Keys a recorded step's bound adds past a length of S: the bound is S rounded up to a power
+// of two, at least 256 (BatchPlan::stage).
+int64_t pow2_extra_keys(int64_t S) {
+  int64_t b = 256;
+  while (b < S) b *= 2;
+  return b - S;
+}
+
 class AttentionDecode : public CudaOpTest {
  protected:
   Pool make_pool(DType dt, bool is_k, const Shape& s, int64_t n_rows, const Tensor& table, int64_t S) {
@@ -104,6 +112,7 @@ class AttentionDecode : public CudaOpTest {
     const bool tc_ring = tc && !tc_warps && cuda::decode_tc_ring_fits(g, a);
     last_narrow = tc_warps && cuda::decode_tc_narrow_takes(a);
     last_split_v = tc_warps && cuda::decode_tc_split_v_takes(a);
+    last_runs = tc_warps && cuda::decode_tc_runs_take(a);
     const std::string path = tc_warps ? fmt::format("tensor cores, warp-split, {} row tiles per block, {} row groups{}{}",
                                                     cuda::decode_tc_warps_tiles(a), cuda::decode_tc_warps_groups(a),
                                                     last_narrow ? ", narrow step" : "",
@@ -123,9 +132,10 @@ class AttentionDecode : public CudaOpTest {
   // TensorCoreWarpSplit's calls under the current DecodeTuning (defined below the tests).
   void check_warp_split(bool narrow);
   // Whether the last check_split ran the warp-split kernel's narrow step, whether it ran the
-  // split-V step, and its output (on the host).
+  // split-V step, whether that kernel copied its slots as runs, and its output (on the host).
   bool last_narrow = false;
   bool last_split_v = false;
+  bool last_runs = false;
   Tensor last_out;
 
   // Float pools (the activation dtype): T query tokens at q_pos0 against the pool.
@@ -448,11 +458,6 @@ TEST_P(AttentionDecode, TensorCoreWarpSplitSharedSlots) {
 // with the fast combine on D 64, 80 and 37 (D % 4 != 0: the old combine). Against the CPU
 // op, NaN in the pool rows past the length.
 TEST_P(AttentionDecode, RoundedUpKeyBound) {
-  auto pow2_extra = [](int64_t S) {
-    int64_t b = 256;
-    while (b < S) b *= 2;
-    return b - S;
-  };
   using cuda::DecodeTuning;
   const DecodeTuning modes[] = {
       DecodeTuning{true, true, true, true, true, true, true, false, true},
@@ -475,7 +480,7 @@ TEST_P(AttentionDecode, RoundedUpKeyBound) {
         const int64_t p0 = S - T;
         if (p0 < 0) continue;
         // Tensor cores, the warp-split kernel with the tiles kAuto picks (one group for G 6).
-        ran += check_split(s, T, p0, DType::I8, DType::I8, 1, 0, pow2_extra(S), true, true), ++calls;
+        ran += check_split(s, T, p0, DType::I8, DType::I8, 1, 0, pow2_extra_keys(S), true, true), ++calls;
       }
       if (s.bs == 16) {
         for (int64_t T : {1, 4}) {
@@ -486,7 +491,7 @@ TEST_P(AttentionDecode, RoundedUpKeyBound) {
       }
     }
     for (const Shape& s : {Shape{8, 4, 64, 16}, Shape{6, 3, 80, 7}, Shape{4, 2, 37, 16}})
-      for (int64_t T : {1, 4}) check_split(s, T, 1030 - T, DType::I8, DType::I8, INT_MAX, 0, pow2_extra(1030));
+      for (int64_t T : {1, 4}) check_split(s, T, 1030 - T, DType::I8, DType::I8, INT_MAX, 0, pow2_extra_keys(1030));
     if (GetParam().profile == ops::KernelProfile::kVolta) EXPECT_EQ(ran, 0);
     else std::printf("%s: warp-split kernel ran in %d of %d calls (0: no sm_80 code)\n", what.c_str(), ran, calls);
   }
@@ -504,11 +509,6 @@ TEST_P(AttentionDecode, RoundedUpKeyBound) {
 // power-of-two key bound (zero-padded table). f16 pools (which the warp-split kernels never
 // take) with the flag on and off too. NaN in the pool rows past the length.
 TEST_P(AttentionDecode, TensorCoreLeanSlotStep) {
-  auto pow2_extra = [](int64_t S) {
-    int64_t b = 256;
-    while (b < S) b *= 2;
-    return b - S;
-  };
   using cuda::DecodeTcWarpsTiles;
   // The split-V step with its S split too (split-K), the split-V step (the lean step with the V
   // half of each slot split over the warp pair), the lean step, the old step.
@@ -537,14 +537,14 @@ TEST_P(AttentionDecode, TensorCoreLeanSlotStep) {
           if (s.bs == 16 && s.D == 256) {
             run(T, 2017, 1, 0, 4.0f);
             run(T, 1300 - T, 33, 0, 2.0f);
-            run(T, 2051 - T, 0, pow2_extra(2051), 2.0f);
+            run(T, 2051 - T, 0, pow2_extra_keys(2051), 2.0f);
           }
         }
       }
     }
     for (int64_t T : {4, 8})
       for (DType kv : {DType::F16, DType::I8}) {
-        check_split(Shape{24, 4, 256, 16}, T, 900, kv, kv, 1, 0, pow2_extra(900 + T), true, true);
+        check_split(Shape{24, 4, 256, 16}, T, 900, kv, kv, 1, 0, pow2_extra_keys(900 + T), true, true);
         check_split(Shape{24, 4, 256, 16}, T, 900, kv, DType::F16, 1, 0, 0, true, false);
       }
     if (GetParam().profile == ops::KernelProfile::kVolta) EXPECT_EQ(ran, 0);
@@ -604,11 +604,6 @@ TEST_P(AttentionDecode, TensorCoreSplitVMatchesLeanStep) {
 // step's power-of-two key bound (slots past the length). Blocks of 7 keys never take the runs.
 TEST_P(AttentionDecode, TensorCoreRunCopiesMatchLookupCopies) {
   if (GetParam().profile == ops::KernelProfile::kVolta) GTEST_SKIP() << "the warp-split kernels need sm_80 code";
-  auto pow2_extra = [](int64_t S) {
-    int64_t b = 256;
-    while (b < S) b *= 2;
-    return b - S;
-  };
   int compared = 0;
   for (const Shape& s : {Shape{24, 4, 256, 16}, Shape{24, 4, 256, 32}, Shape{24, 4, 128, 64}, Shape{16, 2, 64, 16},
                          Shape{24, 4, 256, 7}}) {
@@ -616,7 +611,7 @@ TEST_P(AttentionDecode, TensorCoreRunCopiesMatchLookupCopies) {
       for (bool split_v : {true, false}) {
         if (T < 3 && !split_v) continue;  // one row tile: no split-V step either way
         for (auto [p0, n_splits, extra] : {std::tuple<int64_t, int, int64_t>{1500 + 37 * T, 0, 0},
-                                           {1300 - T, 33, 0}, {2017, 1, 0}, {2051 - T, 0, pow2_extra(2051)}}) {
+                                           {1300 - T, 33, 0}, {2017, 1, 0}, {2051 - T, 0, pow2_extra_keys(2051)}}) {
           Tensor out[2];
           bool took[2] = {false, false};
           const unsigned seed = static_cast<unsigned>(rng()());
@@ -630,12 +625,7 @@ TEST_P(AttentionDecode, TensorCoreRunCopiesMatchLookupCopies) {
             rng().seed(seed);  // the same pools and queries for both
             if (!check_split(s, T, p0, DType::I8, DType::I8, 1, n_splits, extra, true, true, 2.0f))
               GTEST_SKIP() << "no sm_80 code: the warp-split kernel does not run";
-            cuda::DecodeArgs probe;
-            probe.T = T, probe.Hq = s.Hq, probe.Hkv = s.Hkv, probe.D = s.D;
-            probe.block_size = s.bs;
-            static const int32_t kAnyTable = 0;
-            probe.table = &kAnyTable;  // the paged pools here always have a table
-            took[form] = cuda::decode_tc_runs_take(probe);
+            took[form] = last_runs;
             out[form] = last_out;
           }
           const std::string what = fmt::format("D {} bs {} T {} split V {} pos0 {} splits {} bound+{}", s.D, s.bs, T,
