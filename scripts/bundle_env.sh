@@ -4,7 +4,8 @@
 # unpacks it into a fresh temporary folder (bundle_tmp: remove it when done), sets vi to its
 # bin/voltinfer and puts its lib/, the toolkit's and the Python cuBLAS wheel's libraries on
 # LD_LIBRARY_PATH. Exits with a message if the bundle does not unpack or holds no voltinfer.
-# After it, copy_bandwidth and make_27b (below) run that voltinfer.
+# After it, copy_bandwidth and make_27b (below) run that voltinfer; clocks_start / clocks_since
+# record what the GPU's clocks and power do while something runs.
 unpack_bundle() {
   local lib cublas_dir
   bundle_tmp=$(mktemp -d)
@@ -31,4 +32,23 @@ copy_bandwidth() {
 make_27b() {
   m=/tmp/q27-$1.gguf
   [ -s "$m" ] || timeout 150 "$vi" make-model --arch qwen3_5 --preset 27b --dtype "$1" --seed 1 -o "$m" > "$2" 2>&1
+}
+
+# clocks_start CSV: nvidia-smi samples the SM and memory clocks, the power draw and limit, the
+# temperature and the clock event reasons every 250 ms into CSV, in the background until the
+# calling script exits (nothing where nvidia-smi is missing). clocks_since T0 then prints one line
+# on the samples from T0 (seconds since the epoch, `date +%s.%N`) to now (scripts/clock_summary.py).
+clocks_start() {
+  clocks_csv=$1
+  command -v nvidia-smi > /dev/null || return 0
+  local reason
+  reason=$(nvidia-smi --help-query-gpu 2> /dev/null | grep -oE "clocks_(event|throttle)_reasons\.active" | head -1)
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu${reason:+,$reason} \
+    --format=csv,noheader -lms 250 > "$clocks_csv" 2>&1 &
+  clocks_pid=$!
+  trap 'kill "$clocks_pid" 2> /dev/null' EXIT
+}
+clocks_since() {
+  [ -n "${clocks_csv:-}" ] && [ -s "$clocks_csv" ] || { echo "no clock samples"; return 0; }
+  python3 "$(dirname "${BASH_SOURCE[0]}")/clock_summary.py" "$clocks_csv" "$1" "$(date +%s.%N)"
 }

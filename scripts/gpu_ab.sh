@@ -17,7 +17,8 @@
 # 3. TRACE=1: then one traced run of each (the per-op kernel tables, trace_A.md and trace_B.md;
 #    TRACE_TOKENS=1,4 traces the 4-token verify round too).
 # Logs to LOG_DIR (default $OUT): summary.txt ends with each run's decode and verify rows (and the
-# traces' per-op rows).
+# traces' per-op rows); after each run a line on the SM clock and power while it ran (clocks.csv:
+# every sample; the GEMVs run at the SM clock, so a run the card held down is not comparable).
 set -uo pipefail
 
 bundle=$1
@@ -25,7 +26,7 @@ out=${2:-${OUT:-/tmp/gpu_ab}}
 mkdir -p "$out"
 # A second job on a warm machine finds the first one's logs in a fixed LOG_DIR: bench.log is
 # appended to, so its rows would join this job's summary. Start from none of them.
-rm -f "$out"/bench.log "$out"/summary.txt "$out"/bench_*.jsonl "$out"/trace_*.md
+rm -f "$out"/bench.log "$out"/summary.txt "$out"/bench_*.jsonl "$out"/trace_*.md "$out"/clocks.csv
 . "$(dirname "$0")/bundle_env.sh"
 unpack_bundle "$bundle"
 t0=$SECONDS
@@ -40,6 +41,7 @@ t0=$SECONDS
 } | tee "$out/summary.txt"
 bw=$(copy_bandwidth "$out")
 echo "copy bandwidth: $bw GB/s" | tee -a "$out/summary.txt"
+clocks_start "$out/clocks.csv"
 dtype=${DTYPE:-q4_k}
 make_27b "$dtype" "$out/make.log"
 echo "make-model $dtype: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
@@ -57,10 +59,13 @@ run_setting() {
   [ "$mode" = trace ] && run=(-n 32 -r 1 --verify 1 --trace-kernels --trace-tokens "${TRACE_TOKENS:-1}" --md "$out/trace_$name.md")
   echo "=== $name${mode:+ ($mode)}: $spec" >> "$out/bench.log"
   [ -x "$exe" ] || { echo "bench $name: no $exe in the bundle" | tee -a "$out/summary.txt"; return; }
+  local since
+  since=$(date +%s.%N)
   timeout 200 env "${envs[@]}" stdbuf -oL -eL "$exe" bench -m $m --device cuda --kernel-profile "${PROFILE:-native}" "${flags[@]}" \
     --cache-type-k int8 --cache-type-v int8 -p 512 --prompt-style code -d "${DEPTHS:-8192,131072}" \
     --bandwidth-gbs "$bw" "${run[@]}" >> "$out/bench.log" 2>&1
   echo "bench $name${mode:+ ($mode)}: rc=$? ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
+  echo "clocks $name${mode:+ ($mode)}: $(clocks_since "$since")" | tee -a "$out/summary.txt"
 }
 # C and D: optional third and fourth settings, run after B in each alternation.
 names="A B"
@@ -83,5 +88,5 @@ if [ "${TRACE:-0}" = 1 ]; then
 fi
 echo "total: $((SECONDS - t0)) s" >> "$out/summary.txt"
 # The rounds (and the traced rounds) to the console; the per-op rows stay in summary.txt.
-grep -E '^(===|---)|^\| .* (decode|verify) |\*\*round' "$out/summary.txt" | cut -c1-200 | tail -n 40
+grep -E '^(===|---|clocks )|^\| .* (decode|verify) |\*\*round' "$out/summary.txt" | cut -c1-200 | tail -n 48
 rm -rf "$bundle_tmp"

@@ -11,7 +11,7 @@
 # profile, ROUNDS (2500) decode rounds in one repetition, while nvidia-smi samples the SM and
 # memory clocks, the power draw, the temperature and the clock event reasons every 250 ms.
 # Logs to LOG_DIR (default $OUT): clocks.csv (every sample), bench.txt, summary.txt (the limits,
-# the round, and the samples taken while the bench ran, counted by SM clock and reason).
+# the round, and one line on the samples taken while the bench ran: scripts/clock_summary.py).
 set -uo pipefail
 
 bundle=$1
@@ -25,40 +25,13 @@ unpack_bundle "$bundle"
     sed 's/^/gpu, power limit, max SM and memory clocks: /'
 } | tee "$out/summary.txt"
 make_27b q4_k "$out/make.log" || { echo "make-model failed (make.log)" | tee -a "$out/summary.txt"; exit 1; }
-# Newer drivers name the reasons clocks_event_reasons, older ones clocks_throttle_reasons.
-reason=$(nvidia-smi --help-query-gpu | grep -oE "clocks_(event|throttle)_reasons\.active" | head -1)
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu${reason:+,$reason} \
-  --format=csv,noheader -lms 250 > "$out/clocks.csv" 2>&1 &
-smi=$!
+clocks_start "$out/clocks.csv"
 sleep 1
-start=$(date +%s.%N)
+since=$(date +%s.%N)
 timeout 180 "$vi" bench -m "$m" --device cuda --kernel-profile native --cache-type-k int8 --cache-type-v int8 \
   -p 512 --prompt-style code -d "${DEPTH:-8192}" -n "${ROUNDS:-2500}" -r 1 > "$out/bench.txt" 2>&1
 echo "bench: rc=$?" | tee -a "$out/summary.txt"
-end=$(date +%s.%N)
-sleep 1
-kill "$smi" 2> /dev/null
 grep -E '\| decode ' "$out/bench.txt" | cut -c1-220 | tee -a "$out/summary.txt"
-# The samples inside the bench's run (its model load and warm-up included: the first seconds).
-python3 - "$out/clocks.csv" "$start" "$end" << 'EOF' | tee -a "$out/summary.txt"
-import collections, datetime, statistics, sys
-rows, t0, t1 = [], float(sys.argv[2]), float(sys.argv[3])
-for line in open(sys.argv[1]):
-    f = [x.strip() for x in line.split(",")]
-    try:
-        t = datetime.datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
-    except (ValueError, IndexError):
-        continue
-    if t0 <= t <= t1:
-        rows.append(f)
-if not rows:
-    sys.exit("no samples inside the bench's run")
-count = collections.Counter((r[1], r[5] if len(r) > 5 else "") for r in rows)
-print(f"{len(rows)} samples while the bench ran (SM clock, reasons: count):")
-for (sm, why), n in count.most_common(8):
-    print(f"  {sm}, {why}: {n}")
-power = sorted(float(r[3].split()[0]) for r in rows)
-print(f"power W: min {power[0]:.0f}, median {statistics.median(power):.0f}, max {power[-1]:.0f};"
-      f" temperature C: {min(int(r[4]) for r in rows)}..{max(int(r[4]) for r in rows)}")
-EOF
+# The samples while the bench ran (its model load and warm-up included: the first seconds).
+echo "clocks: $(clocks_since "$since")" | tee -a "$out/summary.txt"
 rm -rf "$bundle_tmp"
