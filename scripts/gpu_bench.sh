@@ -14,7 +14,8 @@
 #     Every step runs under its own timeout and a step that fails does not stop the others;
 #     the whole run is sized to stay under 6 minutes on an H200 (see Knobs). Outputs in OUT_DIR (default
 #     $OUT): hwcheck.{txt,json}, make.log, bench.log, bench.jsonl, bench.md, bench.png, summary.txt
-#     (eight files: what the device tool brings back).
+#     (eight files: what the device tool brings back); the summary has a line on the SM clock and
+#     power during each bench run (bundle_env.sh clocks_start; the samples in /tmp).
 #
 # Knobs (environment): CONFIGS (weights:KV pairs, "q4_k:int8 q8_0:int8"; add q4_k:f16 for the
 # f16 cache), PROFILES (native volta; "native:nograph" adds a run with --no-cuda-graphs), DEPTHS (512,8192,32768,131072), PREFILL (2048), TRACE (1: the
@@ -47,6 +48,7 @@ run() {
   local b=$1 out=${2:-${OUT:-/tmp/gpu_bench}}
   mkdir -p "$out"
   rm -f "$out"/bench.log "$out"/make.log  # appended to below: a warm machine may hold an earlier job's
+  . "$(dirname "$0")/bundle_env.sh"  # clocks_start / clocks_since
   local tarball=
   if [ -f "$b/bundle.tar.xz" ]; then tarball=$b/bundle.tar.xz; elif [ -f "$b" ]; then tarball=$b; fi
   if [ -n "$tarball" ]; then
@@ -96,6 +98,7 @@ for p in site.getsitepackages():
   bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["devices"][0]["copy_gbs"]["median"])' \
        "$out/hwcheck.json" 2>/dev/null || echo 0)
   echo "copy bandwidth for MBU: ${bw} GB/s (hwcheck)" >> "$out/summary.txt"
+  clocks_start /tmp/gpu_bench_clocks.csv  # not in OUT_DIR: its eight files are what comes back
   [ ${#trace_flag[@]} -gt 0 ] && echo "kernel trace: libcupti ${VI_CUPTI:-(none found: the loader searches)}" >> "$out/summary.txt"
   local bw_flag=()
   [ "${bw%.*}" -gt 0 ] 2>/dev/null && bw_flag=(--bandwidth-gbs "$bw")
@@ -124,11 +127,14 @@ for p in site.getsitepackages():
           continue
         fi
         echo "=== bench $dt KV $kv $prof_spec" >> "$out/bench.log"
+        local since
+        since=$(date +%s.%N)
         timeout "$step_timeout" stdbuf -oL -eL "$vi" bench -m "$m" --device cuda --kernel-profile "$prof" "${graph_flag[@]}" \
           --cache-type-k "$kv" --cache-type-v "$kv" -p "$prefill" --prompt-style "$styles" -d "$depths" --verify "$verify" -n "$ngen" \
           -r "$reps" --profile-ops --profile-rounds 4 "${trace_flag[@]}" "${bw_flag[@]}" ${BENCH_EXTRA:-} --json "$out/bench.jsonl" \
           --md "$out/bench.md" >> "$out/bench.log" 2>&1
         echo "bench $dt KV $kv $prof_spec: rc=$? ($((SECONDS - t0)) s)" >> "$out/summary.txt"
+        echo "clocks $dt KV $kv $prof_spec (prefill and decode): $(clocks_since "$since")" >> "$out/summary.txt"
       done
     done
     [ -n "${KEEP_MODELS:-}" ] || rm -f "$m"
