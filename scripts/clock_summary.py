@@ -5,8 +5,8 @@ power.draw,power.limit,temperature.gpu,<clock reasons> --format=csv,noheader):
 
     clock_summary.py CSV T0 T1      (T0, T1: seconds since the epoch, the machine's clock)
 
-e.g. "SM 1980 MHz in 109 of 111 samples (1965..1980), memory 2619 MHz, power 672 W median
-(680 max) of 700 W, 52..58 C, reasons: sw power cap in 1". Decode kernels bound by their
+e.g. "104 of 106 samples at work, SM 1965..1980 MHz (1980 in 103), memory 2619 MHz, power 673 W
+median (683 max) of 700 W, 37..58 C, reasons at work: sw power cap in 1". Decode kernels bound by their
 instruction chains run at the SM clock, so a row timed while the card held its clock down is
 not comparable with one timed at full clock: this line goes beside the row.
 """
@@ -54,29 +54,33 @@ def samples(path, t0, t1):
 
 
 def summary(rows):
+    """The samples at work (power at least half the interval's highest: a model load or an idle
+    wait is not what a timed row ran at), their SM clocks, power and clock event reasons."""
     if not rows:
         return "no clock samples in this interval"
-    sm = [v for v in (number(r[1]) for r in rows) if v is not None]
-    mem = [v for v in (number(r[2]) for r in rows) if v is not None]
-    power = [v for v in (number(r[3]) for r in rows) if v is not None]
-    limit = [v for v in (number(r[4]) for r in rows) if v is not None]
+    power = [number(r[3]) for r in rows]
+    top = max((w for w in power if w is not None), default=None)
+    busy = [r for r, w in zip(rows, power) if top is None or (w is not None and w >= 0.5 * top)]
+    sm = [v for v in (number(r[1]) for r in busy) if v is not None]
+    mem = [v for v in (number(r[2]) for r in busy) if v is not None]
+    watts = [v for v in (number(r[3]) for r in busy) if v is not None]
+    limit = [v for v in (number(r[4]) for r in busy) if v is not None]
     temp = [v for v in (number(r[5]) for r in rows) if v is not None]
-    parts = []
+    parts = [f"{len(busy)} of {len(rows)} samples at work"]
     if sm:
-        top = max(sm)
-        parts.append(f"SM {top:.0f} MHz in {sum(1 for v in sm if v == top)} of {len(rows)} samples"
-                     f" ({min(sm):.0f}..{top:.0f})")
+        best = max(sm)
+        parts.append(f"SM {min(sm):.0f}..{best:.0f} MHz ({best:.0f} in {sum(1 for v in sm if v == best)})")
     if mem:
         parts.append(f"memory {statistics.median(mem):.0f} MHz")
-    if power:
-        text = f"power {statistics.median(power):.0f} W median ({max(power):.0f} max)"
+    if watts:
+        text = f"power {statistics.median(watts):.0f} W median ({max(watts):.0f} max)"
         if limit:
             text += f" of {max(limit):.0f} W"
         parts.append(text)
     if temp:
         parts.append(f"{min(temp):.0f}..{max(temp):.0f} C")
     seen = collections.Counter()
-    for r in rows:
+    for r in busy:
         if len(r) > 6:
             try:
                 bits = int(r[6], 16)
@@ -86,9 +90,9 @@ def summary(rows):
                 if bits & bit:
                     seen[name] += 1
     if seen:
-        parts.append("reasons: " + ", ".join(f"{name} in {n}" for name, n in seen.most_common()))
+        parts.append("reasons at work: " + ", ".join(f"{name} in {n}" for name, n in seen.most_common()))
     elif len(rows[0]) > 6:
-        parts.append("no clock event reasons")
+        parts.append("no clock event reasons at work")
     return ", ".join(parts)
 
 
