@@ -36,8 +36,9 @@ make_27b() {
 
 # clocks_start CSV: nvidia-smi samples the SM and memory clocks, the power draw and limit, the
 # temperature and the clock event reasons every 250 ms into CSV, in the background until the
-# calling script exits (an EXIT trap ends it; nothing where nvidia-smi is missing). clocks_since T0 prints one line
-# on the samples from T0 (seconds since the epoch, `date +%s.%N`) to now (scripts/clock_summary.py).
+# calling script exits (an EXIT trap ends it; nothing where nvidia-smi is missing).
+# clocks_since T0 then prints one line on the samples from T0 (seconds since the epoch,
+# `date +%s.%N`) to now (scripts/clock_summary.py).
 clocks_start() {
   clocks_csv=$1
   command -v nvidia-smi > /dev/null || return 0
