@@ -51,25 +51,6 @@ __device__ __forceinline__ void finish_gemv_out_tile(const float acc[4], const G
   }
 }
 
-// The same end from sums already in shared memory: red[wv][i][l] (WARPS of them, added in warp
-// order, and visible to every thread) the sums of slot i of lane l. WARPS = 4 after
-// stash_tile_sums gives finish_gemv_out_tile's outputs bit for bit; WARPS = 1 takes sums that met
-// elsewhere (gemv_q4kt.cu's tail halves).
-template <bool SWIGLU, int WARPS>
-__device__ __forceinline__ void finish_gemv_out_red(const float (*red)[4][32], const GemvOut& out, int64_t N,
-                                                    int n_tok, int64_t blk, const float* tok_scale = nullptr) {
-  if constexpr (SWIGLU) {
-    write_swiglu_sums<WARPS, 1>(reinterpret_cast<const float (*)[1][4][32]>(red), out.y[0], blk * 8, N / 2, n_tok,
-                                tok_scale);
-  } else {
-    const int64_t n0 = blk * 16;
-    __half* y;
-    int64_t begin, rows;
-    gemv_out_part(out, n0, y, begin, rows);
-    write_tile_sums<WARPS>(red, y, n0 - begin, rows, n_tok, rows, tok_scale);
-  }
-}
-
 // One part: all N rows into y [T, N].
 inline GemvOut gemv_out_whole(Tensor& y, int64_t N) {
   GemvOut o{};

@@ -250,56 +250,11 @@ __device__ __forceinline__ void finish_deferred_tile(const float acc[4], const N
 // counter for the next launch (which draws only after its pdl_wait, so after this grid is done).
 // (Drawing the second item too, for launches of one to two waves, cost a barrier after the first
 // walk and lost: docs/notes/gemv.md run 42.)
-// Tail halves (kTickets, gemv_q4kt_tail_halves): the launch's work is units, not items. Units
-// below split_from are items; unit split_from + 2 j + p is half p (by K) of item split_from + j,
-// walked by a block of its own (the producer's halves, above, do the same for one wave). The
-// halves' sums meet through half_sums [n_split, 2, 128] f32 and half_counts [n_split] (zero
-// between launches); without tail halves split_from is the item count.
 enum : int { kOneItem = 0, kStride = 1, kTickets = 2 };
 struct StreamTickets {
   unsigned* counter;  // kTickets: zero at the launch, zero after it
   int draws;          // tickets the launch draws in all
-  int split_from;     // units are below 2^31 (the host checks)
-  float* half_sums;
-  unsigned* half_counts;
 };
-
-// The item of unit u and which half of it (-1: the whole item).
-__device__ __forceinline__ int64_t tail_item(const StreamTickets& tk, int64_t u, int& part) {
-  const int d = static_cast<int>(u) - tk.split_from;
-  part = d < 0 ? -1 : d & 1;
-  return d < 0 ? u : tk.split_from + (d >> 1);
-}
-
-// A tail half's end: the block's sums of its half of `item` (thread k: slot k / 32 of lane k %
-// 32, the 4 warps' sums added in warp order) go to half_sums; the second half to arrive adds the
-// other's (a + b is the same bits in either order, so which half is second does not matter),
-// leaves the item's sums in red[0] for every thread and returns true; the first returns false.
-// The second arrival resets the counter. Every thread of the block calls it.
-__device__ __forceinline__ bool meet_tail_halves(const float acc[4], float (*red)[4][32], const StreamTickets& tk,
-                                                 int64_t item, int part) {
-  __shared__ unsigned arrived;
-  stash_tile_sums(acc, red);
-  const int i = threadIdx.x >> 5, l = threadIdx.x & 31;
-  float s = 0.0f;
-#pragma unroll
-  for (int wv = 0; wv < 4; ++wv) s += red[wv][i][l];
-  const int64_t j = item - tk.split_from;
-  tk.half_sums[(2 * j + part) * 128 + threadIdx.x] = s;
-  __threadfence();  // the sums before the count
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    arrived = atomicAdd(tk.half_counts + j, 1u);
-    if (arrived == 1) tk.half_counts[j] = 0;  // both halves are in
-  }
-  __syncthreads();
-  if (arrived == 0) return false;
-  __threadfence();
-  s += __ldcg(tk.half_sums + (2 * j + (part ^ 1)) * 128 + threadIdx.x);
-  red[0][i][l] = s;  // each thread's own entry: read above by this thread only
-  __syncthreads();
-  return true;
-}
 
 template <int MINB, bool SWIGLU, int NORM = kNormNone, bool PAIR = false, bool PAIRED = false, int STREAM = kOneItem>
 __global__ void __launch_bounds__(128, MINB)
@@ -309,8 +264,6 @@ __global__ void __launch_bounds__(128, MINB)
   static_assert(SWIGLU || !PAIRED, "Q4_KTS is read by the fused SwiGLU only");
   static_assert(STREAM == kOneItem || NORM != kNormProduce, "the producer's epilogue is bound to blockIdx.x");
   using Walk = Q4ktTileWalk<SWIGLU && !PAIRED, PAIR, NORM == kNormConsumeSums>;
-  // blk: the block's work item; kTickets: its unit, whose item and half tail_item gives (only the
-  // unit stays in a register through the walk: the kernels are at their register budget).
   int64_t blk = blockIdx.x;
   [[maybe_unused]] int part = -1;  // the producer's halved tiles: which half this block takes
   if constexpr (NORM == kNormProduce) {
@@ -320,14 +273,10 @@ __global__ void __launch_bounds__(128, MINB)
       part = static_cast<int>(j & 1);
     }
   }
-  // Half p of the n_sb super-blocks (-1: all): the first n_sb / 2, or the rest.
-  auto take_half = [&](Walk& wk, int p) {
-    if (p >= 0) wk.take_part(p == 0 ? 0 : n_sb / 2, p == 0 ? n_sb / 2 : n_sb - n_sb / 2);
-  };
-  [[maybe_unused]] int64_t item = blk;
-  if constexpr (STREAM == kTickets) item = tail_item(tickets, blk, part);
-  Walk walk(w, x, n_tok, N, n_sb, K, item, na.sums_in);
-  if constexpr (NORM == kNormProduce || STREAM == kTickets) take_half(walk, part);
+  Walk walk(w, x, n_tok, N, n_sb, K, blk, na.sums_in);
+  if constexpr (NORM == kNormProduce) {
+    if (part >= 0) walk.take_part(part == 0 ? 0 : n_sb / 2, part == 0 ? n_sb / 2 : n_sb - n_sb / 2);
+  }
   walk.start();
   [[maybe_unused]] __shared__ ProduceStage produce;
   [[maybe_unused]] __shared__ ConsumeStage consume;
@@ -336,8 +285,8 @@ __global__ void __launch_bounds__(128, MINB)
   pdl_trigger();
   if constexpr (NORM == kNormProduce) stage_residual(na, N, n_tok, produce, blk);
   if constexpr (consumes(NORM)) stage_totals(na, n_tok, consume);
-  // kTickets: s_after[i & 1] is the unit of the block's item i + 2 (n_work: none), written by
-  // thread 0 during item i. Units are below 2^31.
+  // kTickets: s_after[i & 1] is the id of the block's item i + 2 (n_work: none), written by thread
+  // 0 during item i. Items are below 2^31 (N / 16).
   [[maybe_unused]] __shared__ int s_after[2];
   [[maybe_unused]] int parity = 0;  // kTickets: i & 1 of the item being walked
   [[maybe_unused]] bool first = true;
@@ -363,38 +312,12 @@ __global__ void __launch_bounds__(128, MINB)
     [[maybe_unused]] const int64_t at = STREAM != kOneItem ? blk : int64_t(blockIdx.x);
     if constexpr (STREAM != kOneItem) {
       if (next < n_work) {
-        int next_part = -1;
-        int64_t next_item = next;
-        if constexpr (STREAM == kTickets) next_item = tail_item(tickets, next, next_part);
-        walk = Walk(w, x, n_tok, N, n_sb, K, next_item, na.sums_in);
-        if constexpr (STREAM == kTickets) take_half(walk, next_part);
+        walk = Walk(w, x, n_tok, N, n_sb, K, next, na.sums_in);
         walk.start();
       }
     }
     if constexpr (NORM == kNormProduce) {
       finish_deferred_tile(acc, na, produce, N, n_tok, blk, part);
-    } else if constexpr (STREAM == kTickets) {
-      // The warps' sums meet in red (a tail half's also with the other half's, or not yet).
-      __shared__ float red[4][4][32];
-      int at_part;
-      const int64_t at_item = tail_item(tickets, at, at_part);
-      bool write = true;
-      if (at_part >= 0)
-        write = meet_tail_halves(acc, red, tickets, at_item, at_part);
-      else
-        stash_tile_sums(acc, red);
-      if (write) {
-        [[maybe_unused]] __shared__ float s_warp[4][8];
-        const float* scale = nullptr;
-        if constexpr (consumes(NORM)) {
-          warp_scales(na, n_tok, consume, s_warp[threadIdx.x >> 5]);
-          scale = s_warp[threadIdx.x >> 5];
-        }
-        if (at_part >= 0)
-          finish_gemv_out_red<SWIGLU, 1>(red, out, N, n_tok, at_item, scale);
-        else
-          finish_gemv_out_red<SWIGLU, 4>(red, out, N, n_tok, at_item, scale);
-      }
     } else if constexpr (consumes(NORM)) {
       __shared__ float s_warp[4][8];
       warp_scales(na, n_tok, consume, s_warp[threadIdx.x >> 5]);
@@ -425,10 +348,6 @@ std::atomic<uint64_t> g_stream_launches{0};
 // The streaming launches' tickets: the switch (set_q4kt_tickets_default) and the launches that drew.
 std::atomic<int> g_tickets_override{-1};
 std::atomic<uint64_t> g_ticket_launches{0};
-// The tail halves of launches with tickets: the switch (set_q4kt_tail_halves_default) and the
-// launches that split items.
-std::atomic<int> g_tail_override{-1};
-std::atomic<uint64_t> g_tail_launches{0};
 
 // A streaming launch takes tickets where they are switched on and every block has a second item.
 bool takes_tickets(int64_t work, int64_t grid) { return gemv_q4kt_tickets_default() && work > 2 * grid; }
@@ -439,30 +358,19 @@ void launch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const Gem
   const int64_t work = N / 16;  // tiles; SWIGLU: F / 8 items of 8 gate + 8 up rows
   int64_t blocks = STREAM != kOneItem ? std::min(work, wave_slots(MINB)) : work;
   if (NORM == kNormProduce && na.part_counts != nullptr) blocks = na.split_from + 2 * (work - na.split_from);
-  StreamTickets tickets{nullptr, 0, static_cast<int>(std::min<int64_t>(work, INT32_MAX)), nullptr, nullptr};
-  int64_t units = work;  // kTickets: items, and one more for each item split into tail halves
+  StreamTickets tickets{nullptr, 0};
   if (STREAM == kTickets) {
-    const int64_t halves = gemv_q4kt_tail_halves(work, blocks, K / kQKK);
-    units = work + halves;
-    VI_CHECK(work > 2 * blocks && units < (int64_t(1) << 31), "gemv_q4kt: tickets for {} items on {} blocks", work,
+    VI_CHECK(work > 2 * blocks && work < (int64_t(1) << 31), "gemv_q4kt: tickets for {} items on {} blocks", work,
              blocks);
-    tickets.draws = static_cast<int>(units - blocks);
+    tickets.draws = static_cast<int>(work - blocks);
     tickets.counter =
         static_cast<unsigned*>(thread_workspace_zeroed(ctx, WorkspaceSlot::kGemvStreamTickets, sizeof(unsigned)));
-    tickets.split_from = static_cast<int>(work - halves);
-    if (halves > 0) {
-      tickets.half_sums = static_cast<float*>(thread_workspace(
-          ctx, WorkspaceSlot::kGemvTailSums, static_cast<size_t>(halves) * 2 * 128 * sizeof(float)));
-      tickets.half_counts = static_cast<unsigned*>(thread_workspace_zeroed(
-          ctx, WorkspaceSlot::kGemvTailCounts, static_cast<size_t>(halves) * sizeof(unsigned)));
-      g_tail_launches.fetch_add(1, std::memory_order_relaxed);
-    }
     g_ticket_launches.fetch_add(1, std::memory_order_relaxed);
   }
   VI_CUDA_CHECK(pdl_launch(gemv_q4kt_kernel<MINB, SWIGLU, NORM, PAIR, PAIRED, STREAM>,
                            dim3(static_cast<unsigned>(blocks)),
                            dim3(128), 0, stream_of(ctx), w.ptr<uint8_t>(), x.ptr<__half>(), out,
-                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic, na, units,
+                           static_cast<int>(x.rows()), N, static_cast<int>(K / kQKK), K, kQ4krMagic, na, work,
                            tickets));
 }
 // The producer's halved tiles: the switch (set_q4kt_halves_default) and the launches that halved.
@@ -569,19 +477,6 @@ bool gemv_q4kt_tickets_default() {
 }
 void set_q4kt_tickets_default(int on) { g_tickets_override.store(on, std::memory_order_relaxed); }
 uint64_t gemv_q4kt_ticket_launches() { return g_ticket_launches.load(std::memory_order_relaxed); }
-
-int64_t gemv_q4kt_tail_halves(int64_t items, int64_t grid, int64_t n_sb) {
-  static const int env = env_switch_forced("VI_Q4KT_TAIL_HALVES");
-  const int o = g_tail_override.load(std::memory_order_relaxed);
-  if ((o >= 0 ? o : env) != 1) return 0;  // off unless switched on (not yet measured)
-  // The items past whole waves of the grid, where their halves fit one wave (each half of at
-  // least 4 super-blocks, so every warp has one).
-  if (grid < 1 || n_sb < 8 || items <= 2 * grid) return 0;
-  const int64_t tail = items % grid;
-  return 2 * tail <= grid ? tail : 0;
-}
-void set_q4kt_tail_halves_default(int on) { g_tail_override.store(on, std::memory_order_relaxed); }
-uint64_t gemv_q4kt_tail_halved_launches() { return g_tail_launches.load(std::memory_order_relaxed); }
 
 int64_t gemv_q4kt_halved_tiles(int64_t N, int64_t K, int blocks) {
   // On unless switched off: with the streaming launches' tickets, 0.07-0.09 ms off the 8K round on

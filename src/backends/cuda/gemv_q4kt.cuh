@@ -66,18 +66,6 @@ uint64_t gemv_q4kt_streaming_launches();
 bool gemv_q4kt_tickets_default();
 void set_q4kt_tickets_default(int on);
 uint64_t gemv_q4kt_ticket_launches();
-// A streaming launch with tickets of `items` items on `grid` blocks, K of n_sb super-blocks: how
-// many of its last items are split by K into two halves, each a work unit of its own, so that the
-// launch's last partial wave ends after half an item rather than a whole one; the second half to
-// finish adds the other's sums and writes the item (a + b in either order: the same bits; not
-// the whole item's, whose 4 warps' sums meet in one order; every other item is). The items past
-// whole waves when at most grid / 2 (their halves fit one wave), K of at least 8 super-blocks.
-// Off unless VI_Q4KT_TAIL_HALVES=1 (read once per process) or set_q4kt_tail_halves_default(1)
-// (tests; 0 off, -1 back to the environment): not yet measured. gemv_q4kt_tail_halved_launches
-// counts the launches that split items.
-int64_t gemv_q4kt_tail_halves(int64_t items, int64_t grid, int64_t n_sb);
-void set_q4kt_tail_halves_default(int on);
-uint64_t gemv_q4kt_tail_halved_launches();
 // The deferred norm's producer on a matrix of one wave of tiles or a little more than blocks - 1
 // (the 5120-row matrices: 320 tiles on 132 SMs at 3 blocks a SM): how many of its last tiles are
 // split by K into two halves, each taken by a block of its own, so that every SM holds about the

@@ -61,11 +61,10 @@ __device__ __forceinline__ void stash_tile_sums(const float acc[4], float (*red)
   __syncthreads();
 }
 
-// The second half: red's WARPS sums of each slot and lane, added in warp order, written (red
-// may also hold sums that met elsewhere, WARPS = 1: gemv_q4kt.cu's tail halves).
 template <int WARPS>
-__device__ __forceinline__ void write_tile_sums(const float (*red)[4][32], __half* y, int64_t n0, int64_t N,
-                                                int n_tok, int64_t ld, const float* tok_scale = nullptr) {
+__device__ __forceinline__ void store_tile_sums(const float acc[4], float (*red)[4][32], __half* y, int64_t n0,
+                                                int64_t N, int n_tok, int64_t ld, const float* tok_scale = nullptr) {
+  stash_tile_sums(acc, red);
   for (int k = threadIdx.x; k < 4 * 32; k += blockDim.x) {
     const int i = k / 32, l = k % 32;
     float sum = 0.0f;
@@ -76,14 +75,6 @@ __device__ __forceinline__ void write_tile_sums(const float (*red)[4][32], __hal
     if (tok_scale != nullptr && tok < n_tok) sum *= tok_scale[tok];
     if (n < N && tok < n_tok) y[static_cast<int64_t>(tok) * ld + n] = __float2half_rn(sum);
   }
-}
-
-// Both halves.
-template <int WARPS>
-__device__ __forceinline__ void store_tile_sums(const float acc[4], float (*red)[4][32], __half* y, int64_t n0,
-                                                int64_t N, int n_tok, int64_t ld, const float* tok_scale = nullptr) {
-  stash_tile_sums(acc, red);
-  write_tile_sums<WARPS>(red, y, n0, N, n_tok, ld, tok_scale);
 }
 
 // The end of a fused gate|up GEMV + SwiGLU (ops::matmul_swiglu) over TILES tiles whose rows g

@@ -22,8 +22,6 @@ enum class WorkspaceSlot : int {
   kGemvHalfSums,             // the halved tiles' partial sums of the deferred-norm producer (gemv_q4kt.cu)
   kGemvHalfCounts,           // their arrival counters (zeroed; the last arrival resets its own)
   kGemvStreamTickets,        // the streaming GEMV's item counter (zeroed; its last draw resets it)
-  kGemvTailSums,             // the streaming GEMV's tail halves' partial sums (gemv_q4kt.cu)
-  kGemvTailCounts,           // their arrival counters (zeroed; the last arrival resets its own)
   kCount,
 };
 

@@ -18,9 +18,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "backends/cuda/gemv_q4kt.cuh"
@@ -34,14 +32,6 @@
 
 namespace vi::cudatest {
 namespace {
-
-// The first `cols` columns of each row of a host f32 [rows, C] tensor.
-Tensor first_cols(const Tensor& t, int64_t cols) {
-  Tensor out = Tensor::empty(DType::F32, {t.dim(0), cols});
-  for (int64_t r = 0; r < t.dim(0); ++r)
-    std::memcpy(out.ptr<float>() + r * cols, t.ptr<float>() + r * t.dim(1), static_cast<size_t>(cols) * 4);
-  return out;
-}
 
 class GemvStreamingGpu : public CudaOpTest {
  protected:
@@ -63,7 +53,6 @@ class GemvStreamingGpu : public CudaOpTest {
   void TearDown() override {
     cuda::set_q4kt_stream_default(-1);
     cuda::set_q4kt_tickets_default(-1);
-    cuda::set_q4kt_tail_halves_default(-1);
     ops::set_deferred_norm_allowed(-1);
   }
 
@@ -234,107 +223,6 @@ TEST_P(GemvStreamingGpu, DeferredConsumersEqualTheOneTileKernels) {
   }
 }
 
-// Tail halves (gemv_q4kt_tail_halves): on a matrix of 2.25 waves of tiles (made from this device's
-// SM count; K of 12 super-blocks, so halves of 6 that the 4 warps share unevenly) with tickets,
-// the items past whole waves are split by K into two halves. Every kernel
-// that takes them (the plain GEMV, the SwiGLU on Q4_KT and Q4_KTS, the deferred norm's plain and
-// SwiGLU consumers with the producer's sums) must split (counted), give the one-tile kernel's
-// bits on every item before the split ones and agree closely on those (their two halves' sums
-// meet in another order), agree with the CPU, and repeat bit for bit after a launch on other
-// inputs (the arrival counters are back at zero).
-TEST_P(GemvStreamingGpu, TailHalvesAgreeWithTheWholeItems) {
-  const int64_t sms = cuda::gpu_facts(0).sm_count, k = 3072;
-  ops::set_deferred_norm_allowed(1);
-  for (int blocks : {3, 4}) {
-    const int64_t grid = sms * blocks, tiles = 2 * grid + 2 * (grid / 8), n = 16 * tiles, f = n / 2;
-    cuda::set_q4kt_tail_halves_default(1);
-    const int64_t split = cuda::gemv_q4kt_tail_halves(tiles, grid, k / 256);
-    ASSERT_EQ(split, 2 * (grid / 8)) << tiles << " tiles on " << grid << " blocks";
-    const int64_t whole = tiles - split;  // items before the split ones
-    const Tensor w1 = rand_weight(DType::Q4_K, n, k, 0.5f);
-    const Tensor dw1 = ops::prepare_matmul_weight(g, ops::upload(g, w1));
-    const Tensor dws1 = ops::prepare_matmul_weight(g, ops::upload(g, w1), {f, f}, ops::MatmulInput::kNorm,
-                                                   ops::MatmulUse::kSwiglu);
-    ASSERT_EQ(dw1.dtype(), DType::Q4_KT);
-    ASSERT_EQ(dws1.dtype(), DType::Q4_KTS);
-    // The deferred norm's producer: [k, kK], so that its u is the consumers' input of width k.
-    const Tensor wp = rand_weight(DType::Q4_K, k, kK, 0.5f);
-    const Tensor dwp = ops::prepare_matmul_weight(g, ops::upload(g, wp));
-    const Tensor dnw = ops::upload(g, rand_f32({k}, DType::F32, -0.5f, 0.5f));
-    for (int64_t T : {1, 4, 8}) {
-      const Tensor x = rand_f32({T, k}, act(), -2.0f, 2.0f), x2 = rand_f32({T, k}, act(), -2.0f, 2.0f);
-      const Tensor a = rand_f32({T, kK}, act(), -1.0f, 1.0f), r0 = rand_f32({T, k}, act(), -4.0f, 4.0f);
-      Tensor ref = Tensor::empty(DType::F32, {T, n});
-      ops::matmul(cpu, x, w1, ref);
-      Tensor h_ref = Tensor::empty(DType::F32, {T, f});
-      ops::swiglu_halves(cpu, ref, h_ref);
-      // The deferred norm's u for the consumers (made once: every kernel below reads the same).
-      ops::DeferredNorm in = ops::deferred_norm_scratch(g, T, k, kEps);
-      Tensor dr = up(r0);
-      ops::matmul_add_deferred_norm(g, up(a), dwp, dr, dnw, kOff, in);
-      const std::vector<std::pair<std::string, std::function<void(const Tensor&, Tensor&)>>> kernels = {
-          {"gemv", [&](const Tensor& dx, Tensor& o) { cuda::gemv_q4kt(g, dx, dw1, o, {blocks, false, true}); }},
-          {"swiglu Q4_KT",
-           [&](const Tensor& dx, Tensor& o) { cuda::gemv_q4kt_swiglu(g, dx, dw1, o, {blocks, false, true}); }},
-          {"swiglu Q4_KTS",
-           [&](const Tensor& dx, Tensor& o) { cuda::gemv_q4kt_swiglu(g, dx, dws1, o, {blocks, true, true}); }},
-      };
-      for (const auto& [name, run] : kernels) {
-        const bool swiglu = name != "gemv";
-        const int64_t cols = swiglu ? f : n, exact = swiglu ? 8 * whole : 16 * whole;
-        const std::string at = fmt::format("{}, {} blocks/SM, T={}", name, blocks, T);
-        auto launch = [&](const Tensor& xin, int tail) {
-          cuda::set_q4kt_stream_default(1);
-          cuda::set_q4kt_tickets_default(1);
-          cuda::set_q4kt_tail_halves_default(tail);
-          Tensor o = up(nan_f32({T, cols}));
-          const uint64_t before = cuda::gemv_q4kt_tail_halved_launches();
-          run(up(xin), o);
-          EXPECT_EQ(cuda::gemv_q4kt_tail_halved_launches(), before + (tail ? 1 : 0)) << at;
-          return down(o);
-        };
-        const Tensor got = launch(x, 1), items = launch(x, 0);
-        EXPECT_EQ(words_differ(first_cols(got, exact), first_cols(items, exact)), "") << "whole items, " << at;
-        EXPECT_CLOSE(got, items, 1e-3, "against whole items, " + at);
-        EXPECT_CLOSE(got, swiglu ? h_ref : ref, 4e-3, "against the CPU, " + at);
-        launch(x2, 1);
-        EXPECT_EQ(words_differ(launch(x, 1), got), "") << "not repeatable, " << at;
-      }
-      // The deferred consumers, as the model calls them (matmul_deferred, matmul_swiglu_deferred).
-      for (int swiglu = 0; swiglu < 2; ++swiglu) {
-        const std::string at = fmt::format("deferred {}, {} blocks/SM, T={}", swiglu ? "swiglu" : "matmul", blocks, T);
-        if (!ops::deferred_norm_fused(g, dwp, swiglu ? dws1 : dw1,
-                                      swiglu ? ops::DeferredConsumer::kSwiglu : ops::DeferredConsumer::kMatmul, T))
-          continue;
-        if (cuda::gemv_q4kt_default_shape(n).blocks != blocks) continue;  // the ops take the default shape
-        auto launch = [&](int tail) {
-          cuda::set_q4kt_stream_default(1);
-          cuda::set_q4kt_tickets_default(1);
-          cuda::set_q4kt_tail_halves_default(tail);
-          Tensor o = up(nan_f32({T, swiglu ? f : n}));
-          const uint64_t before = cuda::gemv_q4kt_tail_halved_launches();
-          if (swiglu) {
-            Tensor gu = up(nan_f32({T, n}));
-            ops::matmul_swiglu_deferred(g, in, dws1, gu, o);
-          } else {
-            ops::matmul_deferred(g, in, dw1, o);
-          }
-          EXPECT_EQ(cuda::gemv_q4kt_tail_halved_launches(), before + (tail ? 1 : 0)) << at;
-          return down(o);
-        };
-        const Tensor got = launch(1), items = launch(0);
-        const int64_t exact = swiglu ? 8 * whole : 16 * whole;
-        EXPECT_EQ(words_differ(first_cols(got, exact), first_cols(items, exact)), "") << "whole items, " << at;
-        EXPECT_CLOSE(got, items, 1e-3, "against whole items, " + at);
-        EXPECT_EQ(words_differ(launch(1), got), "") << "not repeatable, " << at;
-      }
-    }
-  }
-  cuda::set_q4kt_tail_halves_default(-1);
-  cuda::set_q4kt_tickets_default(-1);
-  cuda::set_q4kt_stream_default(-1);
-}
-
 // The default: streaming for one token only (the 4-token round measured slower streamed), each
 // way forced by the switch; the model's calls follow it.
 TEST(GemvStreamingPolicy, OneTokenByDefaultForcedEitherWay) {
@@ -349,24 +237,6 @@ TEST(GemvStreamingPolicy, OneTokenByDefaultForcedEitherWay) {
   cuda::set_q4kt_stream_default(0);
   EXPECT_FALSE(cuda::gemv_q4kt_stream_default(1));
   cuda::set_q4kt_stream_default(-1);
-}
-
-// Tail halves: off unless switched on; where on, the items past whole waves when their halves fit
-// one wave and K has at least 8 super-blocks.
-TEST(GemvStreamingPolicy, TailHalvesOnlyWhereSwitchedOnAndTheyFit) {
-  if (std::getenv("VI_Q4KT_TAIL_HALVES") == nullptr) {
-    EXPECT_EQ(cuda::gemv_q4kt_tail_halves(2176, 528, 20), 0) << "off by default";
-  }
-  cuda::set_q4kt_tail_halves_default(1);
-  EXPECT_EQ(cuda::gemv_q4kt_tail_halves(2176, 528, 20), 64) << "the 27B gate|up stack on 132 SMs";
-  EXPECT_EQ(cuda::gemv_q4kt_tail_halves(15520, 528, 20), 208) << "the 27B head";
-  EXPECT_EQ(cuda::gemv_q4kt_tail_halves(2 * 528 + 300, 528, 20), 0) << "more than half a wave left";
-  EXPECT_EQ(cuda::gemv_q4kt_tail_halves(4 * 528, 528, 20), 0) << "whole waves";
-  EXPECT_EQ(cuda::gemv_q4kt_tail_halves(2176, 528, 4), 0) << "4 super-blocks";
-  EXPECT_EQ(cuda::gemv_q4kt_tail_halves(528 + 64, 528, 20), 0) << "no tickets below two waves";
-  cuda::set_q4kt_tail_halves_default(0);
-  EXPECT_EQ(cuda::gemv_q4kt_tail_halves(2176, 528, 20), 0) << "switched off";
-  cuda::set_q4kt_tail_halves_default(-1);
 }
 
 // Tickets are on unless switched off, and the switch works both ways.
