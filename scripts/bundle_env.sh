@@ -23,8 +23,12 @@ unpack_bundle() {
 # bandwidth in GB/s, the denominator of MBU (0 where hwcheck failed).
 copy_bandwidth() {
   timeout 90 "$vi" hwcheck --json > "$1/hwcheck.json" 2> "$1/hwcheck.txt"
+  copy_gbs_of "$1/hwcheck.json"
+}
+# copy_gbs_of JSON: the median copy bandwidth (GB/s) of a `hwcheck --json` output, 0 if unreadable.
+copy_gbs_of() {
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["devices"][0]["copy_gbs"]["median"])' \
-    "$1/hwcheck.json" 2>/dev/null || echo 0
+    "$1" 2>/dev/null || echo 0
 }
 
 # make_27b DTYPE LOG: sets m to the 27B-shaped Qwen3.5 (make-model, seed 1, with its MTP head) of

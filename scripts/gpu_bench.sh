@@ -48,7 +48,7 @@ run() {
   local b=$1 out=${2:-${OUT:-/tmp/gpu_bench}}
   mkdir -p "$out"
   rm -f "$out"/bench.log "$out"/make.log  # appended to below: a warm machine may hold an earlier job's
-  . "$(dirname "$0")/bundle_env.sh"  # clocks_start / clocks_since
+  . "$(dirname "$0")/bundle_env.sh"  # clocks_start / clocks_since, copy_gbs_of
   local tarball=
   if [ -f "$b/bundle.tar.xz" ]; then tarball=$b/bundle.tar.xz; elif [ -f "$b" ]; then tarball=$b; fi
   if [ -n "$tarball" ]; then
@@ -95,8 +95,7 @@ for p in site.getsitepackages():
   echo "hwcheck: rc=$?" >> "$out/summary.txt"
   timeout 90 "$vi" hwcheck --json > "$out/hwcheck.json" 2>> "$out/hwcheck.txt"
   local bw
-  bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["devices"][0]["copy_gbs"]["median"])' \
-       "$out/hwcheck.json" 2>/dev/null || echo 0)
+  bw=$(copy_gbs_of "$out/hwcheck.json")
   echo "copy bandwidth for MBU: ${bw} GB/s (hwcheck)" >> "$out/summary.txt"
   clocks_start /tmp/gpu_bench_clocks.csv  # not in OUT_DIR: its eight files are what comes back
   [ ${#trace_flag[@]} -gt 0 ] && echo "kernel trace: libcupti ${VI_CUPTI:-(none found: the loader searches)}" >> "$out/summary.txt"
