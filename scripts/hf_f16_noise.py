@@ -87,6 +87,10 @@ def main() -> int:
     if not names:
         print(f"no fixtures under {GOLDEN}", file=sys.stderr)
         return 1
+    missing = [n for n in names if not (GOLDEN / n / "config.json").exists()]
+    if missing:
+        print(f"no golden fixture {', '.join(missing)} under {GOLDEN}", file=sys.stderr)
+        return 2
     results = {}
     for name in names:
         folder = GOLDEN / name
