@@ -61,3 +61,24 @@ def test_unknown_fixture_is_an_error():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "no golden fixture no_such_fixture" in r.stderr
+
+
+def test_short_protocol_counts_every_prompt_row(tmp_path):
+    """PrefillThenDecodeMatchesCpu's protocol (37-token prompt, all its rows, then 4 steps)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    out = tmp_path / "short.json"
+    args = [sys.executable, str(SCRIPT), "--device", "cpu", "--draws", "2", "--prefill", "37", "--end", "41",
+            "--json", str(out), "qwen35_a"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    last_row = json.loads(out.read_text())["qwen35_a"]
+    r = subprocess.run(args + ["--all-prefill-rows"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    all_rows = json.loads(out.read_text())["qwen35_a"]
+    for one, every in zip(last_row, all_rows):
+        # Same tokens (same seed): the decode steps agree exactly, and the prompt's worst row over
+        # all 37 rows is at least its last row's error.
+        assert every["decode_worst"] == one["decode_worst"]
+        assert 37 <= every["decode_worst_at"] < 41
+        assert every["prefill"] >= one["prefill"] > 0
