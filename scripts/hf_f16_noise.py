@@ -12,7 +12,10 @@ the decode steps' errors.
 
 Usage (a machine with torch and transformers; a CUDA GPU by default):
   python3 scripts/hf_f16_noise.py [--draws 4] [--device cuda] [fixture ...]
-Prints one line per draw and a summary per fixture; --json FILE writes every value.
+  python3 scripts/hf_f16_noise.py --prefill 37 --end 41 --all-prefill-rows   (the protocol of
+      PrefillThenDecodeMatchesCpu: a 37-token prompt, all its rows compared, then 4 steps)
+Prints one line per draw and a summary per fixture; --json FILE writes every value. On the CPU
+a draw of 520 tokens takes ~8 s.
 """
 
 from __future__ import annotations
