@@ -6,12 +6,12 @@ feeds fresh random tokens (a 250-token prefill, then one token a step up to 520)
 in f16 on the GPU and in f32 on the CPU, and bounds max |Δlogit| / row max. Whether a rare large
 value there is f16 rounding or a fault of our kernels needs a measure of what f16 alone does to
 these tiny random models: this script runs the same protocol through transformers, the model
-once in float32 (TF32 off) and once in float16 on the same device, with its own cache, and
-prints per draw the error of the prefill's last row and the median, 90th percentile and worst of
-the decode steps' errors.
+once in float32 and once in float16 on the same device (on a GPU with TF32 and cuBLAS's reduced-
+precision f16 reductions off), with its own cache, and prints per draw the error of the prefill's
+last row and the median, 90th percentile and worst of the decode steps' errors.
 
-Usage (a machine with torch and transformers; a CUDA GPU by default):
-  python3 scripts/hf_f16_noise.py [--draws 4] [--device cuda] [fixture ...]
+Usage (a machine with torch and transformers; the CPU by default, as docs/GPU_TESTS.md's figures):
+  python3 scripts/hf_f16_noise.py [--draws 4] [--device cpu|cuda] [fixture ...]
   python3 scripts/hf_f16_noise.py --prefill 37 --end 41 --all-prefill-rows   (the protocol of
       PrefillThenDecodeMatchesCpu: a 37-token prompt, all its rows compared, then 4 steps)
 Prints one line per draw and a summary per fixture; --json FILE writes every value. On the CPU
@@ -49,8 +49,11 @@ def load(folder: Path, dtype, device):
 
 def step(model, ids, cache, all_rows: bool = False):
     out = model(input_ids=ids, cache=cache, use_cache=True)
-    new = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-    return out.logits[0, slice(None) if all_rows else slice(-1, None)].float(), (new if new is not None else cache)
+    for name in ("cache", "past_key_values"):  # the output's name for it differs between versions
+        if getattr(out, name, None) is not None:
+            cache = getattr(out, name)
+            break
+    return out.logits[0, slice(None) if all_rows else slice(-1, None)].float(), cache
 
 
 def run_draw(m32, m16, vocab: int, gen, device, prefill: int = PREFILL, end: int = END,
@@ -80,7 +83,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("fixtures", nargs="*", help="golden fixture names (default: every Qwen3.5 one)")
     ap.add_argument("--draws", type=int, default=4, help="token draws per fixture")
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--prefill", type=int, default=PREFILL, help="prompt tokens, then one token a step")
     ap.add_argument("--end", type=int, default=END, help="tokens in all")
@@ -88,9 +91,13 @@ def main() -> int:
                     help="the prefill's error over all its rows (PrefillThenDecodeMatchesCpu), not the last")
     ap.add_argument("--json", help="write every draw's values here")
     a = ap.parse_args()
+    if a.draws < 1 or a.prefill < 1 or a.end <= a.prefill:
+        print(f"need --draws >= 1 and 1 <= --prefill < --end (got {a.draws}, {a.prefill}, {a.end})", file=sys.stderr)
+        return 2
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     names = a.fixtures or sorted(p.name for p in GOLDEN.glob("qwen35_*") if (p / "config.json").exists())
     if not names:
         print(f"no fixtures under {GOLDEN}", file=sys.stderr)

@@ -54,13 +54,16 @@ def test_one_draw_on_a_fixture(tmp_path):
     assert 0 < row["prefill"] < 5e-2
 
 
-def test_unknown_fixture_is_an_error():
+def test_unknown_fixture_or_empty_protocol_is_an_error():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     r = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--draws", "1", "no_such_fixture"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "no golden fixture no_such_fixture" in r.stderr
+    r = subprocess.run([sys.executable, str(SCRIPT), "--prefill", "41", "--end", "41", "qwen35_a"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "1 <= --prefill < --end" in r.stderr
 
 
 def test_short_protocol_counts_every_prompt_row(tmp_path):
