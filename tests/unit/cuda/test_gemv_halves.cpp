@@ -6,7 +6,7 @@
 // pieces and with the same launch without halves; launches on other inputs in between do not
 // change the next result (the arrival counters are back at zero after each launch) and every
 // result repeats bit for bit (whichever half arrives second, the same sums). Off the native f16
-// path the test says why it skips.
+// path, or in a build without sm_80 code, the test says why it skips.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -70,7 +70,8 @@ TEST_P(GemvHalvesGpu, ProducerHalvesAgreeWithTheCpuAndTheWholeTiles) {
     if (halved == 0) GTEST_SKIP() << n << " rows on " << sms << " SMs: no halves at the default shape";
     const Tensor w = rand_weight(DType::Q4_K, n, k, 0.5f), nw = rand_f32({n}, DType::F32, -0.5f, 0.5f);
     const Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w)), dnw = ops::upload(g, nw);
-    ASSERT_EQ(dw.dtype(), DType::Q4_KT);
+    // A build without sm_80 code (the CUDA 11.8 sm_70 one, JIT-compiled on a newer GPU) keeps Q4_KR.
+    if (dw.dtype() != DType::Q4_KT) GTEST_SKIP() << "no Q4_KT on this device (sm_80+ code needed)";
     for (const int64_t t : {int64_t(1), int64_t(4), int64_t(8)}) {
       const std::string at = fmt::format("{}x{}, {} halved, T={}", n, k, halved, t);
       const Tensor a = rand_f32({t, k}, act(), -1.0f, 1.0f), x = rand_f32({t, n}, act(), -4.0f, 4.0f);
