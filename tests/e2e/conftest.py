@@ -4,9 +4,11 @@ and the golden fixtures. Tests that need the default model skip when it is absen
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -14,6 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("VOLTINFER_BIN", ROOT / "build" / "voltinfer"))
 DEFAULT_MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 GOLDEN = ROOT / "tests" / "golden"
+
+
+def load_module(path: Path, name: str) -> ModuleType:
+    """A Python file of the repository (a script, a self-test) imported as a module under name."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.fixture(scope="session")

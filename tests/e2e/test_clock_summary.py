@@ -5,20 +5,16 @@ here in nvidia-smi's format)."""
 from __future__ import annotations
 
 import datetime
-import importlib.util
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, load_module
 
 SCRIPT = ROOT / "scripts" / "clock_summary.py"
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("clock_summary", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(SCRIPT, "clock_summary")
 
 
 def write_samples(path, rows, start=datetime.datetime(2026, 12, 6, 6, 6, 42)):

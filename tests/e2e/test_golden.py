@@ -13,13 +13,12 @@ transformers checks skip when torch/transformers are not installed.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import GOLDEN
+from conftest import GOLDEN, load_module
 
 sys.path.insert(0, str(GOLDEN))
 import hf_to_gguf  # noqa: E402
@@ -103,7 +102,4 @@ def test_gguf_byte_vocab_tokenizes(voltinfer, tmp_path):
 
 
 def test_compare_logits_self_test():
-    spec = importlib.util.spec_from_file_location("golden_test_compare_logits", GOLDEN / "test_compare_logits.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    mod.test_all()
+    load_module(GOLDEN / "test_compare_logits.py", "golden_test_compare_logits").test_all()

@@ -4,7 +4,6 @@ without torch/transformers."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -12,16 +11,13 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_module
 
 SCRIPT = ROOT / "scripts" / "hf_f16_noise.py"
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("hf_f16_noise", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(SCRIPT, "hf_f16_noise")
 
 
 def test_error_measure_rows_and_non_finite():
