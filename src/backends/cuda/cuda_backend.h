@@ -13,6 +13,10 @@ namespace vi::cuda {
 int device_count();
 // "NVIDIA H200 (sm_90, 139.8 GiB, driver 13.0, runtime 13.0)" for the current device.
 std::string device_summary();
+// The architecture the loaded kernels were compiled for on the current device, as 10 * major +
+// minor: 90 for sm_90 code on an H200, 70 for the CUDA 11.8 build's compute_70 PTX JIT-compiled
+// there. Kernels with sm_80 instructions (the tiled GEMVs, cp.async) run only from 80 on.
+int loaded_code_cc();
 // kVolta or kNative: ctx.profile when forced, else chosen from the current device.
 ops::KernelProfile resolve_profile(const ops::Context& ctx);
 const char* profile_name(ops::KernelProfile p);

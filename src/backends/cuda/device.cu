@@ -72,6 +72,8 @@ const DeviceInfo& current_device() {
   return infos[dev];
 }
 
+int loaded_code_cc() { return current_device().code_cc; }
+
 std::string device_summary() {
   if (device_count() == 0) return "no CUDA device";
   const DeviceInfo& d = current_device();

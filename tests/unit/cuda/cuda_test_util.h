@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/env_switch.h"
 #include "core/half.h"
 #include "core/quant.h"
 #include "core/tensor.h"
@@ -103,6 +104,17 @@ inline Tensor to_host_f32(ops::Context& g, const Tensor& dev) {
   Tensor out = Tensor::empty(DType::F32, h.shape());
   for (int64_t i = 0; i < h.numel(); ++i) out.ptr<float>()[i] = fp16_to_fp32(h.ptr<uint16_t>()[i]);
   return out;
+}
+
+// Why a native-profile, f16-activation test of the tiled Q4_K layouts cannot run here, or ""
+// where it must: the loaded code is below sm_80 (the CUDA 11.8 build's compute_70 PTX JIT-compiled
+// on a newer GPU keeps Q4_KR) or VI_TILED=0 keeps the row layouts. Where it returns "", a weight
+// prepared as anything but Q4_KT is a failure of the preparation, not a reason to skip.
+inline std::string no_tiled_q4k_reason() {
+  if (cuda::loaded_code_cc() < 80)
+    return "no Q4_KT with code for sm_" + std::to_string(cuda::loaded_code_cc()) + " (sm_80+ code needed)";
+  if (!cuda::env_switch_on("VI_TILED")) return "VI_TILED=0 keeps the row layouts";
+  return "";
 }
 
 // ‖got − ref‖₂ / ‖ref‖₂ (NaN/inf anywhere, or a shape mismatch, gives +inf).

@@ -70,8 +70,8 @@ TEST_P(GemvHalvesGpu, ProducerHalvesAgreeWithTheCpuAndTheWholeTiles) {
     if (halved == 0) GTEST_SKIP() << n << " rows on " << sms << " SMs: no halves at the default shape";
     const Tensor w = rand_weight(DType::Q4_K, n, k, 0.5f), nw = rand_f32({n}, DType::F32, -0.5f, 0.5f);
     const Tensor dw = ops::prepare_matmul_weight(g, ops::upload(g, w)), dnw = ops::upload(g, nw);
-    // A build without sm_80 code (the CUDA 11.8 sm_70 one, JIT-compiled on a newer GPU) keeps Q4_KR.
-    if (dw.dtype() != DType::Q4_KT) GTEST_SKIP() << "no Q4_KT on this device (sm_80+ code needed)";
+    if (const std::string why = no_tiled_q4k_reason(); !why.empty()) GTEST_SKIP() << why;
+    ASSERT_EQ(dw.dtype(), DType::Q4_KT) << "sm_80+ code and tiles on: the Q4_K weight must be prepared as Q4_KT";
     for (const int64_t t : {int64_t(1), int64_t(4), int64_t(8)}) {
       const std::string at = fmt::format("{}x{}, {} halved, T={}", n, k, halved, t);
       const Tensor a = rand_f32({t, k}, act(), -1.0f, 1.0f), x = rand_f32({t, n}, act(), -4.0f, 4.0f);

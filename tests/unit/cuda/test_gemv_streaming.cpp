@@ -45,7 +45,8 @@ class GemvStreamingGpu : public CudaOpTest {
       GTEST_SKIP() << "Q4_KT is made for the native profile with f16 activations";
     w = rand_weight(DType::Q4_K, kN, kK, 0.5f);
     dw = ops::prepare_matmul_weight(g, ops::upload(g, w));
-    if (dw.dtype() != DType::Q4_KT) GTEST_SKIP() << "no Q4_KT on this device (sm_80+ code needed)";
+    if (const std::string why = no_tiled_q4k_reason(); !why.empty()) GTEST_SKIP() << why;
+    ASSERT_EQ(dw.dtype(), DType::Q4_KT) << "sm_80+ code and tiles on: the Q4_K weight must be prepared as Q4_KT";
     dws = ops::prepare_matmul_weight(g, ops::upload(g, w), {kF, kF}, ops::MatmulInput::kNorm,
                                      ops::MatmulUse::kSwiglu);
     ASSERT_EQ(dws.dtype(), DType::Q4_KTS);
