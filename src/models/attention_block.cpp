@@ -36,7 +36,7 @@ Tensor plan_rows(const Tensor& per_row, int64_t n_rows, int64_t r0, int64_t T) {
 
 // Each sequence's queries over its pages, its new K/V rows already in the pool.
 void attend(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items, int64_t pool_layer,
-            const Tensor& qh, int64_t Hkv, float scale, Tensor& out) {
+            const Tensor& qh, int64_t Hkv, float scale, Tensor& out, const Tensor* gate) {
   const int64_t Hq = qh.dim(1), hd = qh.dim(2);
   const size_t jk = static_cast<size_t>(2 * pool_layer), jv = jk + 1;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -46,15 +46,16 @@ void attend(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem>
     const Tensor pos = plan_rows(plan.dev.pos, plan.n_rows, r0, T);
     Tensor qi = qh.slice_rows(r0, r0 + T);
     Tensor ai = out.slice_rows(r0, r0 + T).reshape({T, Hq, hd});
+    const Tensor gi = gate != nullptr ? gate->slice_rows(r0, r0 + T).reshape({T, Hq, hd}) : Tensor();
     ops::paged_attention(ctx, qi, kv_rows_of(pool, jk, Hkv, hd), kv_rows_of(pool, jv, Hkv, hd), plan.dev.tables[i],
-                         pool.block_size, pos, plan.kv_bound[i], scale, ai);
+                         pool.block_size, pos, plan.kv_bound[i], scale, ai, gate != nullptr ? &gi : nullptr);
   }
 }
 }  // namespace
 
 void paged_attention_block(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
                            int64_t pool_layer, const Tensor& qh, const Tensor& k, const Tensor& v, float scale,
-                           Tensor& out) {
+                           Tensor& out, const Tensor* gate) {
   const int64_t hd = qh.dim(2), Hkv = k.cols() / hd;
   const size_t jk = static_cast<size_t>(2 * pool_layer), jv = jk + 1;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -64,12 +65,12 @@ void paged_attention_block(ops::Context& ctx, const BatchPlan& plan, std::span<c
     write_rows(ctx, k.slice_rows(r0, r0 + T), pool, jk, rows, hd, /*is_k=*/true);
     write_rows(ctx, v.slice_rows(r0, r0 + T), pool, jv, rows, hd, /*is_k=*/false);
   }
-  attend(ctx, plan, items, pool_layer, qh, Hkv, scale, out);
+  attend(ctx, plan, items, pool_layer, qh, Hkv, scale, out, gate);
 }
 
 void norm_rope_paged_attention_block(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
                                      int64_t pool_layer, const QkNormRope& nr, Tensor& qh, Tensor& k,
-                                     const Tensor& v, float scale, Tensor& out) {
+                                     const Tensor& v, float scale, Tensor& out, const Tensor* gate) {
   const int64_t N = qh.dim(0), hd = qh.dim(2), Hkv = k.cols() / hd;
   const size_t jk = static_cast<size_t>(2 * pool_layer), jv = jk + 1;
   const auto write = [&](KvPool& pool, int64_t r0, int64_t T) {
@@ -87,7 +88,7 @@ void norm_rope_paged_attention_block(ops::Context& ctx, const BatchPlan& plan, s
   } else {
     for (size_t i = 0; i < items.size(); ++i) write(items[i].seq->kv_pool(), plan.row0[i], plan.rows_of(i));
   }
-  attend(ctx, plan, items, pool_layer, qh, Hkv, scale, out);
+  attend(ctx, plan, items, pool_layer, qh, Hkv, scale, out, gate);
 }
 
 std::shared_ptr<KvPool> new_attention_kv_pool(ops::Context& ctx, int64_t n_attn_layers, int64_t n_blocks,

@@ -16,9 +16,11 @@ namespace vi {
 
 // qh: [N, Hq, hd] (normed, rotated); k, v: [N, Hkv*hd] (k rotated); out: [N, Hq*hd].
 // pool_layer: the layer's index among the pool's attention layers (K at 2*i, V at 2*i+1).
+// gate (optional, gated attention): [N, Hq*hd]; then out = attention · sigmoid(gate), which
+// ops::paged_attention applies (on a GPU in the kernel that stores out: one launch fewer).
 void paged_attention_block(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
                            int64_t pool_layer, const Tensor& qh, const Tensor& k, const Tensor& v, float scale,
-                           Tensor& out);
+                           Tensor& out, const Tensor* gate = nullptr);
 
 // The per-head q/k RMSNorm and RoPE of a Qwen3-style layer (ops::rms_norm, ops::rope).
 struct QkNormRope {
@@ -32,10 +34,11 @@ struct QkNormRope {
 // RoPE and the K/V writes are one op (ops::qk_norm_rope_kv_write: one launch on a GPU
 // instead of six) over all rows when the sequences share one KV pool (a batch does), one
 // per sequence otherwise. The same bits as the separate ops. qh: [N, Hq, hd] and k:
-// [N, Hkv*hd] as projected, left normed and rotated; v: [N, Hkv*hd]; out: [N, Hq*hd].
+// [N, Hkv*hd] as projected, left normed and rotated; v: [N, Hkv*hd]; out: [N, Hq*hd]; gate as
+// paged_attention_block's.
 void norm_rope_paged_attention_block(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
                                      int64_t pool_layer, const QkNormRope& nr, Tensor& qh, Tensor& k,
-                                     const Tensor& v, float scale, Tensor& out);
+                                     const Tensor& v, float scale, Tensor& out, const Tensor* gate = nullptr);
 
 // K and V pools for n_attn_layers layers on ctx's device: [n_blocks * block_size, Hkv*hd]
 // each, of types.k / types.v (unset: ctx.act); i8 ones with their scales. Fails with the

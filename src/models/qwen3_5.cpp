@@ -655,8 +655,8 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
       // q, k = RoPE(RMSNorm1p(q)), RoPE(RMSNorm1p(k)) per head; K/V cache append; attention.
       Tensor qh = q.reshape({N, Hq, hd});
       const QkNormRope nr{A.q_norm, A.k_norm, eps, off, static_cast<int>(hp_.rot_dim), hp_.rope_theta};
-      norm_rope_paged_attention_block(ctx, plan, items, attn_idx++, nr, qh, k, v, attn_scale, att);
-      ops::sigmoid_mul(ctx, att, gate, att);
+      // out = attention · sigmoid(gate): the op applies the gate (on a GPU as it stores out).
+      norm_rope_paged_attention_block(ctx, plan, items, attn_idx++, nr, qh, k, v, attn_scale, att, &gate);
     } else {
       const GdnWeights& G = L.gdn;
       if (fused_in && in_deferred) {
@@ -821,8 +821,7 @@ void Qwen35Model::draft_plan(ops::Context& ctx, const BatchPlan& plan, std::span
     Tensor qh = q.reshape({T, Hq, hd});
     const QkNormRope nr{A.q_norm, A.k_norm, eps, off, static_cast<int>(hp_.rot_dim), hp_.rope_theta};
     norm_rope_paged_attention_block(ctx, plan, items, n_full + static_cast<int64_t>(m), nr, qh, k, v, attn_scale,
-                                    att);
-    ops::sigmoid_mul(ctx, att, gate, att);
+                                    att, &gate);
     ops::matmul(ctx, att, A.wo, o);
     ops::add_rms_norm(ctx, x, o, L.post_norm, eps, off, n);  // x += attn; n = post_norm(x)
     Tensor h = swiglu_hidden(ctx, n, L.mlp, ff_gu, ff_h);

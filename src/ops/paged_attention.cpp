@@ -50,7 +50,8 @@ static void check_kv_rows(const char* what, const KvRows& r) {
 }
 
 void paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRows& v, const Tensor& block_table,
-                     int64_t block_size, const Tensor& q_pos, int64_t kv_bound, float scale, Tensor& out) {
+                     int64_t block_size, const Tensor& q_pos, int64_t kv_bound, float scale, Tensor& out,
+                     const Tensor* out_gate) {
   const Tensor& k_pool = k.data;
   const Tensor& v_pool = v.data;
   check_same_device("paged_attention", ctx, {&q, &k_pool, &v_pool, &out, &block_table, &q_pos});
@@ -78,20 +79,30 @@ void paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRow
   check_table("paged_attention", block_table, block_size, k_pool.dim(0) / block_size, kv_bound);
   VI_CHECK(same_shape(q, out) && q.dtype() == out.dtype(), "op 'paged_attention': out {} must match q {}",
            describe(out), describe(q));
-  // Bytes: the keys' K/V rows (and i8 scales) once, q and out (at the bound: the profiler
-  // runs eagerly, where the bound is exact).
+  if (out_gate != nullptr) {
+    check_same_device("paged_attention", ctx, {out_gate});
+    VI_CHECK(same_shape(*out_gate, out) && out_gate->dtype() == out.dtype(),
+             "op 'paged_attention': the output gate {} must match out {}", describe(*out_gate), describe(out));
+    // The gate is read as it was before the op: out itself would be the attention by then.
+    VI_CHECK(out.numel() == 0 || out_gate->data() != out.data(),
+             "op 'paged_attention': the output gate must not be out itself");
+  }
+  // Bytes: the keys' K/V rows (and i8 scales) once, q, out and the gate (at the bound: the
+  // profiler runs eagerly, where the bound is exact).
   const int64_t kv_row_bytes = static_cast<int64_t>(dtype_row_bytes(k_pool.dtype(), Hkv * D) +
                                                     dtype_row_bytes(v_pool.dtype(), Hkv * D)) +
                                4 * Hkv * ((k_pool.dtype() == DType::I8) + (v_pool.dtype() == DType::I8));
   const int64_t past = kv_bound - T;
-  VI_OP_SCOPE_F(ctx, "paged_attention", k_pool.dtype(), q.nbytes() + out.nbytes() + kv_bound * kv_row_bytes,
+  const int64_t gate_bytes = out_gate != nullptr ? static_cast<int64_t>(out_gate->nbytes()) : 0;
+  VI_OP_SCOPE_F(ctx, "paged_attention", k_pool.dtype(),
+                q.nbytes() + out.nbytes() + gate_bytes + kv_bound * kv_row_bytes,
                 4.0 * Hq * D * (T * past + T * (T + 1) / 2), "Hq={} Hkv={} D={} T={} V={}", Hq, Hkv, D, T,
                 dtype_name(v_pool.dtype()));  // causal
   VI_CHECK(paged_attention_table().supports(ctx.device, k_pool.dtype()),
            "op 'paged_attention' has no {} kernel for K {} / V {}", device_name(ctx.device),
            dtype_name(k_pool.dtype()), dtype_name(v_pool.dtype()));
   paged_attention_table().get(ctx.device, k_pool.dtype())(ctx, q, k, v, block_table, block_size, q_pos, kv_bound,
-                                                          scale, out);
+                                                          scale, out, out_gate);
 }
 
 Tensor i32_on_device(Context& ctx, const std::vector<int32_t>& v) {
@@ -101,7 +112,7 @@ Tensor i32_on_device(Context& ctx, const std::vector<int32_t>& v) {
 }
 
 void paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRows& v, const Tensor& block_table,
-                     int64_t block_size, int64_t q_pos0, float scale, Tensor& out) {
+                     int64_t block_size, int64_t q_pos0, float scale, Tensor& out, const Tensor* out_gate) {
   VI_CHECK(q_pos0 >= 0, "op 'paged_attention': negative query position {}", q_pos0);
   const int64_t T = q.ndim() == 3 ? q.dim(0) : 0;
   std::vector<int32_t> pos(static_cast<size_t>(T));
@@ -112,10 +123,10 @@ void paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRow
              describe(k.data), block_size);
     check_table("paged_attention", block_table, block_size, k.data.dim(0) / block_size, q_pos0 + T);
     paged_attention(ctx, q, k, v, upload(ctx, block_table), block_size, i32_on_device(ctx, pos), q_pos0 + T, scale,
-                    out);
+                    out, out_gate);
     return;
   }
-  paged_attention(ctx, q, k, v, block_table, block_size, i32_on_device(ctx, pos), q_pos0 + T, scale, out);
+  paged_attention(ctx, q, k, v, block_table, block_size, i32_on_device(ctx, pos), q_pos0 + T, scale, out, out_gate);
 }
 
 void paged_attention(Context& ctx, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,

@@ -28,17 +28,23 @@ struct KvRows {
 // upper bound of q_pos[0] + T that sizes the launch (eager callers pass the exact value, a
 // recorded step the bound of its bucket). Same arithmetic, in the same order, as
 // ops::attention over the gathered rows.
+// out_gate (optional; Qwen3.5's gated attention): [T, Hq, D] of out's dtype on its device, not
+// out itself; then out = attention · sigmoid(out_gate) element-wise, the bits of the plain op followed
+// by sigmoid_mul(out, out_gate, out). A backend may apply it in the kernel that stores out (CUDA's
+// split-KV decode: its combine), which saves the model a kernel per attention layer.
 void paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRows& v, const Tensor& block_table,
-                     int64_t block_size, const Tensor& q_pos, int64_t kv_bound, float scale, Tensor& out);
+                     int64_t block_size, const Tensor& q_pos, int64_t kv_bound, float scale, Tensor& out,
+                     const Tensor* out_gate = nullptr);
 // The same with the position known on the host (uploaded for a GPU; tests and tools).
 void paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRows& v, const Tensor& block_table,
-                     int64_t block_size, int64_t q_pos0, float scale, Tensor& out);
+                     int64_t block_size, int64_t q_pos0, float scale, Tensor& out, const Tensor* out_gate = nullptr);
 // Pools of f32/f16 rows (no scales).
 void paged_attention(Context& ctx, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                      const Tensor& block_table, int64_t block_size, int64_t q_pos0, float scale, Tensor& out);
+// out_gate: null, or checked by the entry point as above (the kernel applies it).
 using PagedAttentionFn = void (*)(Context&, const Tensor& q, const KvRows& k, const KvRows& v,
                                   const Tensor& block_table, int64_t block_size, const Tensor& q_pos,
-                                  int64_t kv_bound, float scale, Tensor& out);
+                                  int64_t kv_bound, float scale, Tensor& out, const Tensor* out_gate);
 OpTable<PagedAttentionFn>& paged_attention_table();  // keyed by K dtype; the kernel dispatches on V
 
 // Writes row x[t] to pool row rows[t] (t < T). x: [T, W]; pool: [n_rows, W] of x's dtype;

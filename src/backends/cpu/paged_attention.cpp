@@ -3,6 +3,7 @@
 // K and V may each be f32, f16 or i8 (with scales; i8 K rotated, see ops/kv_quant.h).
 #include "ops/paged_attention.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/attention_rows.h"
@@ -23,7 +24,7 @@ void dispatch_kv(DType t, const char* which, F&& f) {
 
 void paged_attention_cpu(ops::Context& ctx, const Tensor& q, const ops::KvRows& k, const ops::KvRows& v,
                          const Tensor& block_table, int64_t bs, const Tensor& q_pos, int64_t /*kv_bound*/,
-                         float scale, Tensor& out) {
+                         float scale, Tensor& out, const Tensor* out_gate) {
   require_f32("paged_attention", q, "q");
   const int64_t q_pos0 = q.dim(0) > 0 ? q_pos.ptr<int32_t>()[0] : 0;
   require_f32("paged_attention", out, "out");
@@ -37,6 +38,12 @@ void paged_attention_cpu(ops::Context& ctx, const Tensor& q, const ops::KvRows& 
       attention_rows<decltype(kt), decltype(vt)>(ctx, q, k.data, v.data, ks, vs, q_pos0, scale, out, row_of);
     });
   });
+  if (out_gate != nullptr) {  // sigmoid_mul's arithmetic (cpu/elementwise.cpp), element by element
+    require_f32("paged_attention", *out_gate, "out_gate");
+    float* o = out.ptr<float>();
+    const float* g = out_gate->ptr<float>();
+    for (int64_t i = 0; i < out.numel(); ++i) o[i] = o[i] * (1.0f / (1.0f + std::exp(-g[i])));
+  }
 }
 
 // Row x[t] to pool row rows[t]: a byte copy per row.

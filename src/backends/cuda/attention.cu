@@ -11,6 +11,7 @@
 #include "backends/cuda/attention_decode.cuh"
 #include "backends/cuda/attention_prefill.cuh"
 #include "ops/attention.h"
+#include "ops/elementwise.h"
 #include "ops/paged_attention.h"
 
 namespace vi::cuda {
@@ -144,9 +145,15 @@ Args paged_args(const Tensor& q, const ops::KvRows& k, const ops::KvRows& v, con
 // decode step can be recorded and replayed (ops/graph.h); kv_bound sizes the launches.
 void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const ops::KvRows& k, const ops::KvRows& v,
                           const Tensor& table, int64_t block_size, const Tensor& q_pos, int64_t kv_bound, float scale,
-                          Tensor& out) {
+                          Tensor& out, const Tensor* out_gate) {
   const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hkv = k.data.dim(1);
   if (T == 0) return;
+  // The output gate where no kernel applied it: sigmoid_mul over rows [t0, t0 + n) of out.
+  auto gate_rows = [&](int64_t t0, int64_t n) {
+    if (out_gate == nullptr) return;
+    Tensor o = out.reshape({T, Hq * D}).slice_rows(t0, t0 + n);
+    ops::sigmoid_mul(ctx, o, out_gate->reshape({T, Hq * D}).slice_rows(t0, t0 + n), o);
+  };
   const int32_t* tbl = table.ptr<int32_t>();
   const int32_t* pos = q_pos.ptr<int32_t>();
   const bool quantized = k.data.dtype() == DType::I8 || v.data.dtype() == DType::I8;
@@ -156,6 +163,7 @@ void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const ops::KvRows&
   if (T > chunk && q.dtype() == DType::F16 &&
       prefill_attention_fits(Hq, Hkv, D, q.dtype(), k.data.dtype(), v.data.dtype())) {
     prefill_attention(ctx, paged_args<PrefillArgs>(q, k, v, tbl, block_size, pos, kv_bound, scale, out, 0, T));
+    gate_rows(0, T);
     return;
   }
   if (!quantized && !decode_attention_fits(T, Hq, Hkv, D)) {
@@ -165,6 +173,7 @@ void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const ops::KvRows&
       attention_launch<__half>(ctx, q, k.data, v.data, 0, pos, scale, tbl, block_size, out);
     else
       attention_launch<float>(ctx, q, k.data, v.data, 0, pos, scale, tbl, block_size, out);
+    gate_rows(0, T);
     return;
   }
   VI_CHECK(decode_attention_fits(std::min(T, chunk), Hq, Hkv, D),
@@ -172,7 +181,9 @@ void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const ops::KvRows&
            "D={}, {} / {})", kDecodeMaxDim, kDecodeMaxRows, D, Hq, Hkv);
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
     const int64_t n = std::min(chunk, T - t0);
-    decode_attention(ctx, paged_args<DecodeArgs>(q, k, v, tbl, block_size, pos, kv_bound, scale, out, t0, n));
+    DecodeArgs a = paged_args<DecodeArgs>(q, k, v, tbl, block_size, pos, kv_bound, scale, out, t0, n);
+    if (out_gate != nullptr) a.gate = out_gate->row(t0 * Hq);  // rows of Hq * D: token t0's first
+    if (!decode_attention(ctx, a)) gate_rows(t0, n);
   }
 }
 

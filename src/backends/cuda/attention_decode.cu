@@ -14,6 +14,7 @@
 #include "backends/cuda/attention_decode.cuh"
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device.cuh"
+#include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/env_switch.h"
 #include "backends/cuda/kv_quant.cuh"
 #include "backends/cuda/pdl.cuh"
@@ -325,15 +326,24 @@ __global__ void __launch_bounds__(kCombineThreads)
 // SG groups are merged once in shared memory. D % 4 == 0 (the host checks), so every acc row
 // (D floats) starts on 16 bytes. Empty partials (max -inf) weigh 0. Dynamic shared memory:
 // float4 acc [SG][D4], then float max [SG], sum [SG].
+// gate (or null): out = the row's value rounded to TQ, times sigmoid(gate), rounded again:
+// binary_kernel's sigmoid_mul on what this kernel would have stored, so the same bits as the
+// two kernels, one launch fewer. Its 4 values a storing thread loads with the partials.
 template <class TQ>
 __global__ void __launch_bounds__(512)
     decode_combine_fast_kernel(const float* __restrict__ part_acc, const float* __restrict__ part_ml, int n_splits,
-                               int64_t n_rows, int D, int SG, TQ* __restrict__ out) {
+                               int64_t n_rows, int D, int SG, TQ* __restrict__ out, const TQ* __restrict__ gate) {
   extern __shared__ float4 sm_a[];
   pdl_wait();
   pdl_trigger();
   constexpr int U = 8;  // splits in flight per thread
   const int D4 = D / 4, tid = threadIdx.x, dq = tid % D4, sg = tid / D4;
+  float gv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (gate != nullptr && tid < D4) {
+    const TQ* g = gate + blockIdx.x * int64_t(D) + 4 * tid;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) gv[i] = to_f32(g[i]);
+  }
   float* sm_m = reinterpret_cast<float*>(sm_a + SG * D4);
   float* sm_l = sm_m + SG;
   const int64_t row = blockIdx.x;
@@ -386,11 +396,11 @@ __global__ void __launch_bounds__(512)
       A.x += f * aj.x, A.y += f * aj.y, A.z += f * aj.z, A.w += f * aj.w;
     }
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    const float r[4] = {A.x * inv, A.y * inv, A.z * inv, A.w * inv};
     TQ* o = out + row * D + 4 * tid;
-    o[0] = from_f32<TQ>(A.x * inv);
-    o[1] = from_f32<TQ>(A.y * inv);
-    o[2] = from_f32<TQ>(A.z * inv);
-    o[3] = from_f32<TQ>(A.w * inv);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      o[i] = gate != nullptr ? from_f32<TQ>(to_f32(from_f32<TQ>(r[i])) * sigmoid_f(gv[i])) : from_f32<TQ>(r[i]);
   }
 }
 
@@ -490,7 +500,24 @@ bool decode_attention_fits(int64_t T, int64_t Hq, int64_t Hkv, int64_t D) {
          D >= 1 && D <= kDecodeMaxDim;
 }
 
-void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
+namespace {
+std::atomic<int>& gate_fused_forced() {
+  static std::atomic<int> forced{-1};
+  return forced;
+}
+std::atomic<uint64_t> g_gate_fused_calls{0};
+}  // namespace
+
+uint64_t decode_gate_fused_calls() { return g_gate_fused_calls.load(std::memory_order_relaxed); }
+
+bool decode_gate_fused() {
+  static const bool by_default = env_switch_on("VI_DECODE_GATE");
+  const int f = gate_fused_forced().load(std::memory_order_relaxed);
+  return f < 0 ? by_default : f != 0;
+}
+void set_decode_gate_fused(int on) { gate_fused_forced().store(on < 0 ? -1 : on != 0, std::memory_order_relaxed); }
+
+bool decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
   VI_CHECK(decode_attention_fits(a.T, a.Hq, a.Hkv, a.D),
            "decode attention on cuda: T={} Hq={} Hkv={} D={} is outside T <= {}, T*Hq/Hkv <= {}, D <= {}", a.T,
            a.Hq, a.Hkv, a.D, kDecodeMaxT, kDecodeMaxRows, kDecodeMaxDim);
@@ -531,6 +558,10 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
                             : nullptr;
   float* part_acc = part;
   float* part_ml = part ? part + static_cast<size_t>(n_splits) * n_rows * a.D : nullptr;
+  // The fast combine applies the gate where there is one (and the switch lets it).
+  const bool gate_here = a.gate != nullptr && n_splits > 1 && tuning.fast_combine && a.D % 4 == 0 &&
+                         decode_gate_fused();
+  if (gate_here) g_gate_fused_calls.fetch_add(1, std::memory_order_relaxed);
   auto combine = [&]() {
     if (n_splits <= 1) return;
     dispatch_act("paged_attention", a.q_dtype, [&](auto qtag) {
@@ -543,7 +574,8 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
         const size_t smem = static_cast<size_t>(SG) * (D4 * sizeof(float4) + 2 * sizeof(float));
         VI_CUDA_CHECK(pdl_launch(decode_combine_fast_kernel<TQ>, static_cast<unsigned>(n_rows),
                                  static_cast<unsigned>(SG * D4), smem, stream_of(ctx), part_acc, part_ml, n_splits,
-                                 n_rows, static_cast<int>(a.D), SG, static_cast<TQ*>(a.out)));
+                                 n_rows, static_cast<int>(a.D), SG, static_cast<TQ*>(a.out),
+                                 gate_here ? static_cast<const TQ*>(a.gate) : nullptr));
         return;
       }
       VI_CUDA_CHECK(pdl_launch(decode_combine_kernel<TQ>, static_cast<unsigned>(n_rows), kCombineThreads,
@@ -555,7 +587,7 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
     decode_split_tc(ctx, a,
                     DecodeSplitPlan{n_splits, keys_per_split, part_acc, part_ml, tuning.balanced_splits});
     combine();
-    return;
+    return gate_here;
   }
 
   SplitParams P{};
@@ -605,6 +637,7 @@ void decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
     });
   });
   combine();
+  return gate_here;
 }
 
 }  // namespace vi::cuda

@@ -39,8 +39,20 @@ bool decode_attention_fits(int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
 struct DecodeArgs : PagedKernelArgs {
   int64_t q_pos0 = 0;
   int n_splits = 0;  // 0: chosen from the key bound and the SM count
+  // [T, Hq, D] like out, or null: the output gate of ops::paged_attention (out = attention ·
+  // sigmoid(gate)), which decode_attention applies where its fast combine stores out.
+  const void* gate = nullptr;
 };
-void decode_attention(const ops::Context& ctx, const DecodeArgs& a);
+// Returns whether it applied a.gate (false without one): the fast combine folds it into its
+// stores, with sigmoid_mul's arithmetic on out's rounded value, so the same bits; a call of one
+// split, the other combine or decode_gate_fused() off leaves it to the caller (sigmoid_mul).
+bool decode_attention(const ops::Context& ctx, const DecodeArgs& a);
+// Whether the fast combine applies the output gate: on unless VI_DECODE_GATE=0 (read once);
+// set_decode_gate_fused(1 / 0) forces it for tests, -1 restores that default. Process-wide.
+bool decode_gate_fused();
+void set_decode_gate_fused(int on);
+// Calls of decode_attention that applied their gate so far (host count; tests).
+uint64_t decode_gate_fused_calls();
 
 // Tensor-core split kernel (attention_decode_tc.cu): f16 queries, f16 or i8 K/V, the same
 // semantics as the CUDA-core one. decode_attention sends a call there when it fits and

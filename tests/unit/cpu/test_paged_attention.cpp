@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "core/error.h"
 #include "ops/attention.h"
+#include "ops/elementwise.h"
 #include "ops/paged_attention.h"
 #include "unit/cpu/cpu_test_util.h"
 
@@ -148,6 +150,37 @@ TEST(PagedAttention, PositionTensorAndBoundMatchHostPosition) {
   EXPECT_THROW(ops::paged_attention(ctx, q, ops::KvRows{kp, {}}, ops::KvRows{vp, {}}, tbl, bs, pos, q_pos0 + T - 1,
                                     0.25f, got),
                Error);
+}
+
+// The output gate (gated attention): out = attention · sigmoid(gate), bit for bit the plain op
+// followed by sigmoid_mul, the gate itself left as it was; a gate of another shape or dtype, or
+// out itself, is refused.
+TEST(PagedAttention, OutputGateIsSigmoidMulAfterTheOp) {
+  std::mt19937 rng(test::test_seed());
+  const int64_t T = 3, q_pos0 = 17, Hq = 4, Hkv = 2, D = 16, bs = 8, n_blocks = 6;
+  Tensor q = test::random_f32(rng, {T, Hq, D});
+  Tensor kp = test::random_f32(rng, {n_blocks * bs, Hkv, D}), vp = test::random_f32(rng, {n_blocks * bs, Hkv, D});
+  Tensor tbl = shuffled_table(rng, (q_pos0 + T + bs - 1) / bs, n_blocks);
+  Tensor gate = test::random_f32(rng, {T, Hq, D}, 3.0f);
+  const Tensor gate_before = test::copy_of(gate);
+  Tensor want = Tensor::empty(DType::F32, {T, Hq, D}), got = Tensor::empty(DType::F32, {T, Hq, D});
+  ThreadPool p3(3);
+  ops::Context ctx{Device::CPU, &p3};
+  ops::paged_attention(ctx, q, ops::KvRows{kp, {}}, ops::KvRows{vp, {}}, tbl, bs, q_pos0, 0.25f, want);
+  ops::sigmoid_mul(ctx, want, gate, want);
+  ops::paged_attention(ctx, q, ops::KvRows{kp, {}}, ops::KvRows{vp, {}}, tbl, bs, q_pos0, 0.25f, got, &gate);
+  test::expect_bitwise_equal(got, want, "gated op against the op and sigmoid_mul");
+  test::expect_bitwise_equal(gate, gate_before, "the gate is read only");
+  Tensor plain = Tensor::empty(DType::F32, {T, Hq, D});
+  ops::paged_attention(ctx, q, ops::KvRows{kp, {}}, ops::KvRows{vp, {}}, tbl, bs, q_pos0, 0.25f, plain);
+  EXPECT_NE(std::memcmp(plain.data(), got.data(), got.nbytes()), 0) << "the gate changed nothing";
+
+  Tensor short_gate = Tensor::empty(DType::F32, {T - 1, Hq, D});
+  Tensor flat_gate = Tensor::empty(DType::F32, {T, Hq * D});
+  for (const Tensor* bad : {&short_gate, &flat_gate, &got})
+    EXPECT_THROW(ops::paged_attention(ctx, q, ops::KvRows{kp, {}}, ops::KvRows{vp, {}}, tbl, bs, q_pos0, 0.25f, got,
+                                      bad),
+                 Error);
 }
 
 TEST(PagedAttention, RejectsShortOrBadTables) {

@@ -641,6 +641,58 @@ TEST_P(AttentionDecode, TensorCoreRunCopiesMatchLookupCopies) {
   EXPECT_GT(compared, 0);
 }
 
+// The output gate (ops::paged_attention's out_gate, Qwen3.5's gated attention) through the op as
+// the model calls it: where the fast combine applies it (several splits, D % 4 == 0; counted)
+// the output is bit for bit the unfused form's (the kernel, then sigmoid_mul), the gate is left
+// as it was, and both are the CPU's gated op within the op's tolerance. One split, D 37 and
+// prefill chunks take sigmoid_mul after the kernel (fuses -1: either, by activation dtype).
+TEST_P(AttentionDecode, OutputGateFoldedIntoTheCombine) {
+  struct Case {
+    Shape s;
+    DType kv;
+    int64_t T, p0;
+    int fuses;
+  };
+  const Case cases[] = {{{24, 4, 256, 16}, DType::I8, 1, 1500, 1},  {{24, 4, 256, 16}, DType::I8, 4, 2111, 1},
+                        {{24, 4, 256, 16}, DType::F16, 1, 777, 1},  {{24, 4, 256, 16}, DType::I8, 1, 20, 0},
+                        {{9, 3, 80, 16}, DType::F16, 8, 1333, 1},   {{5, 5, 37, 7}, DType::F16, 3, 900, 0},
+                        {{24, 4, 256, 16}, DType::I8, 20, 700, -1}};
+  int fused_cases = 0;
+  for (const Case& c : cases) {
+    const Shape& s = c.s;
+    const std::string what = fmt::format("Hq={} Hkv={} D={} bs={} {} T={} pos0={}", s.Hq, s.Hkv, s.D, s.bs,
+                                         dtype_name(c.kv), c.T, c.p0);
+    const int64_t S = c.p0 + c.T, n_blocks = (S + s.bs - 1) / s.bs + 1;
+    Tensor table = shuffled_table(n_blocks);
+    Pool k = make_pool(c.kv, true, s, n_blocks * s.bs, table, S), v = make_pool(c.kv, false, s, n_blocks * s.bs, table, S);
+    const Tensor q = rand_f32({c.T, s.Hq, s.D}, act(), -2, 2), gate = rand_f32({c.T, s.Hq, s.D}, act(), -6, 6);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+    Tensor ref = Tensor::empty(DType::F32, {c.T, s.Hq, s.D});
+    ops::paged_attention(cpu, q, k.host, v.host, table, s.bs, c.p0, scale, ref, &gate);
+    const Tensor dq = up(q), dgate = up(gate), dtable = ops::upload(g, table);
+    Tensor out[2];
+    uint64_t fused[2] = {0, 0};
+    for (int on = 1; on >= 0; --on) {
+      cuda::set_decode_gate_fused(on);
+      Tensor dout = gpu_empty({c.T, s.Hq, s.D});
+      const uint64_t before = cuda::decode_gate_fused_calls();
+      ops::paged_attention(g, dq, k.dev, v.dev, dtable, s.bs, c.p0, scale, dout, &dgate);
+      fused[on] = cuda::decode_gate_fused_calls() - before;
+      out[on] = down(dout);
+    }
+    cuda::set_decode_gate_fused(-1);
+    EXPECT_EQ(fused[0], 0u) << "switched off, yet applied: " << what;
+    if (c.fuses >= 0) {
+      EXPECT_EQ(fused[1] > 0, c.fuses == 1) << "gate applied by the combine: " << what;
+    }
+    fused_cases += fused[1] > 0;
+    EXPECT_EQ(words_differ(out[1], out[0]), "") << "the combine's gate against sigmoid_mul after it: " << what;
+    EXPECT_EQ(words_differ(down(dgate), gate), "") << "the gate changed: " << what;
+    EXPECT_CLOSE(out[1], ref, tol(2e-5, 3e-3), "gated attention against the CPU's: " + what);
+  }
+  EXPECT_GE(fused_cases, 4);
+}
+
 TEST_P(AttentionDecode, TensorCoreFits) {
   cuda::DecodeArgs a;
   a.T = 4, a.Hq = 24, a.Hkv = 4, a.D = 256, a.block_size = 16;
