@@ -329,13 +329,18 @@ __global__ void __launch_bounds__(kCombineThreads)
 // gate (or null): out = the row's value rounded to TQ, times sigmoid(gate), rounded again:
 // binary_kernel's sigmoid_mul on what this kernel would have stored, so the same bits as the
 // two kernels, one launch fewer. Its 4 values a storing thread loads with the partials.
+// trigger_early: the next kernel may launch right after this one's wait. A combine that applies
+// the gate does not (false): its successor is then the output projection, whose 320 blocks,
+// launched beside the combine's, made the combine and two GEMVs after it slower (H100, 2026-12-06:
+// +0.10 ms a round); launched as the combine exits, as after the sigmoid_mul kernel, they did not.
 template <class TQ>
 __global__ void __launch_bounds__(512)
     decode_combine_fast_kernel(const float* __restrict__ part_acc, const float* __restrict__ part_ml, int n_splits,
-                               int64_t n_rows, int D, int SG, TQ* __restrict__ out, const TQ* __restrict__ gate) {
+                               int64_t n_rows, int D, int SG, TQ* __restrict__ out, const TQ* __restrict__ gate,
+                               bool trigger_early) {
   extern __shared__ float4 sm_a[];
   pdl_wait();
-  pdl_trigger();
+  if (trigger_early) pdl_trigger();
   constexpr int U = 8;  // splits in flight per thread
   const int D4 = D / 4, tid = threadIdx.x, dq = tid % D4, sg = tid / D4;
   float gv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -575,7 +580,8 @@ bool decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
         VI_CUDA_CHECK(pdl_launch(decode_combine_fast_kernel<TQ>, static_cast<unsigned>(n_rows),
                                  static_cast<unsigned>(SG * D4), smem, stream_of(ctx), part_acc, part_ml, n_splits,
                                  n_rows, static_cast<int>(a.D), SG, static_cast<TQ*>(a.out),
-                                 gate_here ? static_cast<const TQ*>(a.gate) : nullptr));
+                                 gate_here ? static_cast<const TQ*>(a.gate) : nullptr,
+                                 /*trigger_early=*/!gate_here));
         return;
       }
       VI_CUDA_CHECK(pdl_launch(decode_combine_kernel<TQ>, static_cast<unsigned>(n_rows), kCombineThreads,
