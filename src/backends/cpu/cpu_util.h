@@ -1,6 +1,8 @@
 // Helpers shared by the CPU reference kernels: the worker pool of a call, the f32
-// activation check, and static registration into the op tables.
+// activation check, the chunk size of a parallel loop, and v · sigmoid(g).
 #pragma once
+
+#include <cmath>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -21,5 +23,9 @@ inline void require_f32(const char* op, const Tensor& t, const char* what) {
 inline int64_t grain_for(int64_t row_work, int64_t work_per_chunk = 16384) {
   return row_work > 0 ? (work_per_chunk + row_work - 1) / row_work : 1;
 }
+
+// v · sigmoid(g) with sigmoid(g) = 1 / (1 + exp(-g)), as PyTorch computes it: sigmoid_mul and
+// paged attention's output gate (one formula, so the gated op equals the op then sigmoid_mul).
+inline float sigmoid_mul1(float v, float g) { return v * (1.0f / (1.0f + std::exp(-g))); }
 
 }  // namespace vi::cpu

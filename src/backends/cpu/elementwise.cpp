@@ -45,7 +45,7 @@ void swiglu_halves_f32(ops::Context& ctx, const Tensor& gu, Tensor& out) {
 }
 
 void sigmoid_mul_f32(ops::Context& ctx, const Tensor& x, const Tensor& gate, Tensor& out) {
-  binary_f32("sigmoid_mul", ctx, x, gate, out, [](float v, float g) { return v * (1.0f / (1.0f + std::exp(-g))); });
+  binary_f32("sigmoid_mul", ctx, x, gate, out, [](float v, float g) { return sigmoid_mul1(v, g); });
 }
 
 void softmax_f32(ops::Context& ctx, const Tensor& x, Tensor& out) {

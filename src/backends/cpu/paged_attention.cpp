@@ -3,7 +3,6 @@
 // K and V may each be f32, f16 or i8 (with scales; i8 K rotated, see ops/kv_quant.h).
 #include "ops/paged_attention.h"
 
-#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/attention_rows.h"
@@ -38,11 +37,11 @@ void paged_attention_cpu(ops::Context& ctx, const Tensor& q, const ops::KvRows& 
       attention_rows<decltype(kt), decltype(vt)>(ctx, q, k.data, v.data, ks, vs, q_pos0, scale, out, row_of);
     });
   });
-  if (out_gate != nullptr) {  // sigmoid_mul's arithmetic (cpu/elementwise.cpp), element by element
+  if (out_gate != nullptr) {  // sigmoid_mul's arithmetic, element by element
     require_f32("paged_attention", *out_gate, "out_gate");
     float* o = out.ptr<float>();
     const float* g = out_gate->ptr<float>();
-    for (int64_t i = 0; i < out.numel(); ++i) o[i] = o[i] * (1.0f / (1.0f + std::exp(-g[i])));
+    for (int64_t i = 0; i < out.numel(); ++i) o[i] = sigmoid_mul1(o[i], g[i]);
   }
 }
 
