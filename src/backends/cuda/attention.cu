@@ -10,8 +10,8 @@
 
 #include "backends/cuda/attention_decode.cuh"
 #include "backends/cuda/attention_prefill.cuh"
+#include "backends/cuda/elementwise.cuh"
 #include "ops/attention.h"
-#include "ops/elementwise.h"
 #include "ops/paged_attention.h"
 
 namespace vi::cuda {
@@ -152,7 +152,7 @@ void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const ops::KvRows&
   auto gate_rows = [&](int64_t t0, int64_t n) {
     if (out_gate == nullptr) return;
     Tensor o = out.reshape({T, Hq * D}).slice_rows(t0, t0 + n);
-    ops::sigmoid_mul(ctx, o, out_gate->reshape({T, Hq * D}).slice_rows(t0, t0 + n), o);
+    sigmoid_mul_cuda(ctx, o, out_gate->reshape({T, Hq * D}).slice_rows(t0, t0 + n), o);
   };
   const int32_t* tbl = table.ptr<int32_t>();
   const int32_t* pos = q_pos.ptr<int32_t>();

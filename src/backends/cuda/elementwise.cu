@@ -39,9 +39,6 @@ void add_cuda(ops::Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) 
 void swiglu_cuda(ops::Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
   binary<Bin::kSwiglu>("swiglu", ctx, a, b, out);
 }
-void sigmoid_mul_cuda(ops::Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
-  binary<Bin::kSigmoidMul>("sigmoid_mul", ctx, a, b, out);
-}
 
 // out[r, j] = silu(gu[r, j]) * gu[r, F + j]: the swiglu kernel's arithmetic on the two halves
 // of a row. x of the grid walks the columns, y the rows (grid-stride past 65535), so no
@@ -99,6 +96,13 @@ void softmax_cuda(ops::Context& ctx, const Tensor& x, Tensor& out) {
   });
 }
 
+}  // namespace
+
+void sigmoid_mul_cuda(ops::Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
+  binary<Bin::kSigmoidMul>("sigmoid_mul", ctx, a, b, out);
+}
+
+namespace {
 const bool registered = [] {
   for (DType t : {DType::F32, DType::F16}) {
     ops::add_table().add(Device::CUDA, t, add_cuda);

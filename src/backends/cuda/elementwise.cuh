@@ -3,8 +3,13 @@
 #pragma once
 
 #include "backends/cuda/cuda_util.cuh"
+#include "core/tensor.h"
 
 namespace vi::cuda {
+
+// out = a · sigmoid(b) element-wise (the sigmoid_mul op's kernel, checks done by the caller): for
+// kernels that apply Qwen3.5's attention gate after their own launch (attention.cu).
+void sigmoid_mul_cuda(ops::Context& ctx, const Tensor& a, const Tensor& b, Tensor& out);
 
 // PyTorch's formulas, in fp32: silu(g) = g / (1 + exp(-g)), sigmoid(g) = 1 / (1 + exp(-g)).
 __device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }

@@ -30,6 +30,21 @@ Tensor shuffled_table(std::mt19937& rng, int64_t n_tbl, int64_t n_blocks) {
   return t;
 }
 
+// Random queries [T, Hq, D], K and V pools of n_blocks blocks of bs rows [n_blocks * bs, Hkv, D]
+// and a shuffled block table of n_tbl entries, drawn in that order.
+struct PagedInputs {
+  Tensor q, kp, vp, tbl;
+};
+PagedInputs paged_inputs(std::mt19937& rng, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t bs,
+                         int64_t n_blocks, int64_t n_tbl) {
+  PagedInputs in;
+  in.q = test::random_f32(rng, {T, Hq, D});
+  in.kp = test::random_f32(rng, {n_blocks * bs, Hkv, D});
+  in.vp = test::random_f32(rng, {n_blocks * bs, Hkv, D});
+  in.tbl = shuffled_table(rng, n_tbl, n_blocks);
+  return in;
+}
+
 void check(const Case& c, std::mt19937& rng) {
   SCOPED_TRACE(::testing::Message() << "T=" << c.T << " q_pos0=" << c.q_pos0 << " Hq=" << c.Hq << " Hkv=" << c.Hkv
                                     << " D=" << c.D << " bs=" << c.bs);
@@ -115,9 +130,7 @@ TEST(PagedKvWrite, ScattersRowsThroughTable) {
 TEST(PagedAttention, MissingKernelIsAnError) {
   std::mt19937 rng(test::test_seed());
   const int64_t T = 5, q_pos0 = 21, Hq = 4, Hkv = 2, D = 16, bs = 8, n_blocks = 6;
-  Tensor q = test::random_f32(rng, {T, Hq, D});
-  Tensor kp = test::random_f32(rng, {n_blocks * bs, Hkv, D}), vp = test::random_f32(rng, {n_blocks * bs, Hkv, D});
-  Tensor tbl = shuffled_table(rng, (q_pos0 + T + bs - 1) / bs, n_blocks);
+  auto [q, kp, vp, tbl] = paged_inputs(rng, T, Hq, Hkv, D, bs, n_blocks, (q_pos0 + T + bs - 1) / bs);
   Tensor out = Tensor::empty(DType::F32, {T, Hq, D});
   ops::Context ctx;
   auto kernel = ops::paged_attention_table().get(Device::CPU, DType::F32);
@@ -137,9 +150,7 @@ TEST(PagedAttention, MissingKernelIsAnError) {
 TEST(PagedAttention, PositionTensorAndBoundMatchHostPosition) {
   std::mt19937 rng(test::test_seed());
   const int64_t T = 3, q_pos0 = 13, Hq = 4, Hkv = 2, D = 16, bs = 8, n_blocks = 8;
-  Tensor q = test::random_f32(rng, {T, Hq, D});
-  Tensor kp = test::random_f32(rng, {n_blocks * bs, Hkv, D}), vp = test::random_f32(rng, {n_blocks * bs, Hkv, D});
-  Tensor tbl = shuffled_table(rng, n_blocks, n_blocks);  // covers the loose bound too
+  auto [q, kp, vp, tbl] = paged_inputs(rng, T, Hq, Hkv, D, bs, n_blocks, n_blocks);  // covers the loose bound too
   Tensor want = Tensor::empty(DType::F32, {T, Hq, D}), got = Tensor::empty(DType::F32, {T, Hq, D});
   ops::Context ctx;
   ops::paged_attention(ctx, q, kp, vp, tbl, bs, q_pos0, 0.25f, want);
@@ -153,14 +164,12 @@ TEST(PagedAttention, PositionTensorAndBoundMatchHostPosition) {
 }
 
 // The output gate (gated attention): out = attention · sigmoid(gate), bit for bit the plain op
-// followed by sigmoid_mul, the gate itself left as it was; a gate of another shape or dtype, or
-// out itself, is refused.
+// followed by sigmoid_mul, the gate itself left as it was; a gate of another shape, or out
+// itself, is refused.
 TEST(PagedAttention, OutputGateIsSigmoidMulAfterTheOp) {
   std::mt19937 rng(test::test_seed());
   const int64_t T = 3, q_pos0 = 17, Hq = 4, Hkv = 2, D = 16, bs = 8, n_blocks = 6;
-  Tensor q = test::random_f32(rng, {T, Hq, D});
-  Tensor kp = test::random_f32(rng, {n_blocks * bs, Hkv, D}), vp = test::random_f32(rng, {n_blocks * bs, Hkv, D});
-  Tensor tbl = shuffled_table(rng, (q_pos0 + T + bs - 1) / bs, n_blocks);
+  auto [q, kp, vp, tbl] = paged_inputs(rng, T, Hq, Hkv, D, bs, n_blocks, (q_pos0 + T + bs - 1) / bs);
   Tensor gate = test::random_f32(rng, {T, Hq, D}, 3.0f);
   const Tensor gate_before = test::copy_of(gate);
   Tensor want = Tensor::empty(DType::F32, {T, Hq, D}), got = Tensor::empty(DType::F32, {T, Hq, D});
