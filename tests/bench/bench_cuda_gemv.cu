@@ -39,6 +39,7 @@
 #include "backends/cuda/gemv_q4kr.cuh"
 #include "backends/cuda/gemv_q4kr_volta.cuh"
 #include "backends/cuda/gemv_q4kt.cuh"
+#include "backends/cuda/gemv_q4kt_tma.cuh"
 #include "backends/cuda/gemv_simt.cuh"
 #include "bench_cuda_util.cuh"
 #include "core/dtype.h"
@@ -263,6 +264,25 @@ int main(int argc, char** argv) {
                              kind.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
             }
           }
+          // The copy-engine form of the plain Q4_KT GEMV (gemv_q4kt_tma.cu), every compiled shape.
+          if (variants && pn == "native") {
+            for (const vi::cuda::Q4ktTmaShape& v : vi::cuda::gemv_q4kt_tma_shapes()) {
+              if (!vi::cuda::gemv_q4kt_tma_supports(ctx, xt, ws[0], v)) continue;
+              auto call = [&](const Tensor& w) { vi::cuda::gemv_q4kt_tma(ctx, xt, w, yt, v); };
+              const int64_t diff = differing(call);
+              const float vus = timed_us(call);
+              const double vgbs = gbs_at(vus);
+              const std::string kind = vi::cuda::gemv_q4kt_tma_shape_name(v);
+              std::printf("variant q4_kt  %-20s %7lld %6lld %2lld %s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
+                          sh.what, (long long)sh.N, (long long)sh.K, (long long)T, kind.c_str(), vus,
+                          100.0 * vgbs / copy_gbs, (long long)diff);
+              if (jf)
+                std::fprintf(jf,
+                             "{\"variant\":\"%s\",\"dtype\":\"q4_kt\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
+                             "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
+                             kind.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
+            }
+          }
           // The int8-activation GEMV on the same weights in Q4_KI (from the Q4_KR copies), its
           // activations quantized once; the quantization itself timed on its own.
           if (variants && pn == "native" && ws[0].dtype() == DType::Q4_KT && !rows.empty()) {
@@ -348,6 +368,11 @@ int main(int argc, char** argv) {
                     fmt::format("fused swiglu, q4_kts, {}{}", vi::cuda::gemv_q4kt_shape_name(v),
                                 v == vi::cuda::gemv_q4kt_swiglu_default_shape(sh.N) ? " (default)" : "");
                 fused(kind.c_str(), [&](const Tensor& w) { vi::cuda::gemv_q4kt_swiglu(ctx, xt, on_paired(w), h, v); });
+              }
+              for (const vi::cuda::Q4ktTmaShape& v : vi::cuda::gemv_q4kt_tma_shapes()) {
+                if (!vi::cuda::gemv_q4kt_tma_supports(ctx, xt, paired[0], v, true)) continue;
+                const std::string kind = "fused swiglu, q4_kts, " + vi::cuda::gemv_q4kt_tma_shape_name(v);
+                fused(kind.c_str(), [&](const Tensor& w) { vi::cuda::gemv_q4kt_tma_swiglu(ctx, xt, on_paired(w), h, v); });
               }
             }
             // The deferred norm's consumer (ops/deferred_norm.h) on the same weights, u = x and each

@@ -1,6 +1,7 @@
 // Tensor-core decode GEMV on Q4_KR weights: see gemv_q4kr.cuh for the plan and the numerics.
 #include <type_traits>
 
+#include "backends/cuda/bulk_copy.cuh"
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
 #include "backends/cuda/mma_f16.cuh"
@@ -172,42 +173,14 @@ __global__ void __launch_bounds__(128, MINB)
 // per-slot chain inside a block (wait, shared loads, barrier, refill) is the limit.
 // Slot rows are kPitch bytes apart (592 + 112): rows g and g + 1 then start 64 bytes apart in
 // the bank space, so a quarter-warp's 16-byte reads of two rows do not collide.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDACC_VER_MAJOR__ >= 12
-#define VI_Q4KR_BULK 1
 constexpr int kPitch = 704;
 constexpr int kSlotBytes = 16 * kPitch;
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  }
-}
-// bytes from global src to shared dst (both 16-byte aligned, bytes a multiple of 16); their
-// arrival counts on bar.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
-}
-#endif
 
 template <int STAGES>
 __global__ void __launch_bounds__(128)
     gemv_q4kr_bulk_kernel(const uint8_t* __restrict__ w, size_t row_bytes, const __half* __restrict__ x,
                           __half* __restrict__ y, int n_tok, int64_t N, int n_blk, int64_t K, uint32_t magic) {
-#ifdef VI_Q4KR_BULK
+#ifdef VI_BULK_COPY
   __shared__ __align__(128) uint8_t ring[STAGES][kSlotBytes];
   __shared__ uint64_t full[STAGES];
   __shared__ float red[4][4][32];
@@ -215,7 +188,7 @@ __global__ void __launch_bounds__(128)
   const int64_t n0 = int64_t(blockIdx.x) * 16;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) mbar_init(&full[s], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
   // Warp 0 fills the slots: lane r < 16 copies row r's block (rows past N: row N - 1).

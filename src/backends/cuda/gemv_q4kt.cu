@@ -6,10 +6,12 @@
 #include <type_traits>
 
 #include "backends/cuda/cp_async.cuh"
+#include "backends/cuda/deferred_scale.cuh"
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/env_switch.h"
 #include "backends/cuda/gemv_out.cuh"
 #include "backends/cuda/gemv_q4kt.cuh"
+#include "backends/cuda/gemv_q4kt_tma.cuh"
 #include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/pdl.cuh"
 #include "backends/cuda/q4kr_bits.cuh"
@@ -107,12 +109,7 @@ __device__ __forceinline__ void warp_scales(const NormArgs& na, int n_tok, const
   cp_async_wait<0>();
   __syncwarp();
   if (lane < 4 && t < n_tok) {
-    const uint4 a = st.words[warp][lane][0], b = st.words[warp][lane][1];
-    auto u64 = [](uint32_t lo, uint32_t hi) { return static_cast<unsigned long long>(hi) << 32 | lo; };
-    const unsigned long long fine = u64(a.x, a.y) + u64(b.x, b.y), coarse = u64(a.z, a.w) + u64(b.z, b.w);
-    const float total = __ull2float_rn(fine) * (1.0f / ops::kDeferredNormFineScale) +
-                        __ull2float_rn(coarse) * (1.0f / ops::kDeferredNormCoarseScale);
-    s_warp[t] = ops::kDeferredNormUnit * rsqrtf(total * na.inv_d + na.eps);
+    s_warp[t] = deferred_norm_scale(st.words[warp][lane][0], st.words[warp][lane][1], na.inv_d, na.eps);
   }
   __syncwarp();
 }
@@ -614,6 +611,15 @@ void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, co
                         ops::DeferredConsumer kind, const std::vector<Tensor*>& outs) {
   const NormArgs na = consume_args(in);
   const int64_t T = in.u.rows();
+  if (kind == ops::DeferredConsumer::kSwiglu)
+    VI_CHECK(outs.at(0)->cols() * 2 == w.dim(0) && outs.at(0)->rows() == in.u.rows(),
+             "gemv_q4kt_deferred: h [{}, {}] for a gate|up weight of {} rows and {} tokens", outs.at(0)->rows(),
+             outs.at(0)->cols(), w.dim(0), in.u.rows());
+  // VI_Q4KT_TMA=n: the copy-engine kernel where it takes the call (gemv_q4kt_tma.cuh).
+  if (gemv_q4kt_tma_route(kind == ops::DeferredConsumer::kSwiglu) != nullptr &&
+      gemv_q4kt_tma_consume(ctx, in.u, w, kind == ops::DeferredConsumer::kSwiglu, outs, na.ss_in, na.inv_d, na.eps,
+                            na.sums_in))
+    return;
   auto run = [&](auto swiglu, const GemvOut& out) {
     constexpr bool kSwiglu = decltype(swiglu)::value;
     if (na.sums_in != nullptr) {
@@ -635,9 +641,6 @@ void gemv_q4kt_deferred(const ops::Context& ctx, const ops::DeferredNorm& in, co
       run(std::false_type{}, gemv_out_parts(outs, w.dim(0), in.u.rows(), "gemv_q4kt_deferred"));
       break;
     case ops::DeferredConsumer::kSwiglu:
-      VI_CHECK(outs.at(0)->cols() * 2 == w.dim(0) && outs.at(0)->rows() == in.u.rows(),
-               "gemv_q4kt_deferred: h [{}, {}] for a gate|up weight of {} rows and {} tokens", outs.at(0)->rows(),
-               outs.at(0)->cols(), w.dim(0), in.u.rows());
       run(std::true_type{}, gemv_out_whole(*outs.at(0), w.dim(0) / 2));
       return;
   }

@@ -66,8 +66,9 @@ __device__ __forceinline__ void load_scales(const uint8_t* sm0, const uint8_t* s
 // interleaved, so a warp has 2P independent mma chains; each super-block's t and u get the same
 // products in the same order as alone, so the sums are the same bits. scw[p], mnw[p]: super-block
 // p's scale and min words of rows g, g + 8. MINS false: t only (u untouched; mins_from_sums
-// computes it once per super-block from the activations' sums).
-template <bool FIRST, int P, bool MINS = true>
+// computes it once per super-block from the activations' sums). XG false: xs points into shared
+// memory (plain loads instead of the read-only global path).
+template <bool FIRST, int P, bool MINS = true, bool XG = true>
 __device__ __forceinline__ void mma_halves(const HalfSb* const st[P], const uint32_t scw[P][2],
                                            const uint32_t mnw[P][2], const __half* const xs[P], uint32_t sel,
                                            uint32_t sel_mn, uint32_t magic, float t[P][4], float u[P][4]) {
@@ -75,7 +76,8 @@ __device__ __forceinline__ void mma_halves(const HalfSb* const st[P], const uint
 #pragma unroll
   for (int p = 0; p < P; ++p)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) xv[p][i] = __ldg(reinterpret_cast<const uint4*>(xs[p] + 8 * i));
+    for (int i = 0; i < 4; ++i)
+      xv[p][i] = XG ? __ldg(reinterpret_cast<const uint4*>(xs[p] + 8 * i)) : *reinterpret_cast<const uint4*>(xs[p] + 8 * i);
   const __half2 k1024 = __float2half2_rn(1024.0f), kNeg1024 = __float2half2_rn(-1024.0f);
   const __half2 kSixteenth = __float2half2_rn(0.0625f);
   __half2 sc[P][2], sc16[P][2], neg[P][2], neg16[P][2];
@@ -127,14 +129,14 @@ __device__ __forceinline__ void mma_halves(const HalfSb* const st[P], const uint
 }
 
 // One super-block's half.
-template <bool FIRST, bool MINS = true>
+template <bool FIRST, bool MINS = true, bool XG = true>
 __device__ __forceinline__ void mma_half(const HalfSb& st, uint32_t scw0, uint32_t scw1, uint32_t mnw0, uint32_t mnw1,
                                          const __half* xs, uint32_t sel, uint32_t sel_mn, uint32_t magic, float t[4],
                                          float u[4]) {
   const HalfSb* s[1] = {&st};
   const uint32_t scw[1][2] = {{scw0, scw1}}, mnw[1][2] = {{mnw0, mnw1}};
   const __half* x[1] = {xs};
-  mma_halves<FIRST, 1, MINS>(s, scw, mnw, x, sel, sel_mn, magic, reinterpret_cast<float(*)[4]>(t),
+  mma_halves<FIRST, 1, MINS, XG>(s, scw, mnw, x, sel, sel_mn, magic, reinterpret_cast<float(*)[4]>(t),
                        reinterpret_cast<float(*)[4]>(u));
 }
 
