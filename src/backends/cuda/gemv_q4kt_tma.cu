@@ -341,8 +341,11 @@ uint64_t gemv_q4kt_tma_launches() { return g_launches.load(std::memory_order_rel
 bool gemv_q4kt_tma_consume(const ops::Context& ctx, const Tensor& u, const Tensor& w, bool swiglu,
                            const std::vector<Tensor*>& outs, const void* ss_in, float inv_d, float eps,
                            const void* sums_in) {
+  // One token only: at T = 4 the activations' copy takes the shared memory of a block's second
+  // ring (docs/notes/gemv.md run 45: the 4-token round 8.07 against 7.19 ms on an H100).
   const Q4ktTmaShape* s = gemv_q4kt_tma_route(swiglu);
-  if (s == nullptr || !gemv_q4kt_tma_supports(ctx, u, w, *s, swiglu) || !is_aligned(ss_in, 16)) return false;
+  if (s == nullptr || u.rows() != 1 || !gemv_q4kt_tma_supports(ctx, u, w, *s, swiglu) || !is_aligned(ss_in, 16))
+    return false;
   const TmaNorm na{static_cast<const uint4*>(ss_in), inv_d, eps, static_cast<const __half*>(sums_in)};
   const GemvOut out = swiglu ? gemv_out_whole(*outs.at(0), w.dim(0) / 2)
                              : outs.size() == 1 ? gemv_out_whole(*outs[0], w.dim(0))

@@ -57,7 +57,7 @@ uint64_t gemv_q4kt_tma_launches();
 // The deferred norm's consumer (gemv_q4kt_deferred's arguments as pointers): u [T, K] f16, w Q4_KT
 // (Q4_KTS with swiglu), outs: {y}, the split's parts or {h}; ss_in [T, 4] u64 totals, sums_in
 // [T, K / 8] f16 sums16 or null. Returns false (nothing launched) where the route or shape cannot
-// take the call.
+// take the call, and for T > 1 (routed for one token only).
 bool gemv_q4kt_tma_consume(const ops::Context& ctx, const Tensor& u, const Tensor& w, bool swiglu,
                            const std::vector<Tensor*>& outs, const void* ss_in, float inv_d, float eps,
                            const void* sums_in);
