@@ -246,41 +246,38 @@ int main(int argc, char** argv) {
           auto row_layout = [&](const Tensor& w) -> const Tensor& {
             return rows.empty() ? w : rows[static_cast<size_t>(&w - ws.data())];
           };
+          // One variant of a GEMV kernel (dtype: the layout it reads; profile: null for native): its
+          // outputs against the default's, its time. kind names it in the JSON, label (kind and
+          // whether it is the default) on the console.
+          auto report_variant = [&](const char* dtype, const char* profile, const std::string& kind,
+                                    const std::string& label, auto call) {
+            const int64_t diff = differing(call);
+            const float vus = timed_us(call);
+            const double vgbs = gbs_at(vus);
+            std::printf("variant %-6s %-20s %7lld %6lld %2lld %s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
+                        dtype, sh.what, (long long)sh.N, (long long)sh.K, (long long)T, label.c_str(), vus,
+                        100.0 * vgbs / copy_gbs, (long long)diff);
+            if (jf)
+              std::fprintf(jf,
+                           "{%s%s%s\"variant\":\"%s\",\"dtype\":\"%s\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
+                           "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
+                           profile ? "\"profile\":\"" : "", profile ? profile : "", profile ? "\"," : "", kind.c_str(),
+                           dtype, (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
+          };
           if (variants && pn == "native" && vi::cuda::gemv_q4kt_supports(ctx, xt, ws[0])) {
             const vi::cuda::Q4ktShape def = vi::cuda::gemv_q4kt_default_shape(sh.N);
             for (vi::cuda::Q4ktShape v : vi::cuda::gemv_q4kt_shapes()) {
-              auto call = [&](const Tensor& w) { vi::cuda::gemv_q4kt(ctx, xt, w, yt, v); };
-              const int64_t diff = differing(call);
-              const float vus = timed_us(call);
-              const double vgbs = gbs_at(vus);
               const std::string kind = vi::cuda::gemv_q4kt_shape_name(v);
-              std::printf("variant q4_kt  %-20s %7lld %6lld %2lld %s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
-                          sh.what, (long long)sh.N, (long long)sh.K, (long long)T, kind.c_str(), v == def ? " (default)" : "",
-                          vus, 100.0 * vgbs / copy_gbs, (long long)diff);
-              if (jf)
-                std::fprintf(jf,
-                             "{\"variant\":\"%s\",\"dtype\":\"q4_kt\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
-                             "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
-                             kind.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
+              report_variant("q4_kt", nullptr, kind, kind + (v == def ? " (default)" : ""),
+                             [&](const Tensor& w) { vi::cuda::gemv_q4kt(ctx, xt, w, yt, v); });
             }
           }
           // The copy-engine form of the plain Q4_KT GEMV (gemv_q4kt_tma.cu), every compiled shape.
           if (variants && pn == "native") {
             for (const vi::cuda::Q4ktTmaShape& v : vi::cuda::gemv_q4kt_tma_shapes()) {
               if (!vi::cuda::gemv_q4kt_tma_supports(ctx, xt, ws[0], v)) continue;
-              auto call = [&](const Tensor& w) { vi::cuda::gemv_q4kt_tma(ctx, xt, w, yt, v); };
-              const int64_t diff = differing(call);
-              const float vus = timed_us(call);
-              const double vgbs = gbs_at(vus);
               const std::string kind = vi::cuda::gemv_q4kt_tma_shape_name(v);
-              std::printf("variant q4_kt  %-20s %7lld %6lld %2lld %s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
-                          sh.what, (long long)sh.N, (long long)sh.K, (long long)T, kind.c_str(), vus,
-                          100.0 * vgbs / copy_gbs, (long long)diff);
-              if (jf)
-                std::fprintf(jf,
-                             "{\"variant\":\"%s\",\"dtype\":\"q4_kt\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
-                             "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
-                             kind.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
+              report_variant("q4_kt", nullptr, kind, kind, [&](const Tensor& w) { vi::cuda::gemv_q4kt_tma(ctx, xt, w, yt, v); });
             }
           }
           // The int8-activation GEMV on the same weights in Q4_KI (from the Q4_KR copies), its
@@ -440,38 +437,14 @@ int main(int argc, char** argv) {
           if (variants && pn == "native" && vi::cuda::gemv_q4kr_supports(ctx, xt, row_layout(ws[0]))) {
             const vi::cuda::GemvQ4krShape def = vi::cuda::gemv_q4kr_default_shape(ctx, sh.N, sh.K);
             for (vi::cuda::GemvQ4krShape v : vi::cuda::gemv_q4kr_shapes(ctx)) {
-              auto call = [&](const Tensor& w) { vi::cuda::gemv_q4kr(ctx, xt, row_layout(w), yt, v); };
-              const int64_t diff = differing(call);
-              const float vus = timed_us(call);
-              const double vgbs = gbs_at(vus);
-              const bool is_def = v == def;
               const std::string kind = vi::cuda::gemv_q4kr_shape_name(v);
-              std::printf("variant q4_kr  %-20s %7lld %6lld %2lld %s%s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
-                          sh.what, (long long)sh.N, (long long)sh.K, (long long)T, kind.c_str(), is_def ? " (default)" : "", vus,
-                          100.0 * vgbs / copy_gbs,
-                          (long long)diff);
-              if (jf)
-                std::fprintf(jf,
-                             "{\"variant\":\"%s\",\"dtype\":\"q4_kr\",\"N\":%lld,\"K\":%lld,\"T\":%lld,\"us\":%.2f,"
-                             "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
-                             kind.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
+              report_variant("q4_kr", nullptr, kind, kind + (v == def ? " (default)" : ""),
+                             [&](const Tensor& w) { vi::cuda::gemv_q4kr(ctx, xt, row_layout(w), yt, v); });
             }
           }
           if (variants && pn == "volta" && vi::cuda::gemv_q4kr_volta_supports(xt, ws[0])) {
             const vi::cuda::GemvQ4krVoltaShape def = vi::cuda::gemv_q4kr_volta_default_shape(sh.N, sh.K);
-            auto report = [&](const std::string& kind, auto call) {
-              const int64_t diff = differing(call);
-              const float vus = timed_us(call);
-              const double vgbs = gbs_at(vus);
-              std::printf("variant q4_kr  %-20s %7lld %6lld %2lld %s: %9.1f us %6.1f%%  outputs differing from default: %lld\n",
-                          sh.what, (long long)sh.N, (long long)sh.K, (long long)T, kind.c_str(), vus,
-                          100.0 * vgbs / copy_gbs, (long long)diff);
-              if (jf)
-                std::fprintf(jf,
-                             "{\"profile\":\"volta\",\"variant\":\"%s\",\"dtype\":\"q4_kr\",\"N\":%lld,\"K\":%lld,"
-                             "\"T\":%lld,\"us\":%.2f,\"gbs\":%.1f,\"copy_gbs\":%.1f,\"differing\":%lld}\n",
-                             kind.c_str(), (long long)sh.N, (long long)sh.K, (long long)T, vus, vgbs, copy_gbs, (long long)diff);
-            };
+            auto report = [&](const std::string& kind, auto call) { report_variant("q4_kr", "volta", kind, kind, call); };
             report("cuda-core gemv_simt", [&](const Tensor& w) { vi::cuda::gemv_simt(ctx, xt, w, yt); });
             for (vi::cuda::GemvQ4krVoltaShape v : vi::cuda::gemv_q4kr_volta_shapes())
               report(vi::cuda::gemv_q4kr_volta_shape_name(v) + (v == def ? " (its default)" : ""),
