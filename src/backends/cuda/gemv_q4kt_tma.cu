@@ -185,7 +185,9 @@ __global__ void __launch_bounds__((CW + 1) * 32)
       if (lane == 0) mbar_arrive(&empty[s]);
     }
     if (tile < 0) break;
-    // The warps' sums meet as store_tile_sums / write_swiglu_sums add them (0 + warp 0 + ...).
+    // The warps' sums are added by the register walk's own ends (write_tile_sums, write_swiglu_sums),
+    // so in its order; only the stash is done here, behind the consumers' barrier (the producer
+    // warp joins no block barrier).
 #pragma unroll
     for (int i = 0; i < 4; ++i) red[parity][warp][i][lane] = acc[i];
     consumers_sync<CW>();
@@ -197,16 +199,7 @@ __global__ void __launch_bounds__((CW + 1) * 32)
       __half* y;
       int64_t begin, rows;
       gemv_out_part(out, tile * 16, y, begin, rows);
-      for (int k = threadIdx.x; k < 4 * 32; k += CW * 32) {
-        const int i = k / 32, l = k % 32;
-        float sum = 0.0f;
-#pragma unroll
-        for (int wv = 0; wv < CW; ++wv) sum += red[parity][wv][i][l];
-        const int64_t n = tile * 16 - begin + (l >> 2) + 8 * (i >> 1);
-        const int tok = 2 * (l & 3) + (i & 1);
-        if (tok_scale != nullptr && tok < n_tok) sum *= tok_scale[tok];
-        if (tok < n_tok) y[static_cast<int64_t>(tok) * rows + n] = __float2half_rn(sum);
-      }
+      write_tile_sums<CW>(red[parity], y, tile * 16 - begin, rows, n_tok, rows, tok_scale);
     }
   }
 #else

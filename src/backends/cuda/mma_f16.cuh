@@ -61,10 +61,11 @@ __device__ __forceinline__ void stash_tile_sums(const float acc[4], float (*red)
   __syncthreads();
 }
 
+// The second half: the warps' sums in red (stashed and past a barrier) added in warp order and
+// written. Threads below 128 do it, so a block may hold warps that took no part (a copying warp).
 template <int WARPS>
-__device__ __forceinline__ void store_tile_sums(const float acc[4], float (*red)[4][32], __half* y, int64_t n0,
-                                                int64_t N, int n_tok, int64_t ld, const float* tok_scale = nullptr) {
-  stash_tile_sums(acc, red);
+__device__ __forceinline__ void write_tile_sums(const float (*red)[4][32], __half* y, int64_t n0, int64_t N,
+                                                int n_tok, int64_t ld, const float* tok_scale = nullptr) {
   for (int k = threadIdx.x; k < 4 * 32; k += blockDim.x) {
     const int i = k / 32, l = k % 32;
     float sum = 0.0f;
@@ -75,6 +76,13 @@ __device__ __forceinline__ void store_tile_sums(const float acc[4], float (*red)
     if (tok_scale != nullptr && tok < n_tok) sum *= tok_scale[tok];
     if (n < N && tok < n_tok) y[static_cast<int64_t>(tok) * ld + n] = __float2half_rn(sum);
   }
+}
+
+template <int WARPS>
+__device__ __forceinline__ void store_tile_sums(const float acc[4], float (*red)[4][32], __half* y, int64_t n0,
+                                                int64_t N, int n_tok, int64_t ld, const float* tok_scale = nullptr) {
+  stash_tile_sums(acc, red);
+  write_tile_sums<WARPS>(red, y, n0, N, n_tok, ld, tok_scale);
 }
 
 // The end of a fused gate|up GEMV + SwiGLU (ops::matmul_swiglu) over TILES tiles whose rows g
