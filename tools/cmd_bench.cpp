@@ -9,6 +9,8 @@
 //   spec     --spec-rounds 3    ms for a whole MTP round (head passes, verify with checkpoints,
 //                               going back), tok/s computed at reference acceptance rates
 //   --profile-ops               per-op tables of a decode round and a prefill (ops/profiler.h)
+//   --occupy-sms 40             decode and verify rounds timed with 40 SMs held (a proxy of a card with
+//                               more bandwidth an SM: tools/bench_util.h, HeldSms)
 //   --trace-kernels             per-kernel table of decode rounds from a CUPTI trace: the GPU's
 //                               own kernel times in the replayed step (tools/bench_trace.h);
 //                               --trace-tokens 4 traces verify rounds of 4 tokens instead
@@ -61,6 +63,7 @@ struct BenchArgs {
   int trace_rounds = 8;
   std::vector<int64_t> trace_tokens = {1};  // tokens per traced round: one table per entry
   double bandwidth_gbs = 0, peak_tflops = 0;
+  int occupy_sms = 0;  // SMs held while rounds are timed (HeldSms)
 };
 
 struct Stats {
@@ -117,6 +120,7 @@ class Bench {
 
   BenchArgs a_;
   Loaded L_;
+  std::unique_ptr<HeldSms> held_;
   Ceilings ceil_;
   std::string device_, profile_, wformat_, kv_dtype_;
   std::map<std::string, std::vector<int32_t>> text_;  // tokenized prompt text per style
@@ -149,6 +153,7 @@ json Bench::conditions() const {
               {"speculation", "none"},
               {"concurrency", 1},
               {"cache", "cold"},
+              {"held_sms", held_ ? held_->held() : 0},
               {"copy_gbs", ceil_.copy_gbs},
               {"copy_gbs_how", ceil_.copy_how},
               {"tensor_tflops", ceil_.tensor_tflops},
@@ -272,6 +277,7 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
       tok = picked[0].token;
     }
     ops::synchronize(L_.ctx);
+    held_->hold(L_.ctx);  // --occupy-sms: around the timed rounds only (nothing in them waits for the whole device)
     // host_ms: until forward() returns: the step's host work (plan, staging and upload, the
     // launch), which the device waits for after the previous round's token came back.
     std::vector<double> host_ms;
@@ -286,6 +292,7 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
       tok = picked[0].token;
     }
     const double total_s = all.s();
+    held_->release();
     const double mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
     host_ms_rep.push_back(std::accumulate(host_ms.begin(), host_ms.end(), 0.0) / host_ms.size());
     const double pct = mbu(bytes_round, mean_ms / 1e3);
@@ -305,6 +312,7 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
       const std::vector<ops::SampleParams> greedy_t(static_cast<size_t>(T));
       for (int r = 0; r < 4; ++r) {
         if (seq->n_past() + T > seq->capacity()) break;
+        if (r == 1) held_->hold(L_.ctx);
         Timer t;
         BatchItem item{seq.get(), toks, /*all_logits=*/true, /*checkpoints=*/a_.verify_checkpoints && T > 1};
         L_.model->forward_batch(L_.ctx, {&item, 1}, logits, LogitsOn::kDevice);
@@ -313,6 +321,7 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
         if (r > 0) v.push_back(t.ms());  // the first of each width warms its buffers (and records)
         for (int64_t j = 0; j < T; ++j) toks[j] = picked[static_cast<size_t>(j)].token;
       }
+      held_->release();
       if (v.empty()) continue;
       verify_ms[T].push_back(median(v));
       emit({{"test", "verify"}, {"fill", a_.fill}, {"prompt_style", style}, {"context", depth}, {"tokens", T},
@@ -513,7 +522,8 @@ void Bench::run() {
   L_ = load(a_.model);
   if (a_.n_batch == 0) a_.n_batch = L_.ctx.device == Device::CPU ? 256 : 2048;  // what `serve` uses
   VI_CHECK(longest <= L_.n_ctx, "the tests need a context of {} tokens but -c is {}", longest, L_.n_ctx);
-  device_ = device_label(L_.ctx);
+  held_ = std::make_unique<HeldSms>(L_.ctx.device, a_.occupy_sms);
+  device_ = device_label(L_.ctx) + held_->label();
   profile_ = profile_label(L_.ctx);
   if (L_.ctx.device != Device::CPU && !L_.ctx.graphs) profile_ += ", no graphs";
   wformat_ = weight_format_summary(*L_.weights);
@@ -606,6 +616,11 @@ void register_bench(CLI::App& app) {
                   "one kernel table each (default 1)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{64}));
+  cmd->add_option("--occupy-sms", a->occupy_sms,
+                  "CUDA: hold N SMs with blocks that only wait while decode and verify rounds are timed, the kernels "
+                  "sized for the rest: a proxy of a card with more bandwidth per SM (MBU stays against this card's "
+                  "copy rate)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--bandwidth-gbs", a->bandwidth_gbs, "Copy bandwidth for MBU (default: measured now)");
   cmd->add_option("--peak-tflops", a->peak_tflops, "Tensor-core rate for MFU (default: measured now with cuBLAS)");
   cmd->callback([a] {
@@ -614,6 +629,9 @@ void register_bench(CLI::App& app) {
     if (const char* e = std::getenv("VI_TRACE_KERNELS"); e && std::string(e) == "1") args.trace_kernels = true;
     if (args.prompt_lens.empty() && args.depths.empty()) args.prompt_lens = {512};
     if (args.depths.empty()) args.depths = args.prompt_lens;  // as before -d existed: decode after each prompt
+    // Held SMs need the timed stream on a hardware queue of its own (backends/cuda/sm_occupier.h);
+    // the variable counts only if set before CUDA is first used, which the model's load does.
+    if (args.occupy_sms > 0) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     Bench(args).run();
   });
 }

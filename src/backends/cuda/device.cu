@@ -43,17 +43,20 @@ int device_count() {
   return n;
 }
 
+namespace {
+constexpr int kMaxDevices = 64;
+DeviceInfo g_infos[kMaxDevices];
+std::once_flag g_once[kMaxDevices];
+}  // namespace
+
 const DeviceInfo& current_device() {
-  constexpr int kMaxDevices = 64;
-  static DeviceInfo infos[kMaxDevices];
-  static std::once_flag once[kMaxDevices];
   int dev = 0;
   VI_CUDA_CHECK(cudaGetDevice(&dev));
   VI_CHECK(dev >= 0 && dev < kMaxDevices, "CUDA device index {} out of range", dev);
-  std::call_once(once[dev], [dev] {
+  std::call_once(g_once[dev], [dev] {
     cudaDeviceProp p{};
     VI_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
-    DeviceInfo& d = infos[dev];
+    DeviceInfo& d = g_infos[dev];
     d.index = dev;
     d.cc = 10 * p.major + p.minor;
     d.sm_count = p.multiProcessorCount;
@@ -69,7 +72,15 @@ const DeviceInfo& current_device() {
     VI_CUDA_CHECK(err);
     d.code_cc = fa.ptxVersion;
   });
-  return infos[dev];
+  return g_infos[dev];
+}
+
+void set_usable_sm_count(int n) {
+  const DeviceInfo& d = current_device();
+  cudaDeviceProp p{};
+  VI_CUDA_CHECK(cudaGetDeviceProperties(&p, d.index));
+  VI_CHECK(n >= 0 && n <= p.multiProcessorCount, "set_usable_sm_count: {} SMs of {}", n, p.multiProcessorCount);
+  g_infos[d.index].sm_count = n == 0 ? p.multiProcessorCount : n;
 }
 
 int loaded_code_cc() { return current_device().code_cc; }
