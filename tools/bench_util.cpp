@@ -126,6 +126,9 @@ Ceilings measure_ceilings(const ops::Context& ctx, double given_gbs, double give
 }
 
 #ifdef VI_WITH_CUDA
+void HeldSms::prepare_environment(int n) {
+  if (n > 0) cuda::set_sm_occupier_environment();
+}
 HeldSms::HeldSms(Device device, int n) : n_(n) {
   if (n <= 0) return;
   VI_CHECK(device == Device::CUDA, "--occupy-sms holds SMs of a CUDA device, not of the {}", device_name(device));
@@ -153,6 +156,7 @@ HeldSms::HeldSms(Device device, int n) : n_(n) {
   VI_CHECK(n <= 0, "--occupy-sms holds SMs of a CUDA device; this voltinfer has no CUDA backend ({})",
            device_name(device));
 }
+void HeldSms::prepare_environment(int) {}
 HeldSms::~HeldSms() = default;
 void HeldSms::hold(const ops::Context&) {}
 void HeldSms::release() {}

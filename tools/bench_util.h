@@ -22,6 +22,8 @@ namespace vi::cli {
 // backends/cuda/sm_occupier.h says what the proxy is and is not). N = 0: nothing held.
 class HeldSms {
  public:
+  // Before the process first uses CUDA, where N > 0 (backends/cuda/sm_occupier.h).
+  static void prepare_environment(int n);
   HeldSms(Device device, int n);
   ~HeldSms();
   int held() const { return n_; }

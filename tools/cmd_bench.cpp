@@ -629,9 +629,7 @@ void register_bench(CLI::App& app) {
     if (const char* e = std::getenv("VI_TRACE_KERNELS"); e && std::string(e) == "1") args.trace_kernels = true;
     if (args.prompt_lens.empty() && args.depths.empty()) args.prompt_lens = {512};
     if (args.depths.empty()) args.depths = args.prompt_lens;  // as before -d existed: decode after each prompt
-    // Held SMs need the timed stream on a hardware queue of its own (backends/cuda/sm_occupier.h);
-    // the variable counts only if set before CUDA is first used, which the model's load does.
-    if (args.occupy_sms > 0) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+    HeldSms::prepare_environment(args.occupy_sms);  // before the model's load first uses CUDA
     Bench(args).run();
   });
 }

@@ -175,9 +175,7 @@ int main(int argc, char** argv) {
     const bool listed = std::any_of(shapes.begin(), shapes.end(), [&](const Shape& s) { return s.N == N && s.K == K; });
     if (!listed) shapes.push_back({"probe", N, K});
   }
-  // Held SMs need the timed stream on a hardware queue of its own (sm_occupier.h): set before
-  // the first CUDA call.
-  if (occupy_sms > 0) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  if (occupy_sms > 0) vi::cuda::set_sm_occupier_environment();  // before the first CUDA call
   cudaStream_t stream;
   VI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaDeviceProp prop;

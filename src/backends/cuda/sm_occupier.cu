@@ -2,6 +2,7 @@
 #include "backends/cuda/sm_occupier.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -59,6 +60,11 @@ struct SmOccupier::Impl {
   int* probe = nullptr;  // [kProbeBlocksPerSm x all_sms]
 };
 
+void set_sm_occupier_environment() {
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+}
+
 bool SmOccupier::supported() {
   cudaDeviceProp p{};
   VI_CUDA_CHECK(cudaGetDeviceProperties(&p, current_device().index));
@@ -87,6 +93,11 @@ SmOccupier::SmOccupier(int n, double guard_s) : impl_(std::make_unique<Impl>()) 
   VI_CUDA_CHECK(cudaFuncSetAttribute(occupy_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(m.smem)));
   VI_CUDA_CHECK(cudaFuncSetAttribute(occupy_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
   VI_CUDA_CHECK(cudaMalloc(&m.probe, sizeof(int) * kProbeBlocksPerSm * m.all_sms));
+  // Both kernels loaded now, should the module loading be lazy after all (see
+  // set_sm_occupier_environment): the probe's first launch comes while SMs are held.
+  cudaFuncAttributes fa{};
+  VI_CUDA_CHECK(cudaFuncGetAttributes(&fa, probe_sm_kernel));
+  VI_CUDA_CHECK(cudaFuncGetAttributes(&fa, occupy_kernel));
   set_usable_sm_count(m.all_sms - n);
 }
 
@@ -143,9 +154,7 @@ void SmOccupier::hold(void* work_stream) {
     held[static_cast<size_t>(sm)] = 1;
   }
   // The probe (16 blocks an SM, enough to reach every free SM) runs on the work's own stream: it
-  // also shows that the work is not queued behind the holding blocks. Streams share the device's
-  // hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default), and a work stream that shares one
-  // with the holding blocks' waits for their release.
+  // also shows that work there is not held up until the release (set_sm_occupier_environment).
   cudaStream_t ws = static_cast<cudaStream_t>(work_stream);
   const int probes = kProbeBlocksPerSm * m.all_sms;
   std::vector<int> ran(static_cast<size_t>(probes));
@@ -161,8 +170,10 @@ void SmOccupier::hold(void* work_stream) {
       release();
       VI_CUDA_CHECK(cudaEventSynchronize(done));
       cudaEventDestroy(done);
-      VI_FAIL("SmOccupier: the work's stream waits behind the holding blocks (they share a hardware queue): "
-              "run with CUDA_DEVICE_MAX_CONNECTIONS=32");
+      VI_FAIL("SmOccupier: a probe kernel on the work's stream did not run within 2 s beside the holding blocks "
+              "(a kernel loaded at its first launch, or a hardware queue shared with them): call "
+              "set_sm_occupier_environment() before the first use of CUDA, or set CUDA_MODULE_LOADING=EAGER and "
+              "CUDA_DEVICE_MAX_CONNECTIONS=32");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }

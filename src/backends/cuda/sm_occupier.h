@@ -25,6 +25,14 @@
 
 namespace vi::cuda {
 
+// Call before the process first uses CUDA when it will hold SMs: sets CUDA_MODULE_LOADING=EAGER
+// and CUDA_DEVICE_MAX_CONNECTIONS=32 where they are not set. A kernel loaded lazily, at its first
+// launch (CUDA 12's default), may have to wait until the device is idle, i.e. for the release:
+// on an H100 (2026-12-06 20:52) the probe's first launch did, with 33 and 38 SMs held, and ran
+// once the same process had loaded it. Streams also share the device's hardware queues (8 by
+// default), and a work stream that shares the holding blocks' queue would wait the same way.
+void set_sm_occupier_environment();
+
 class SmOccupier {
  public:
   // Whether one block can fill an SM of the current device: every block reserves some shared
@@ -42,10 +50,9 @@ class SmOccupier {
   std::vector<int> held_sm_ids() const;  // the SMs held (by %smid) while holding; empty otherwise
   // Launches the holding blocks; returns once every one runs on an SM of its own and a probe
   // kernel on work_stream (a cudaStream_t, null: the legacy default stream) ran beside them, on
-  // none of their SMs. Throws (after releasing) otherwise, or after 10 s without them. Set
-  // CUDA_DEVICE_MAX_CONNECTIONS=32 before the process first uses CUDA: streams share the device's
-  // hardware queues (8 by default), and a work stream that shares the holding blocks' one would
-  // wait for their release (the probe's 2 s bound says so).
+  // none of their SMs. Throws (after releasing) otherwise, or after 10 s without them, or when
+  // the probe has not run within 2 s (the work would wait for the release: see
+  // set_sm_occupier_environment).
   void hold(void* work_stream);
   // Lets them go and waits for them; throws if they had ended by their guard before.
   void release();

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <set>
 #include <thread>
 #include <vector>
@@ -23,9 +22,12 @@
 namespace vi::cudatest {
 namespace {
 
-// Held SMs need the work stream on a hardware queue of its own (sm_occupier.h): set before the
-// first CUDA call (static initialization runs before gtest's main).
-[[maybe_unused]] const int kConnections = setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+// Before the first CUDA call (static initialization runs before gtest's main): eager module
+// loading, so that this file's kernel does not wait for the release at its first launch.
+[[maybe_unused]] const bool kEnvironment = [] {
+  cuda::set_sm_occupier_environment();
+  return true;
+}();
 
 __global__ void record_sm_kernel(int* sms, long long spin) {
   if (threadIdx.x != 0) return;
