@@ -18,7 +18,7 @@ namespace vi::cli {
 
 // `bench --occupy-sms N` (CUDA): N SMs held by blocks that only wait while rounds are timed, the
 // kernels' grids sized for the SMs left: the rounds of a card with this memory and fewer SMs, i.e.
-// more bandwidth an SM to feed (an H100 with 40 of 132 held asks of each SM what an H200 asks;
+// more bandwidth an SM to feed (an H100 with 38 of 132 held asks of each SM what an H200 asks;
 // backends/cuda/sm_occupier.h says what the proxy is and is not). N = 0: nothing held.
 class HeldSms {
  public:
@@ -29,7 +29,7 @@ class HeldSms {
   int held() const { return n_; }
   void hold(const ops::Context& ctx);  // the timed work runs on ctx's stream; no-op for N = 0
   void release();  // throws if the SMs were let go before (the timed rounds ran partly unheld)
-  // ", 40 of 132 SMs held" for the device label; empty for N = 0.
+  // ", 38 of 132 SMs held" for the device label; empty for N = 0.
   std::string label() const;
 
  private:

@@ -9,7 +9,7 @@
 //   spec     --spec-rounds 3    ms for a whole MTP round (head passes, verify with checkpoints,
 //                               going back), tok/s computed at reference acceptance rates
 //   --profile-ops               per-op tables of a decode round and a prefill (ops/profiler.h)
-//   --occupy-sms 40             decode and verify rounds timed with 40 SMs held (a proxy of a card with
+//   --occupy-sms 38             decode and verify rounds timed with 38 SMs held (a proxy of a card with
 //                               more bandwidth an SM: tools/bench_util.h, HeldSms)
 //   --trace-kernels             per-kernel table of decode rounds from a CUPTI trace: the GPU's
 //                               own kernel times in the replayed step (tools/bench_trace.h);

@@ -12,7 +12,7 @@
 // --shapes: only these N x K; sizes that are no 27B matrix are timed too (labelled "probe").
 // --occupy-sms N: every timed call runs while N SMs are held by blocks that only wait
 // (backends/cuda/sm_occupier.h), and the kernels size their grids for the rest: a card with the same memory
-// and fewer SMs, i.e. more bandwidth an SM to feed (an H100 with 40 of 132 held asks what an H200
+// and fewer SMs, i.e. more bandwidth an SM to feed (an H100 with 38 of 132 held asks what an H200
 // asks of all of its SMs). % copy stays against the whole card's copy rate.
 // --variants: also time every work shape of the tensor-core GEMVs (gemv_mma: row tiles per warp
 // x blocks per SM; gemv_q4kt and its fused SwiGLU: blocks per SM, super-blocks one at a time or in

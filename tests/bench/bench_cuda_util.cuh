@@ -96,7 +96,7 @@ float event_ms(cudaStream_t s, int warmups, int reps, Call&& call) {
 // launch(i) for i in [0, calls) captured once into a graph; after one warm-up replay, `reps`
 // timed replays: µs per call of each. Throws vi::Error if the capture fails. before_replays and
 // after_replays (if given) run around the replays alone, after the graph is made and before it
-// is destroyed (sm_occupier.cuh holds SMs there).
+// is destroyed (backends/cuda/sm_occupier.h holds SMs there).
 template <class Launch>
 std::vector<float> graph_us_per_call(cudaStream_t s, int calls, int reps, cudaStreamCaptureMode mode,
                                      Launch&& launch, const std::function<void()>& before_replays = {},
