@@ -8,15 +8,10 @@
 
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device.cuh"
+#include "backends/cuda/sm_id.cuh"
 
 namespace vi::cuda {
 namespace {
-
-__device__ __forceinline__ int sm_id() {
-  int id;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-  return id;
-}
 
 __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;

@@ -16,6 +16,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device.cuh"
+#include "backends/cuda/sm_id.cuh"
 #include "backends/cuda/sm_occupier.h"
 #include "core/error.h"
 
@@ -34,9 +35,7 @@ __global__ void record_sm_kernel(int* sms, long long spin) {
   const long long t0 = clock64();
   while (clock64() - t0 < spin) {
   }
-  int id;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-  sms[blockIdx.x] = id;
+  sms[blockIdx.x] = cuda::sm_id();
 }
 
 class SmOccupierTest : public ::testing::Test {
