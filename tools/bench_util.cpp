@@ -20,7 +20,7 @@
 #ifdef VI_WITH_CUDA
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/hwinfo.h"
-#include "backends/cuda/sm_occupier.h"
+#include "backends/cuda/sm_partition.h"
 #endif
 
 namespace vi::cli {
@@ -125,43 +125,16 @@ Ceilings measure_ceilings(const ops::Context& ctx, double given_gbs, double give
   return c;
 }
 
+int restrict_graphs_to_sms(int n) {
+  if (n == 0) return 0;
+  VI_CHECK(n > 0, "--sms {}: give a number of SMs", n);
 #ifdef VI_WITH_CUDA
-void HeldSms::prepare_environment(int n) {
-  if (n > 0) cuda::set_sm_occupier_environment();
-}
-HeldSms::HeldSms(Device device, int n) : n_(n) {
-  if (n <= 0) return;
-  VI_CHECK(device == Device::CUDA, "--occupy-sms holds SMs of a CUDA device, not of the {}", device_name(device));
-  const int sms = cuda::gpu_facts(0).sm_count;
-  VI_CHECK(n < sms, "--occupy-sms {}: the device has {} SMs (hold at most {})", n, sms, sms - 1);
-  occ_ = std::make_unique<cuda::SmOccupier>(n);
-}
-HeldSms::~HeldSms() = default;
-void HeldSms::hold(const ops::Context& ctx) {
-  if (occ_) occ_->hold(ctx.stream);
-}
-void HeldSms::release() {
-  if (occ_) occ_->release();
-}
-std::string HeldSms::label() const {
-  return occ_ ? fmt::format(", {} of {} SMs held", n_, n_ + occ_->usable_sms()) : std::string();
-}
+  VI_CHECK(cuda::device_count() > 0, "--sms runs graphs on some SMs of a CUDA device; there is none");
+  return cuda::restrict_graphs_to_sms(n);
 #else
-}  // namespace vi::cli
-namespace vi::cuda {
-class SmOccupier {};  // no CUDA backend: never made (HeldSms refuses N > 0)
-}  // namespace vi::cuda
-namespace vi::cli {
-HeldSms::HeldSms(Device device, int n) : n_(n) {
-  VI_CHECK(n <= 0, "--occupy-sms holds SMs of a CUDA device; this voltinfer has no CUDA backend ({})",
-           device_name(device));
-}
-void HeldSms::prepare_environment(int) {}
-HeldSms::~HeldSms() = default;
-void HeldSms::hold(const ops::Context&) {}
-void HeldSms::release() {}
-std::string HeldSms::label() const { return {}; }
+  VI_FAIL("--sms runs graphs on some SMs of a CUDA device; this voltinfer has no CUDA backend");
 #endif
+}
 
 std::string device_label(const ops::Context& ctx) {
   if (ctx.device == Device::CPU) return fmt::format("CPU ({} threads)", ThreadPool::global().size());

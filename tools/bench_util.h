@@ -10,32 +10,14 @@
 #include "models/model.h"
 #include "ops/registry.h"
 
-namespace vi::cuda {
-class SmOccupier;
-}
-
 namespace vi::cli {
 
-// `bench --occupy-sms N` (CUDA): N SMs held by blocks that only wait while rounds are timed, the
-// kernels' grids sized for the SMs left: the rounds of a card with this memory and fewer SMs, i.e.
-// more bandwidth an SM to feed (an H100 with 38 of 132 held asks of each SM what an H200 asks;
-// backends/cuda/sm_occupier.h says what the proxy is and is not). N = 0: nothing held.
-class HeldSms {
- public:
-  // Before the process first uses CUDA, where N > 0 (backends/cuda/sm_occupier.h).
-  static void prepare_environment(int n);
-  HeldSms(Device device, int n);
-  ~HeldSms();
-  int held() const { return n_; }
-  void hold(const ops::Context& ctx);  // the timed work runs on ctx's stream; no-op for N = 0
-  void release();  // throws if the SMs were let go before (the timed rounds ran partly unheld)
-  // ", 38 of 132 SMs held" for the device label; empty for N = 0.
-  std::string label() const;
-
- private:
-  int n_ = 0;
-  std::unique_ptr<cuda::SmOccupier> occ_;
-};
+// `bench --sms N` (CUDA): the CUDA graphs (decode and verify rounds) run on N SMs of each device,
+// the kernels' grids sized for them: the rounds of a card with this memory and fewer SMs, i.e. more
+// bandwidth an SM to feed (an H100 on 94 of its 132 SMs asks of each what an H200 asks of all of
+// its; backends/cuda/sm_partition.h says what the proxy is and is not). Before anything records a
+// graph (the model's load). Returns the SMs the graphs run on; 0 for N = 0 (all of them).
+int restrict_graphs_to_sms(int n);
 
 // What the device allows, measured in this process (or given on the command line).
 struct Ceilings {

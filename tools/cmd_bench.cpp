@@ -9,8 +9,8 @@
 //   spec     --spec-rounds 3    ms for a whole MTP round (head passes, verify with checkpoints,
 //                               going back), tok/s computed at reference acceptance rates
 //   --profile-ops               per-op tables of a decode round and a prefill (ops/profiler.h)
-//   --occupy-sms 38             decode and verify rounds timed with 38 SMs held (a proxy of a card with
-//                               more bandwidth an SM: tools/bench_util.h, HeldSms)
+//   --sms 94                    the graphs (decode and verify rounds) on 94 of the card's SMs (a proxy
+//                               of a card with more bandwidth an SM: tools/bench_util.h)
 //   --trace-kernels             per-kernel table of decode rounds from a CUPTI trace: the GPU's
 //                               own kernel times in the replayed step (tools/bench_trace.h);
 //                               --trace-tokens 4 traces verify rounds of 4 tokens instead
@@ -63,7 +63,7 @@ struct BenchArgs {
   int trace_rounds = 8;
   std::vector<int64_t> trace_tokens = {1};  // tokens per traced round: one table per entry
   double bandwidth_gbs = 0, peak_tflops = 0;
-  int occupy_sms = 0;  // SMs held while rounds are timed (HeldSms)
+  int sms = 0;  // --sms: the SMs the graphs run on (0: all)
 };
 
 struct Stats {
@@ -120,7 +120,7 @@ class Bench {
 
   BenchArgs a_;
   Loaded L_;
-  std::unique_ptr<HeldSms> held_;
+  int graph_sms_ = 0;  // --sms as the device made it (0: all SMs)
   Ceilings ceil_;
   std::string device_, profile_, wformat_, kv_dtype_;
   std::map<std::string, std::vector<int32_t>> text_;  // tokenized prompt text per style
@@ -153,7 +153,7 @@ json Bench::conditions() const {
               {"speculation", "none"},
               {"concurrency", 1},
               {"cache", "cold"},
-              {"held_sms", held_ ? held_->held() : 0},
+              {"graph_sms", graph_sms_ > 0 ? json(graph_sms_) : json(nullptr)},
               {"copy_gbs", ceil_.copy_gbs},
               {"copy_gbs_how", ceil_.copy_how},
               {"tensor_tflops", ceil_.tensor_tflops},
@@ -277,10 +277,10 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
       tok = picked[0].token;
     }
     ops::synchronize(L_.ctx);
-    held_->hold(L_.ctx);  // --occupy-sms: around the timed rounds only (nothing in them waits for the whole device)
     // host_ms: until forward() returns: the step's host work (plan, staging and upload, the
     // launch), which the device waits for after the previous round's token came back.
     std::vector<double> host_ms;
+    const int64_t eager_before = L_.model->step_stats().eager;
     Timer all;
     for (int64_t i = 0; i < a_.n_gen; ++i) {
       Timer t;
@@ -292,7 +292,10 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
       tok = picked[0].token;
     }
     const double total_s = all.s();
-    held_->release();
+    // --sms: only the graphs run on the partition; a round run op by op would use every SM.
+    VI_CHECK(graph_sms_ == 0 || L_.model->step_stats().eager == eager_before,
+             "--sms: {} timed decode rounds ran op by op (not as graphs), on every SM",
+             L_.model->step_stats().eager - eager_before);
     const double mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
     host_ms_rep.push_back(std::accumulate(host_ms.begin(), host_ms.end(), 0.0) / host_ms.size());
     const double pct = mbu(bytes_round, mean_ms / 1e3);
@@ -310,18 +313,21 @@ void Bench::decode_test(const std::string& style, int64_t depth) {
       std::vector<double> v;
       std::vector<int32_t> toks(static_cast<size_t>(T), tok);
       const std::vector<ops::SampleParams> greedy_t(static_cast<size_t>(T));
+      int64_t eager_timed = 0;  // rounds 1..3 run op by op (--sms needs graphs)
       for (int r = 0; r < 4; ++r) {
         if (seq->n_past() + T > seq->capacity()) break;
-        if (r == 1) held_->hold(L_.ctx);
+        const int64_t eager_before_round = L_.model->step_stats().eager;
         Timer t;
         BatchItem item{seq.get(), toks, /*all_logits=*/true, /*checkpoints=*/a_.verify_checkpoints && T > 1};
         L_.model->forward_batch(L_.ctx, {&item, 1}, logits, LogitsOn::kDevice);
         picked.resize(static_cast<size_t>(T));
         ops::sample(L_.ctx, logits, greedy_t, {}, picked);
         if (r > 0) v.push_back(t.ms());  // the first of each width warms its buffers (and records)
+        if (r > 0) eager_timed += L_.model->step_stats().eager - eager_before_round;
         for (int64_t j = 0; j < T; ++j) toks[j] = picked[static_cast<size_t>(j)].token;
       }
-      held_->release();
+      VI_CHECK(graph_sms_ == 0 || eager_timed == 0, "--sms: {} timed {}-token rounds ran op by op, on every SM",
+               eager_timed, T);
       if (v.empty()) continue;
       verify_ms[T].push_back(median(v));
       emit({{"test", "verify"}, {"fill", a_.fill}, {"prompt_style", style}, {"context", depth}, {"tokens", T},
@@ -519,11 +525,14 @@ void Bench::run() {
                                     (a_.trace_kernels ? (a_.trace_rounds + 1) * trace_tokens : 0));
   if (a_.model.ctx_size == 0) a_.model.ctx_size = longest + 16;
   a_.model.draft_head = !a_.spec_rounds.empty();
+  graph_sms_ = restrict_graphs_to_sms(a_.sms);  // before the load records any graph
   L_ = load(a_.model);
   if (a_.n_batch == 0) a_.n_batch = L_.ctx.device == Device::CPU ? 256 : 2048;  // what `serve` uses
   VI_CHECK(longest <= L_.n_ctx, "the tests need a context of {} tokens but -c is {}", longest, L_.n_ctx);
-  held_ = std::make_unique<HeldSms>(L_.ctx.device, a_.occupy_sms);
-  device_ = device_label(L_.ctx) + held_->label();
+  VI_CHECK(graph_sms_ == 0 || L_.ctx.device == Device::CUDA, "--sms: the model runs on the {}, not on a CUDA device",
+           device_name(L_.ctx.device));
+  VI_CHECK(graph_sms_ == 0 || L_.ctx.graphs, "--sms runs the CUDA graphs on some SMs, and graphs are off");
+  device_ = device_label(L_.ctx) + (graph_sms_ > 0 ? fmt::format(", graphs on {} SMs", graph_sms_) : "");
   profile_ = profile_label(L_.ctx);
   if (L_.ctx.device != Device::CPU && !L_.ctx.graphs) profile_ += ", no graphs";
   wformat_ = weight_format_summary(*L_.weights);
@@ -616,10 +625,10 @@ void register_bench(CLI::App& app) {
                   "one kernel table each (default 1)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{64}));
-  cmd->add_option("--occupy-sms", a->occupy_sms,
-                  "CUDA: hold N SMs with blocks that only wait while decode and verify rounds are timed, the kernels "
-                  "sized for the rest: a proxy of a card with more bandwidth per SM (MBU stays against this card's "
-                  "copy rate)")
+  cmd->add_option("--sms", a->sms,
+                  "CUDA: run the graphs (decode and verify rounds) on N SMs of the card, the kernels sized for them: "
+                  "a proxy of a card with more bandwidth per SM (MBU stays against this card's copy rate; prefill "
+                  "runs outside graphs, on every SM)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--bandwidth-gbs", a->bandwidth_gbs, "Copy bandwidth for MBU (default: measured now)");
   cmd->add_option("--peak-tflops", a->peak_tflops, "Tensor-core rate for MFU (default: measured now with cuBLAS)");
@@ -629,7 +638,6 @@ void register_bench(CLI::App& app) {
     if (const char* e = std::getenv("VI_TRACE_KERNELS"); e && std::string(e) == "1") args.trace_kernels = true;
     if (args.prompt_lens.empty() && args.depths.empty()) args.prompt_lens = {512};
     if (args.depths.empty()) args.depths = args.prompt_lens;  // as before -d existed: decode after each prompt
-    HeldSms::prepare_environment(args.occupy_sms);  // before the model's load first uses CUDA
     Bench(args).run();
   });
 }

@@ -8,12 +8,12 @@
 // Weights are random bytes with finite fp16/bf16/f32 scales and values (never zeros).
 //
 //   bench_cuda_gemv [--dtypes q4_k,q8_0,...] [--tokens 1,2,4,8] [--profiles native,volta]
-//                   [--shapes 17408x5120,...] [--json FILE] [--variants] [--occupy-sms N]
+//                   [--shapes 17408x5120,...] [--json FILE] [--variants] [--sms N]
 // --shapes: only these N x K; sizes that are no 27B matrix are timed too (labelled "probe").
-// --occupy-sms N: every timed call runs while N SMs are held by blocks that only wait
-// (backends/cuda/sm_occupier.h), and the kernels size their grids for the rest: a card with the same memory
-// and fewer SMs, i.e. more bandwidth an SM to feed (an H100 with 38 of 132 held asks what an H200
-// asks of all of its SMs). % copy stays against the whole card's copy rate.
+// --sms N: everything after the copy measurement runs on N of the card's SMs (a green context,
+// backends/cuda/sm_partition.h), the kernels' grids sized for them: a card with the same memory and
+// fewer SMs, i.e. more bandwidth an SM to feed (an H100 on 94 of its 132 SMs asks of each what an
+// H200 asks of all of its). % copy stays against the whole card's copy rate.
 // --variants: also time every work shape of the tensor-core GEMVs (gemv_mma: row tiles per warp
 // x blocks per SM; gemv_q4kt and its fused SwiGLU: blocks per SM, super-blocks one at a time or in
 // pairs, the SwiGLU also on the paired gate|up tiles (Q4_KTS); the deferred norm's producer and
@@ -45,7 +45,7 @@
 #include "backends/cuda/gemv_q4kt.cuh"
 #include "backends/cuda/gemv_q4kt_tma.cuh"
 #include "backends/cuda/gemv_simt.cuh"
-#include "backends/cuda/sm_occupier.h"
+#include "backends/cuda/sm_partition.h"
 #include "bench_cuda_util.cuh"
 #include "core/dtype.h"
 #include "core/half.h"
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   std::string dtypes = "q4_k,q8_0,q4_0,q4_1,q5_k,q6_k,f16,bf16,f32", tokens = "1,2,4,8", profiles = "native,volta";
   std::string json, shape_filter;
   bool variants = false;
-  int occupy_sms = 0;
+  int sms = 0;  // --sms: 0 = all of them
   for (int i = 1; i < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--variants") {
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
     else if (a == "--profiles") profiles = argv[i + 1];
     else if (a == "--json") json = argv[i + 1];
     else if (a == "--shapes") shape_filter = argv[i + 1];
-    else if (a == "--occupy-sms") occupy_sms = std::atoi(argv[i + 1]);
+    else if (a == "--sms") sms = std::atoi(argv[i + 1]);
     else { std::fprintf(stderr, "unknown option %s\n", a.c_str()); return 2; }
   }
   // The matrices a 27B decode round multiplies, as the loader stacks them (gate|up,
@@ -175,7 +175,6 @@ int main(int argc, char** argv) {
     const bool listed = std::any_of(shapes.begin(), shapes.end(), [&](const Shape& s) { return s.N == N && s.K == K; });
     if (!listed) shapes.push_back({"probe", N, K});
   }
-  if (occupy_sms > 0) vi::cuda::set_sm_occupier_environment();  // before the first CUDA call
   cudaStream_t stream;
   VI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaDeviceProp prop;
@@ -183,20 +182,22 @@ int main(int argc, char** argv) {
   const double copy_gbs = vi::benchutil::copy_bandwidth();
   std::printf("device: %s, %d SMs; device-to-device copy: %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, copy_gbs);
-  if (occupy_sms < 0 || occupy_sms >= prop.multiProcessorCount) {
-    std::fprintf(stderr, "--occupy-sms %d: give 0 to %d\n", occupy_sms, prop.multiProcessorCount - 1);
-    return 2;
+  int used_sms = prop.multiProcessorCount;
+  if (sms != 0) {
+    if (sms < 0 || sms > prop.multiProcessorCount) {
+      std::fprintf(stderr, "--sms %d: give 1 to %d\n", sms, prop.multiProcessorCount);
+      return 2;
+    }
+    used_sms = vi::cuda::restrict_graphs_to_sms(sms);
+    stream = static_cast<cudaStream_t>(vi::cuda::partition_stream());  // all work from here on
+    std::printf("calls run on %d of %d SMs: %.1f GB/s of copy an SM, as all %d SMs of a card with %.0f GB/s\n",
+                used_sms, prop.multiProcessorCount, copy_gbs / used_sms, prop.multiProcessorCount,
+                copy_gbs * prop.multiProcessorCount / used_sms);
   }
-  vi::cuda::SmOccupier occupier(occupy_sms);
-  const int free_sms = prop.multiProcessorCount - occupy_sms;
-  if (occupy_sms > 0)
-    std::printf("timed calls run on %d SMs (%d held): %.1f GB/s of copy an SM, as all %d SMs of a card with %.0f GB/s\n",
-                free_sms, occupy_sms, copy_gbs / free_sms, prop.multiProcessorCount,
-                copy_gbs * prop.multiProcessorCount / free_sms);
   FILE* jf = json.empty() ? nullptr : std::fopen(json.c_str(), "w");
   if (jf)
-    std::fprintf(jf, "{\"device\":\"%s\",\"sms\":%d,\"held_sms\":%d,\"copy_gbs\":%.1f}\n", prop.name,
-                 prop.multiProcessorCount, occupy_sms, copy_gbs);
+    std::fprintf(jf, "{\"device\":\"%s\",\"sms\":%d,\"used_sms\":%d,\"copy_gbs\":%.1f}\n", prop.name,
+                 prop.multiProcessorCount, used_sms, copy_gbs);
   std::printf("%-7s %-6s %-20s %7s %6s %2s %9s %8s %7s\n", "profile", "dtype", "shape", "N", "K", "T", "us",
               "GB/s", "%copy");
   for (const std::string& dn : split(dtypes)) {
@@ -241,18 +242,10 @@ int main(int argc, char** argv) {
           Tensor xt = x.slice_rows(0, T), yt = y.slice_rows(0, T);
           // µs per call of `call(weight)` in a CUDA graph: about 2 ms of calls, at least one
           // pass over the copies, median of 9 replays.
-          // With --occupy-sms the SMs are held around the replays only (and one call goes before,
-          // which makes whatever a first call allocates): nothing may wait for the whole device
-          // while they are held.
           auto timed_us = [&](auto call) {
-            if (occupier.held() > 0) {
-              call(ws[0]);
-              VI_CUDA_CHECK(cudaStreamSynchronize(stream));
-            }
             auto run = [&](int calls) {
-              return median(vi::benchutil::graph_us_per_call(
-                  stream, calls, 9, cudaStreamCaptureModeRelaxed, [&](int i) { call(ws[i % copies]); },
-                  [&] { occupier.hold(stream); }, [&] { occupier.release(); }));
+              return median(vi::benchutil::graph_us_per_call(stream, calls, 9, cudaStreamCaptureModeRelaxed,
+                                                             [&](int i) { call(ws[i % copies]); }));
             };
             const float est = run(copies);
             const int calls = std::max(copies, std::min(2000, static_cast<int>(2000.0f / std::max(est, 1.0f))));

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -94,13 +93,10 @@ float event_ms(cudaStream_t s, int warmups, int reps, Call&& call) {
 }
 
 // launch(i) for i in [0, calls) captured once into a graph; after one warm-up replay, `reps`
-// timed replays: µs per call of each. Throws vi::Error if the capture fails. before_replays and
-// after_replays (if given) run around the replays alone, after the graph is made and before it
-// is destroyed (backends/cuda/sm_occupier.h holds SMs there).
+// timed replays: µs per call of each. Throws vi::Error if the capture fails.
 template <class Launch>
 std::vector<float> graph_us_per_call(cudaStream_t s, int calls, int reps, cudaStreamCaptureMode mode,
-                                     Launch&& launch, const std::function<void()>& before_replays = {},
-                                     const std::function<void()>& after_replays = {}) {
+                                     Launch&& launch) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   VI_CUDA_CHECK(cudaStreamBeginCapture(s, mode));
@@ -110,7 +106,6 @@ std::vector<float> graph_us_per_call(cudaStream_t s, int calls, int reps, cudaSt
   cudaEvent_t e0, e1;
   VI_CUDA_CHECK(cudaEventCreate(&e0));
   VI_CUDA_CHECK(cudaEventCreate(&e1));
-  if (before_replays) before_replays();
   VI_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm-up
   std::vector<float> us;
   for (int r = 0; r < reps; ++r) {
@@ -122,7 +117,6 @@ std::vector<float> graph_us_per_call(cudaStream_t s, int calls, int reps, cudaSt
     VI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     us.push_back(ms * 1e3f / calls);
   }
-  if (after_replays) after_replays();
   VI_CUDA_CHECK(cudaEventDestroy(e0));
   VI_CUDA_CHECK(cudaEventDestroy(e1));
   VI_CUDA_CHECK(cudaGraphExecDestroy(exec));

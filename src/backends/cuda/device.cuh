@@ -19,9 +19,9 @@ struct DeviceInfo {
 };
 // The current device's facts (queried once per device).
 const DeviceInfo& current_device();
-// Benchmarks that hold some SMs with a kernel of their own (an emulation of a card with more
-// memory bandwidth per SM, backends/cuda/sm_occupier.h) make the kernels size their grids for the
-// SMs left: the current device's sm_count becomes n (1 <= n <= its SMs; 0: all of them again).
+// Benchmarks that run the graphs on some of the SMs (an emulation of a card with more memory
+// bandwidth per SM, backends/cuda/sm_partition.h) make the kernels size their grids for them: the
+// current device's sm_count becomes n (1 <= n <= its SMs; 0: all of them again).
 void set_usable_sm_count(int n);
 
 inline bool volta_profile(const ops::Context& ctx) { return resolve_profile(ctx) == ops::KernelProfile::kVolta; }

@@ -2,11 +2,14 @@
 // calling thread (the legacy default stream, which contexts may use, cannot be captured) in
 // thread-local mode, so another thread's work is never pulled in; replays go to the caller's
 // stream. Allocations inside the recording (cudaMallocAsync) become the graph's own memory.
+// With an SM partition (backends/cuda/sm_partition.h) recording and replays use the partition's
+// stream instead, and a replay is fenced to the caller's stream both ways.
 #include <memory>
 #include <vector>
 
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device.cuh"
+#include "backends/cuda/sm_partition.h"
 #include "ops/graph.h"
 
 namespace vi::cuda {
@@ -14,14 +17,39 @@ namespace {
 
 class CudaGraph final : public ops::Graph {
  public:
-  CudaGraph(cudaGraphExec_t exec, const ops::GraphShape& shape) : exec_(exec), shape_(shape) {}
-  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
-  void launch(ops::Context& ctx) override { VI_CUDA_CHECK(cudaGraphLaunch(exec_, stream_of(ctx))); }
+  // partition: the SM partition's stream the graph was recorded on (null: none).
+  CudaGraph(cudaGraphExec_t exec, const ops::GraphShape& shape, cudaStream_t partition)
+      : exec_(exec), shape_(shape), partition_(partition) {
+    if (partition_) {
+      VI_CUDA_CHECK(cudaEventCreateWithFlags(&before_, cudaEventDisableTiming));
+      VI_CUDA_CHECK(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming));
+    }
+  }
+  ~CudaGraph() override {
+    cudaGraphExecDestroy(exec_);
+    if (before_) cudaEventDestroy(before_);
+    if (after_) cudaEventDestroy(after_);
+  }
+  void launch(ops::Context& ctx) override {
+    const cudaStream_t s = stream_of(ctx);
+    if (!partition_) {
+      VI_CUDA_CHECK(cudaGraphLaunch(exec_, s));
+      return;
+    }
+    // The replay waits for what the caller queued before it, and the caller's later work for it.
+    VI_CUDA_CHECK(cudaEventRecord(before_, s));
+    VI_CUDA_CHECK(cudaStreamWaitEvent(partition_, before_, 0));
+    VI_CUDA_CHECK(cudaGraphLaunch(exec_, partition_));
+    VI_CUDA_CHECK(cudaEventRecord(after_, partition_));
+    VI_CUDA_CHECK(cudaStreamWaitEvent(s, after_, 0));
+  }
   ops::GraphShape shape() const override { return shape_; }
 
  private:
   cudaGraphExec_t exec_;
   ops::GraphShape shape_;
+  cudaStream_t partition_ = nullptr;
+  cudaEvent_t before_ = nullptr, after_ = nullptr;
 };
 
 // A node's dependencies. Where edges carry types (CUDA 12.3+: programmatic launch makes some of
@@ -101,7 +129,8 @@ cudaStream_t recording_stream() {
 }
 
 std::unique_ptr<ops::Graph> cuda_record(ops::Context& ctx, const std::function<void(ops::Context&)>& body) {
-  cudaStream_t s = recording_stream();
+  const cudaStream_t partition = static_cast<cudaStream_t>(partition_stream());
+  cudaStream_t s = partition ? partition : recording_stream();
   ops::Context rctx = ctx;
   rctx.stream = s;
   VI_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -125,7 +154,7 @@ std::unique_ptr<ops::Graph> cuda_record(ops::Context& ctx, const std::function<v
   const cudaError_t err = cudaGraphInstantiateWithFlags(&exec, graph, 0);
   cudaGraphDestroy(graph);  // the executable keeps what it needs
   VI_CUDA_CHECK(err);
-  return std::make_unique<CudaGraph>(exec, shape);
+  return std::make_unique<CudaGraph>(exec, shape, partition);
 }
 
 const bool registered = [] {

@@ -1,0 +1,183 @@
+// SM partitions through green contexts (backends/cuda/sm_partition.h). The driver functions are
+// looked up at run time (cudaGetDriverEntryPointByVersion), so the binary does not link libcuda
+// and still starts where there is no driver.
+#include "backends/cuda/sm_partition.h"
+
+#include <cuda.h>
+
+#include <mutex>
+
+#include "backends/cuda/cuda_util.cuh"
+#include "backends/cuda/device.cuh"
+
+// Green contexts came with CUDA 12.4; the lookup of driver functions by version with 12.5.
+#define VI_GREEN_CONTEXTS (CUDART_VERSION >= 12050 && CUDA_VERSION >= 12050)
+
+namespace vi::cuda {
+namespace {
+
+constexpr int kMaxDevices = 64;
+struct Partition {
+  int asked = 0;  // what restrict_graphs_to_sms was given
+  int sms = 0;    // what the driver made of it
+  cudaStream_t stream = nullptr;
+};
+Partition g_partitions[kMaxDevices];
+std::mutex g_mutex;
+
+#if VI_GREEN_CONTEXTS
+// The driver's `name`, as of the 12.4 API (green contexts' first); null if the driver lacks it.
+template <class F>
+F driver_function(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12040, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return reinterpret_cast<F>(p);
+}
+
+struct Driver {
+  decltype(&::cuDeviceGet) device_get = nullptr;
+  decltype(&::cuDeviceGetDevResource) get_resource = nullptr;
+  decltype(&::cuDevSmResourceSplitByCount) split = nullptr;
+  decltype(&::cuDevResourceGenerateDesc) describe = nullptr;
+  decltype(&::cuGreenCtxCreate) create = nullptr;
+  decltype(&::cuGreenCtxStreamCreate) stream_create = nullptr;
+  bool complete() const { return device_get && get_resource && split && describe && create && stream_create; }
+};
+
+const Driver& driver() {
+  static const Driver d = [] {
+    Driver x;
+    x.device_get = driver_function<decltype(x.device_get)>("cuDeviceGet");
+    x.get_resource = driver_function<decltype(x.get_resource)>("cuDeviceGetDevResource");
+    x.split = driver_function<decltype(x.split)>("cuDevSmResourceSplitByCount");
+    x.describe = driver_function<decltype(x.describe)>("cuDevResourceGenerateDesc");
+    x.create = driver_function<decltype(x.create)>("cuGreenCtxCreate");
+    x.stream_create = driver_function<decltype(x.stream_create)>("cuGreenCtxStreamCreate");
+    return x;
+  }();
+  return d;
+}
+
+#define VI_CU_CHECK(call)                                                                                 \
+  do {                                                                                                    \
+    const CUresult vi_r_ = (call);                                                                        \
+    if (vi_r_ != CUDA_SUCCESS)                                                                            \
+      ::vi::fail_at(__FILE__, __LINE__, fmt::format("{} failed: CUresult {}", #call, static_cast<int>(vi_r_))); \
+  } while (0)
+
+// A green context of at least `sms` SMs of `dev` and a stream of it; returns the SM count.
+int make_partition(int dev, int sms, cudaStream_t* stream) {
+  const Driver& d = driver();
+  VI_CUDA_CHECK(cudaFree(nullptr));  // the primary context first (cuGreenCtxCreate retains it)
+  CUdevice cu_dev = 0;
+  VI_CU_CHECK(d.device_get(&cu_dev, dev));
+  CUdevResource all{};
+  VI_CU_CHECK(d.get_resource(cu_dev, &all, CU_DEV_RESOURCE_TYPE_SM));
+  CUdevResource part{}, rest{};
+  unsigned groups = 1;
+  // Exact counts where the driver may ignore how SMs group into clusters (our kernels launch no
+  // clusters); the card's granularity otherwise.
+  CUresult r = d.split(&part, &groups, &all, &rest, CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING,
+                       static_cast<unsigned>(sms));
+  if (r != CUDA_SUCCESS || groups != 1) {
+    groups = 1;
+    r = d.split(&part, &groups, &all, &rest, 0, static_cast<unsigned>(sms));
+  }
+  VI_CHECK(r == CUDA_SUCCESS && groups == 1, "SM partition: the driver cannot split {} SMs off device {} ({} SMs): "
+           "CUresult {}", sms, dev, all.sm.smCount, static_cast<int>(r));
+  CUdevResourceDesc desc{};
+  VI_CU_CHECK(d.describe(&desc, &part, 1));
+  CUgreenCtx green{};
+  VI_CU_CHECK(d.create(&green, desc, cu_dev, CU_GREEN_CTX_DEFAULT_STREAM));
+  CUstream s{};
+  VI_CU_CHECK(d.stream_create(&s, green, CU_STREAM_NON_BLOCKING, 0));
+  *stream = reinterpret_cast<cudaStream_t>(s);
+  // The green context lives as long as the process: graphs recorded on its stream keep it.
+  return static_cast<int>(part.sm.smCount);
+}
+#endif
+
+}  // namespace
+
+bool sm_partition_supported(std::string* why) {
+  auto no = [&](std::string w) {
+    if (why) *why = std::move(w);
+    return false;
+  };
+  if (device_count() == 0) return no("no CUDA device");
+#if VI_GREEN_CONTEXTS
+  int drv = 0;
+  cudaDriverGetVersion(&drv);
+  if (drv < 12040) return no(fmt::format("the driver supports CUDA {}.{}; green contexts need 12.4", drv / 1000,
+                                         drv % 1000 / 10));
+  if (!driver().complete()) return no("the driver has no green-context functions");
+  return true;
+#else
+  return no(fmt::format("built with CUDA {}.{}; green contexts need 12.5 or newer to build", CUDART_VERSION / 1000,
+                        CUDART_VERSION % 1000 / 10));
+#endif
+}
+
+namespace {
+
+// restrict_graphs_to_sms for the current device.
+int restrict_device(int sms) {
+  const DeviceInfo& dev = current_device();
+  cudaDeviceProp p{};
+  VI_CUDA_CHECK(cudaGetDeviceProperties(&p, dev.index));
+  VI_CHECK(sms >= 1 && sms <= p.multiProcessorCount, "SM partition: {} SMs asked of device {}, which has {}", sms,
+           dev.index, p.multiProcessorCount);
+  VI_CHECK(dev.index < kMaxDevices, "SM partition: device {} (at most {} devices)", dev.index, kMaxDevices);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  Partition& part = g_partitions[dev.index];
+  if (part.stream) {
+    VI_CHECK(sms == part.asked, "device {} already runs its graphs on {} SMs (asked now: {})", dev.index, part.sms,
+             sms);
+    return part.sms;
+  }
+#if VI_GREEN_CONTEXTS
+  part.sms = make_partition(dev.index, sms, &part.stream);
+  part.asked = sms;
+  set_usable_sm_count(part.sms);
+  return part.sms;
+#else
+  return 0;  // not reached: sm_partition_supported() is false
+#endif
+}
+
+}  // namespace
+
+int restrict_graphs_to_sms(int sms) {
+  std::string why;
+  VI_CHECK(sm_partition_supported(&why), "cannot run graphs on a subset of the SMs: {}", why);
+  int prev = 0;
+  VI_CUDA_CHECK(cudaGetDevice(&prev));
+  int used = 0;
+  for (int d = 0; d < device_count(); ++d) {
+    VI_CUDA_CHECK(cudaSetDevice(d));
+    const int u = restrict_device(sms);
+    VI_CHECK(d == 0 || u == used, "SM partition of {} SMs: device {} got {}, device 0 {}", sms, d, u, used);
+    used = u;
+  }
+  VI_CUDA_CHECK(cudaSetDevice(prev));
+  return used;
+}
+
+int partition_sms() {
+  const int dev = current_device().index;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return dev < kMaxDevices ? g_partitions[dev].sms : 0;
+}
+
+void* partition_stream() {
+  const int dev = current_device().index;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return dev < kMaxDevices ? g_partitions[dev].stream : nullptr;
+}
+
+}  // namespace vi::cuda
