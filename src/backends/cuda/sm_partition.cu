@@ -26,12 +26,13 @@ Partition g_partitions[kMaxDevices];
 std::mutex g_mutex;
 
 #if VI_GREEN_CONTEXTS
-// The driver's `name`, as of the 12.4 API (green contexts' first); null if the driver lacks it.
+// The driver's `name` as of CUDA 12.5 (cuGreenCtxStreamCreate came then, after the rest; none of
+// these changed since: cudaTypedefs.h); null if the driver lacks it.
 template <class F>
 F driver_function(const char* name) {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult q{};
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12040, cudaEnableDefault, &q) != cudaSuccess ||
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12050, cudaEnableDefault, &q) != cudaSuccess ||
       q != cudaDriverEntryPointSuccess) {
     cudaGetLastError();
     return nullptr;
@@ -46,7 +47,12 @@ struct Driver {
   decltype(&::cuDevResourceGenerateDesc) describe = nullptr;
   decltype(&::cuGreenCtxCreate) create = nullptr;
   decltype(&::cuGreenCtxStreamCreate) stream_create = nullptr;
-  bool complete() const { return device_get && get_resource && split && describe && create && stream_create; }
+  // The first function the driver lacks, or null.
+  const char* missing() const {
+    return !device_get ? "cuDeviceGet" : !get_resource ? "cuDeviceGetDevResource" : !split ? "cuDevSmResourceSplitByCount"
+           : !describe ? "cuDevResourceGenerateDesc" : !create ? "cuGreenCtxCreate"
+           : !stream_create ? "cuGreenCtxStreamCreate" : nullptr;
+  }
 };
 
 const Driver& driver() {
@@ -113,9 +119,9 @@ bool sm_partition_supported(std::string* why) {
 #if VI_GREEN_CONTEXTS
   int drv = 0;
   cudaDriverGetVersion(&drv);
-  if (drv < 12040) return no(fmt::format("the driver supports CUDA {}.{}; green contexts need 12.4", drv / 1000,
+  if (drv < 12050) return no(fmt::format("the driver supports CUDA {}.{}; green contexts here need 12.5", drv / 1000,
                                          drv % 1000 / 10));
-  if (!driver().complete()) return no("the driver has no green-context functions");
+  if (const char* f = driver().missing()) return no(fmt::format("the driver has no {} (as of CUDA 12.5)", f));
   return true;
 #else
   return no(fmt::format("built with CUDA {}.{}; green contexts need 12.5 or newer to build", CUDART_VERSION / 1000,
