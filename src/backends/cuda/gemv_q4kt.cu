@@ -502,7 +502,13 @@ Q4ktShape gemv_q4kt_default_shape(int64_t N, int64_t T) {
 
 Q4ktShape gemv_q4kt_swiglu_default_shape(int64_t N, int64_t T) {
   static const bool pair = env_switch_on("VI_Q4KT_PAIR");
-  return Q4ktShape{gemv_q4kt_default_shape(N).blocks, pair, gemv_q4kt_stream_default(T)};
+  static const int blocks = [] {  // VI_Q4KT_SWIGLU_BLOCKS: 3 or 4 (the compiled counts); unset: the default
+    const char* v = std::getenv("VI_Q4KT_SWIGLU_BLOCKS");
+    if (v == nullptr || *v == 0) return 0;
+    VI_CHECK(std::strcmp(v, "3") == 0 || std::strcmp(v, "4") == 0, "VI_Q4KT_SWIGLU_BLOCKS={}: give 3 or 4", v);
+    return std::atoi(v);
+  }();
+  return Q4ktShape{blocks ? blocks : gemv_q4kt_default_shape(N).blocks, pair, gemv_q4kt_stream_default(T)};
 }
 
 std::vector<Q4ktShape> gemv_q4kt_shapes() {
