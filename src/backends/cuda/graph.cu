@@ -20,16 +20,15 @@ class CudaGraph final : public ops::Graph {
   // partition: the SM partition's stream the graph was recorded on (null: none).
   CudaGraph(cudaGraphExec_t exec, const ops::GraphShape& shape, cudaStream_t partition)
       : exec_(exec), shape_(shape), partition_(partition) {
-    if (partition_) {
-      VI_CUDA_CHECK(cudaEventCreateWithFlags(&before_, cudaEventDisableTiming));
-      VI_CUDA_CHECK(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming));
+    if (!partition_) return;
+    cudaError_t err = cudaEventCreateWithFlags(&before_, cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&after_, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+      release();
+      VI_CUDA_CHECK(err);
     }
   }
-  ~CudaGraph() override {
-    cudaGraphExecDestroy(exec_);
-    if (before_) cudaEventDestroy(before_);
-    if (after_) cudaEventDestroy(after_);
-  }
+  ~CudaGraph() override { release(); }
   void launch(ops::Context& ctx) override {
     const cudaStream_t s = stream_of(ctx);
     if (!partition_) {
@@ -50,6 +49,12 @@ class CudaGraph final : public ops::Graph {
   ops::GraphShape shape_;
   cudaStream_t partition_ = nullptr;
   cudaEvent_t before_ = nullptr, after_ = nullptr;
+
+  void release() {  // the destructor's work, also where the constructor throws
+    cudaGraphExecDestroy(exec_);
+    if (before_) cudaEventDestroy(before_);
+    if (after_) cudaEventDestroy(after_);
+  }
 };
 
 // A node's dependencies. Where edges carry types (CUDA 12.3+: programmatic launch makes some of
