@@ -24,6 +24,22 @@ const DeviceInfo& current_device();
 // current device's sm_count becomes n (1 <= n <= its SMs; 0: all of them again).
 void set_usable_sm_count(int n);
 
+// Makes `dev` the current device for a scope and restores the caller's at its end (also when it
+// throws).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int dev) {
+    VI_CUDA_CHECK(cudaGetDevice(&prev_));
+    VI_CUDA_CHECK(cudaSetDevice(dev));
+  }
+  ~DeviceGuard() { cudaSetDevice(prev_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0;
+};
+
 inline bool volta_profile(const ops::Context& ctx) { return resolve_profile(ctx) == ops::KernelProfile::kVolta; }
 // Whether a kernel may use sm_80 instructions (mma.m16n8k16, cp.async, ldmatrix, bf16): the
 // native profile on a device whose loaded code was compiled for sm_80 or newer.

@@ -12,18 +12,6 @@ namespace vi::cuda {
 
 namespace {
 
-// Restores the caller's current device when the measurement is done.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int dev) {
-    VI_CUDA_CHECK(cudaGetDevice(&prev_));
-    VI_CUDA_CHECK(cudaSetDevice(dev));
-  }
-  ~DeviceGuard() { cudaSetDevice(prev_); }
-
- private:
-  int prev_ = 0;
-};
 
 // A device buffer freed on scope exit.
 struct DevBuf {

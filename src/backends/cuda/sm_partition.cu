@@ -161,16 +161,13 @@ int restrict_device(int sms) {
 int restrict_graphs_to_sms(int sms) {
   std::string why;
   VI_CHECK(sm_partition_supported(&why), "cannot run graphs on a subset of the SMs: {}", why);
-  int prev = 0;
-  VI_CUDA_CHECK(cudaGetDevice(&prev));
   int used = 0;
   for (int d = 0; d < device_count(); ++d) {
-    VI_CUDA_CHECK(cudaSetDevice(d));
+    DeviceGuard on(d);
     const int u = restrict_device(sms);
     VI_CHECK(d == 0 || u == used, "SM partition of {} SMs: device {} got {}, device 0 {}", sms, d, u, used);
     used = u;
   }
-  VI_CUDA_CHECK(cudaSetDevice(prev));
   return used;
 }
 
