@@ -2114,20 +2114,6 @@ int smem_bytes(int DP, int MTM) {
   return MTM == 2 ? Layout<256, 2>::kBytes : Layout<256, 4>::kBytes;
 }
 
-// The shared memory a block may opt into on the current device (queried once per device).
-int optin_smem() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> bytes[kMaxDevices];  // 0: not asked yet
-  const int dev = current_device().index;
-  if (dev >= kMaxDevices) return 48 * 1024;
-  if (bytes[dev].load(std::memory_order_relaxed) == 0) {
-    int optin = 0;
-    VI_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    bytes[dev].store(optin, std::memory_order_relaxed);
-  }
-  return bytes[dev].load(std::memory_order_relaxed);
-}
-
 // The ring kernel's shared memory for K/V dtypes (i8: true) and the padded shape.
 template <class TK, class TV>
 int ring_smem_t(int DP, int MTM) {
@@ -2226,7 +2212,7 @@ bool decode_tc_warps_fits(const ops::Context& ctx, const DecodeArgs& a) {
   const bool chunks = a.D % 16 == 0 && reinterpret_cast<uintptr_t>(a.k) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(a.v) % 16 == 0;
   const int RT = static_cast<int>(decode_tc_warps_tiles(a));
-  return groups >= 1 && chunks && warps_smem(padded_dim(a.D), RT) <= optin_smem();
+  return groups >= 1 && chunks && warps_smem(padded_dim(a.D), RT) <= current_device().smem_optin;
 }
 
 void set_decode_tc_ring(DecodeTcRing mode) { g_tc_ring.store(mode, std::memory_order_relaxed); }
@@ -2244,14 +2230,14 @@ bool decode_tc_ring_fits(const ops::Context& ctx, const DecodeArgs& a) {
   };
   const int MT = static_cast<int>((a.T * (a.Hq / a.Hkv) + 15) / 16);
   return pair_ok && chunks_ok(a.k, a.k_dtype) && chunks_ok(a.v, a.v_dtype) &&
-         ring_smem(a.k_dtype, a.v_dtype, padded_dim(a.D), ring_mtm(MT)) <= optin_smem();
+         ring_smem(a.k_dtype, a.v_dtype, padded_dim(a.D), ring_mtm(MT)) <= current_device().smem_optin;
 }
 
 bool decode_tc_fits(const DecodeArgs& a) {
   auto kv_ok = [](DType t) { return t == DType::F16 || t == DType::I8; };
   return a.q_dtype == DType::F16 && kv_ok(a.k_dtype) && kv_ok(a.v_dtype) &&
          decode_attention_fits(a.T, a.Hq, a.Hkv, a.D) && a.block_size < INT32_MAX &&
-         smem_bytes(padded_dim(a.D), a.T * (a.Hq / a.Hkv) <= 32 ? 2 : 4) <= optin_smem();
+         smem_bytes(padded_dim(a.D), a.T * (a.Hq / a.Hkv) <= 32 ? 2 : 4) <= current_device().smem_optin;
 }
 
 void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeSplitPlan& plan) {

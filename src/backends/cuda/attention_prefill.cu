@@ -20,7 +20,6 @@
 // No cp.async / ldmatrix / bf16, shared memory at most 80 KB (D = 256): sm_70 and newer.
 #include <mma.h>
 
-#include <atomic>
 #include <climits>
 
 #include "backends/cuda/attention_prefill.cuh"
@@ -268,20 +267,6 @@ int smem_bytes(int DP) {
   return DP == 64 ? Layout<64>::kBytes : DP == 128 ? Layout<128>::kBytes : Layout<256>::kBytes;
 }
 
-// The shared memory a block may opt into on the current device (queried once per device).
-int optin_smem() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> bytes[kMaxDevices];  // 0: not asked yet
-  const int dev = current_device().index;
-  if (dev >= kMaxDevices) return 48 * 1024;
-  if (bytes[dev].load(std::memory_order_relaxed) == 0) {
-    int optin = 0;
-    VI_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    bytes[dev].store(optin, std::memory_order_relaxed);
-  }
-  return bytes[dev].load(std::memory_order_relaxed);
-}
-
 template <class F>
 void dispatch_kv(DType t, const char* which, F&& f) {
   switch (t) {
@@ -296,7 +281,7 @@ void dispatch_kv(DType t, const char* which, F&& f) {
 bool prefill_attention_fits(int64_t Hq, int64_t Hkv, int64_t D, DType q_dtype, DType k_dtype, DType v_dtype) {
   auto kv_ok = [](DType t) { return t == DType::F16 || t == DType::I8; };
   return (q_dtype == DType::F16 || q_dtype == DType::F32) && kv_ok(k_dtype) && kv_ok(v_dtype) && Hkv > 0 &&
-         Hq > 0 && Hq % Hkv == 0 && D >= 1 && D <= kPrefillMaxDim && smem_bytes(padded_dim(D)) <= optin_smem();
+         Hq > 0 && Hq % Hkv == 0 && D >= 1 && D <= kPrefillMaxDim && smem_bytes(padded_dim(D)) <= current_device().smem_optin;
 }
 
 void prefill_attention(const ops::Context& ctx, const PrefillArgs& a) {

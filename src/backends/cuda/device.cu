@@ -44,7 +44,6 @@ int device_count() {
 }
 
 namespace {
-constexpr int kMaxDevices = 64;
 DeviceInfo g_infos[kMaxDevices];
 std::once_flag g_once[kMaxDevices];
 }  // namespace
@@ -61,6 +60,7 @@ const DeviceInfo& current_device() {
     d.cc = 10 * p.major + p.minor;
     d.sm_count = p.multiProcessorCount;
     d.total_mem = p.totalGlobalMem;
+    d.smem_optin = static_cast<int>(p.sharedMemPerBlockOptin);
     snprintf(d.name, sizeof d.name, "%s", p.name);
     cudaFuncAttributes fa{};
     const cudaError_t err = cudaFuncGetAttributes(&fa, arch_probe_kernel);

@@ -6,6 +6,10 @@
 
 namespace vi::cuda {
 
+// Per-device tables have this many entries: current_device() refuses a device index past it, so a
+// table indexed by current_device().index needs no bound check of its own.
+inline constexpr int kMaxDevices = 64;
+
 struct DeviceInfo {
   int index = 0;
   int cc = 0;  // compute capability as 10 * major + minor (70 = V100, 90 = H100/H200)
@@ -15,6 +19,7 @@ struct DeviceInfo {
   int code_cc = 0;
   int sm_count = 0;
   size_t total_mem = 0;
+  int smem_optin = 0;  // bytes of shared memory a block may opt into
   char name[256] = {};
 };
 // The current device's facts (queried once per device).

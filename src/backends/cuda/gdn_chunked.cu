@@ -23,7 +23,6 @@
 // Shared memory (dk padded to a multiple of 16, at most 128): 91 KB, under Volta's 96 KB.
 #include <mma.h>
 
-#include <atomic>
 
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/gdn_chunked.cuh"
@@ -346,18 +345,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 }  // namespace
 
-bool delta_rule_chunked_fits() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> fits[kMaxDevices];  // 0 unknown, 1 yes, 2 no (threads agree)
-  const int dev = current_device().index;
-  if (dev >= kMaxDevices) return false;
-  if (fits[dev].load(std::memory_order_relaxed) == 0) {
-    int optin = 0;
-    VI_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    fits[dev].store(optin >= kSmemBytes ? 1 : 2, std::memory_order_relaxed);
-  }
-  return fits[dev].load(std::memory_order_relaxed) == 1;
-}
+bool delta_rule_chunked_fits() { return current_device().smem_optin >= kSmemBytes; }
 
 void delta_rule_chunked_f16(const ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                             const Tensor& g, const Tensor& beta, Tensor& state, bool tiled, Tensor& out) {

@@ -20,7 +20,6 @@ bool cublas_allowed_by_env() {
 namespace {
 
 cublasHandle_t cublas_for(const ops::Context& ctx) {
-  constexpr int kMaxDevices = 64;
   static cublasHandle_t handles[kMaxDevices] = {};
   static std::mutex mu;
   const int dev = current_device().index;

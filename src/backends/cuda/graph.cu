@@ -2,8 +2,8 @@
 // calling thread (the legacy default stream, which contexts may use, cannot be captured) in
 // thread-local mode, so another thread's work is never pulled in; replays go to the caller's
 // stream. Allocations inside the recording (cudaMallocAsync) become the graph's own memory.
-// With an SM partition (backends/cuda/sm_partition.h) recording and replays use the partition's
-// stream instead, and a replay is fenced to the caller's stream both ways.
+// With an SM partition (backends/cuda/sm_partition.h) recording and replays use the calling
+// thread's stream of the partition instead, and a replay is fenced to the caller's stream both ways.
 #include <memory>
 #include <vector>
 
@@ -17,10 +17,10 @@ namespace {
 
 class CudaGraph final : public ops::Graph {
  public:
-  // partition: the SM partition's stream the graph was recorded on (null: none).
-  CudaGraph(cudaGraphExec_t exec, const ops::GraphShape& shape, cudaStream_t partition)
-      : exec_(exec), shape_(shape), partition_(partition) {
-    if (!partition_) return;
+  // on_partition: recorded on a stream of the device's SM partition.
+  CudaGraph(cudaGraphExec_t exec, const ops::GraphShape& shape, bool on_partition)
+      : exec_(exec), shape_(shape), on_partition_(on_partition) {
+    if (!on_partition_) return;
     cudaError_t err = cudaEventCreateWithFlags(&before_, cudaEventDisableTiming);
     if (err == cudaSuccess) err = cudaEventCreateWithFlags(&after_, cudaEventDisableTiming);
     if (err != cudaSuccess) {
@@ -31,15 +31,18 @@ class CudaGraph final : public ops::Graph {
   ~CudaGraph() override { release(); }
   void launch(ops::Context& ctx) override {
     const cudaStream_t s = stream_of(ctx);
-    if (!partition_) {
+    if (!on_partition_) {
       VI_CUDA_CHECK(cudaGraphLaunch(exec_, s));
       return;
     }
+    // On this thread's stream of the partition (a partition is never undone: it exists).
+    const cudaStream_t p = static_cast<cudaStream_t>(partition_stream());
+    VI_CHECK(p, "a graph recorded on an SM partition replayed on a device without one");
     // The replay waits for what the caller queued before it, and the caller's later work for it.
     VI_CUDA_CHECK(cudaEventRecord(before_, s));
-    VI_CUDA_CHECK(cudaStreamWaitEvent(partition_, before_, 0));
-    VI_CUDA_CHECK(cudaGraphLaunch(exec_, partition_));
-    VI_CUDA_CHECK(cudaEventRecord(after_, partition_));
+    VI_CUDA_CHECK(cudaStreamWaitEvent(p, before_, 0));
+    VI_CUDA_CHECK(cudaGraphLaunch(exec_, p));
+    VI_CUDA_CHECK(cudaEventRecord(after_, p));
     VI_CUDA_CHECK(cudaStreamWaitEvent(s, after_, 0));
   }
   ops::GraphShape shape() const override { return shape_; }
@@ -47,7 +50,7 @@ class CudaGraph final : public ops::Graph {
  private:
   cudaGraphExec_t exec_;
   ops::GraphShape shape_;
-  cudaStream_t partition_ = nullptr;
+  bool on_partition_ = false;
   cudaEvent_t before_ = nullptr, after_ = nullptr;
 
   void release() {  // the destructor's work, also where the constructor throws
@@ -126,7 +129,6 @@ ops::GraphShape shape_of(cudaGraph_t graph) {
 }
 
 cudaStream_t recording_stream() {
-  constexpr int kMaxDevices = 64;
   thread_local cudaStream_t streams[kMaxDevices] = {};
   const int dev = current_device().index;
   if (!streams[dev]) VI_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[dev], cudaStreamNonBlocking));
@@ -159,7 +161,7 @@ std::unique_ptr<ops::Graph> cuda_record(ops::Context& ctx, const std::function<v
   const cudaError_t err = cudaGraphInstantiateWithFlags(&exec, graph, 0);
   cudaGraphDestroy(graph);  // the executable keeps what it needs
   VI_CUDA_CHECK(err);
-  return std::make_unique<CudaGraph>(exec, shape, partition);
+  return std::make_unique<CudaGraph>(exec, shape, partition != nullptr);
 }
 
 const bool registered = [] {

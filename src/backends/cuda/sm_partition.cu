@@ -16,11 +16,10 @@
 namespace vi::cuda {
 namespace {
 
-constexpr int kMaxDevices = 64;
 struct Partition {
-  int asked = 0;  // what restrict_graphs_to_sms was given
-  int sms = 0;    // what the driver made of it
-  cudaStream_t stream = nullptr;
+  int asked = 0;           // what restrict_graphs_to_sms was given
+  int sms = 0;             // what the driver made of it (0: no partition)
+  void* green = nullptr;   // its green context (a CUgreenCtx), alive as long as the process
 };
 Partition g_partitions[kMaxDevices];
 std::mutex g_mutex;
@@ -76,8 +75,8 @@ const Driver& driver() {
       ::vi::fail_at(__FILE__, __LINE__, fmt::format("{} failed: CUresult {}", #call, static_cast<int>(vi_r_))); \
   } while (0)
 
-// A green context of at least `sms` SMs of `dev` and a stream of it; returns the SM count.
-int make_partition(int dev, int sms, cudaStream_t* stream) {
+// A green context of at least `sms` SMs of `dev`; returns the SM count.
+int make_partition(int dev, int sms, void** green_out) {
   const Driver& d = driver();
   VI_CUDA_CHECK(cudaFree(nullptr));  // the primary context first (cuGreenCtxCreate retains it)
   CUdevice cu_dev = 0;
@@ -100,11 +99,16 @@ int make_partition(int dev, int sms, cudaStream_t* stream) {
   VI_CU_CHECK(d.describe(&desc, &part, 1));
   CUgreenCtx green{};
   VI_CU_CHECK(d.create(&green, desc, cu_dev, CU_GREEN_CTX_DEFAULT_STREAM));
-  CUstream s{};
-  VI_CU_CHECK(d.stream_create(&s, green, CU_STREAM_NON_BLOCKING, 0));
-  *stream = reinterpret_cast<cudaStream_t>(s);
-  // The green context lives as long as the process: graphs recorded on its stream keep it.
+  // The green context lives as long as the process: graphs recorded on its streams keep it.
+  *green_out = green;
   return static_cast<int>(part.sm.smCount);
+}
+
+// A new stream of the green context `green`.
+cudaStream_t make_stream(void* green) {
+  CUstream s{};
+  VI_CU_CHECK(driver().stream_create(&s, static_cast<CUgreenCtx>(green), CU_STREAM_NON_BLOCKING, 0));
+  return reinterpret_cast<cudaStream_t>(s);
 }
 #endif
 
@@ -138,16 +142,15 @@ int restrict_device(int sms) {
   VI_CUDA_CHECK(cudaGetDeviceProperties(&p, dev.index));
   VI_CHECK(sms >= 1 && sms <= p.multiProcessorCount, "SM partition: {} SMs asked of device {}, which has {}", sms,
            dev.index, p.multiProcessorCount);
-  VI_CHECK(dev.index < kMaxDevices, "SM partition: device {} (at most {} devices)", dev.index, kMaxDevices);
   std::lock_guard<std::mutex> lock(g_mutex);
   Partition& part = g_partitions[dev.index];
-  if (part.stream) {
+  if (part.sms) {
     VI_CHECK(sms == part.asked, "device {} already runs its graphs on {} SMs (asked now: {})", dev.index, part.sms,
              sms);
     return part.sms;
   }
 #if VI_GREEN_CONTEXTS
-  part.sms = make_partition(dev.index, sms, &part.stream);
+  part.sms = make_partition(dev.index, sms, &part.green);
   part.asked = sms;
   set_usable_sm_count(part.sms);
   return part.sms;
@@ -174,13 +177,25 @@ int restrict_graphs_to_sms(int sms) {
 int partition_sms() {
   const int dev = current_device().index;
   std::lock_guard<std::mutex> lock(g_mutex);
-  return dev < kMaxDevices ? g_partitions[dev].sms : 0;
+  return g_partitions[dev].sms;
 }
 
 void* partition_stream() {
+  // One stream per thread and device: a capture claims its stream, so two threads recording at
+  // once need two.
+  thread_local cudaStream_t streams[kMaxDevices] = {};
   const int dev = current_device().index;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return dev < kMaxDevices ? g_partitions[dev].stream : nullptr;
+  if (streams[dev]) return streams[dev];
+  void* green = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    green = g_partitions[dev].green;
+  }
+  if (!green) return nullptr;
+#if VI_GREEN_CONTEXTS
+  streams[dev] = make_stream(green);
+#endif
+  return streams[dev];
 }
 
 }  // namespace vi::cuda

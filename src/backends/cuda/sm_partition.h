@@ -33,12 +33,13 @@ bool sm_partition_supported(std::string* why = nullptr);
 // granularity of the card (a multiple of 8 on sm_90; exact where the driver can ignore the SMs'
 // grouping into clusters). Returns the partition's SM count (the same on every device, or it
 // throws). Once per process: graphs recorded before run on every SM, and it cannot be undone
-// (graphs recorded after keep using the partition's stream). Throws where unsupported, for sms
-// outside 1..a device's SMs, or if a device already has a different partition. Recording on a
-// partition is for one thread at a time (one stream per device).
+// (graphs recorded after keep using the partition). Throws where unsupported, for sms
+// outside 1..a device's SMs, or if a device already has a different partition.
 int restrict_graphs_to_sms(int sms);
 
-// The current device's partition: its SM count (0: none) and stream (a cudaStream_t; null: none).
+// The current device's partition: its SM count (0: none), and the calling thread's stream of it
+// (a cudaStream_t, made on first use; null: no partition). Each thread records and replays on its
+// own stream, so threads may record at once.
 int partition_sms();
 void* partition_stream();
 

@@ -8,7 +8,6 @@
 namespace vi::cuda {
 namespace {
 
-constexpr int kMaxDevices = 64;
 constexpr int kSlots = static_cast<int>(WorkspaceSlot::kCount);
 
 struct Slot {
@@ -27,7 +26,6 @@ struct ThreadWorkspaces {
 void* workspace(WorkspaceSlot slot, size_t bytes, bool zeroed) {
   thread_local ThreadWorkspaces ws;
   const int dev = current_device().index;
-  VI_CHECK(dev >= 0 && dev < kMaxDevices, "thread_workspace: device {} past the {} supported", dev, kMaxDevices);
   Slot& s = ws.slots[dev][static_cast<int>(slot)];
   if (bytes <= s.bytes) return s.p;
   // Grow to at least twice the old size, so a sequence of slightly larger calls allocates rarely.

@@ -5,13 +5,18 @@
 //    (and reach most of them), while kernels launched outside graphs still reach more SMs than
 //    that (so the probe can tell), and the kernels' usable SM count is the partition's;
 //  - a replay sees what the caller's stream wrote before it, and the caller's stream sees what the
-//    replay wrote (the fences of backends/cuda/graph.cu), with a slow writer before the replay.
+//    replay wrote (the fences of backends/cuda/graph.cu), with a slow writer before the replay;
+//  - two threads record on the partition at the same time (each on its own stream of it) and
+//    replay what they recorded.
 // The partition cannot be undone in a process: the second test makes it; the order of the checks
 // inside it matters.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
@@ -135,6 +140,44 @@ TEST_F(SmPartition, GraphsRunOnItsSmsAndInOrderWithTheCallersStream) {
     int bad = 0;
     for (int i = 0; i < n; ++i) bad += h[i] != base + static_cast<float>(i) + 1.0f;
     EXPECT_EQ(bad, 0) << "replay " << rep << ": outputs not of this replay's input";
+  }
+
+  // Two threads whose recordings overlap: each body waits until both have begun capturing.
+  std::atomic<int> capturing{0};
+  std::string errors[2];
+  bool overlapped[2] = {false, false};
+  int bad[2] = {-1, -1};
+  auto worker = [&](int id) {
+    try {
+      VI_CUDA_CHECK(cudaSetDevice(cuda::current_device().index));
+      Tensor xt = ops::empty(ctx, DType::F32, {n}), yt = ops::empty(ctx, DType::F32, {n});
+      std::vector<float> in(n), out(n);
+      for (int i = 0; i < n; ++i) in[i] = static_cast<float>(id * n + i);
+      VI_CUDA_CHECK(cudaMemcpy(xt.data(), in.data(), sizeof(float) * n, cudaMemcpyHostToDevice));
+      std::unique_ptr<ops::Graph> mine = ops::record(ctx, [&](ops::Context& r) {
+        capturing.fetch_add(1);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (capturing.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+        overlapped[id] = capturing.load() >= 2;
+        add_one_kernel<<<n / 256, 256, 0, cuda::stream_of(r)>>>(xt.ptr<float>(), yt.ptr<float>(), n);
+        VI_CUDA_LAUNCH_CHECK();
+      });
+      for (int rep = 0; rep < 3; ++rep) mine->launch(ctx);
+      VI_CUDA_CHECK(cudaMemcpy(out.data(), yt.data(), sizeof(float) * n, cudaMemcpyDeviceToHost));
+      bad[id] = 0;
+      for (int i = 0; i < n; ++i) bad[id] += out[i] != in[i] + 1.0f;
+    } catch (const std::exception& e) {
+      capturing.fetch_add(1);  // the other thread need not wait out its timeout
+      errors[id] = e.what();
+    }
+  };
+  std::thread t0(worker, 0), t1(worker, 1);
+  t0.join();
+  t1.join();
+  for (int id = 0; id < 2; ++id) {
+    EXPECT_EQ(errors[id], "") << "thread " << id;
+    EXPECT_TRUE(overlapped[id]) << "thread " << id << ": the recordings did not overlap";
+    EXPECT_EQ(bad[id], 0) << "thread " << id << ": outputs not of its own input";
   }
 }
 
