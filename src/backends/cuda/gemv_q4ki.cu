@@ -3,6 +3,7 @@
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/gemv_out.cuh"
 #include "backends/cuda/gemv_q4ki.cuh"
+#include "backends/cuda/gemv_q4kt.cuh"
 #include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/pdl.cuh"
 #include "backends/cuda/q8kx.cuh"
@@ -262,7 +263,7 @@ void quantize_q8kx(const ops::Context& ctx, const Tensor& x, Tensor& xq) {
 
 bool gemv_q4ki_available(const ops::Context& ctx) { return sm80_code(ctx); }
 
-int gemv_q4ki_default_blocks(int64_t N) { return N <= 8192 ? 3 : 4; }
+int gemv_q4ki_default_blocks(int64_t N) { return gemv_q4kt_default_blocks(N); }  // the same tiles, the same waves
 
 std::vector<int> gemv_q4ki_shapes() { return {3, 4}; }
 

@@ -493,11 +493,17 @@ int64_t gemv_q4kt_halved_tiles(int64_t N, int64_t K, int blocks) {
 void set_q4kt_halves_default(int on) { g_halves_override.store(on, std::memory_order_relaxed); }
 uint64_t gemv_q4kt_halved_launches() { return g_halved_launches.load(std::memory_order_relaxed); }
 
+int gemv_q4kt_default_blocks(int64_t N) {
+  // 3 blocks a SM where the tiles fit one wave of them, which spreads a one-wave matrix over more
+  // SMs (on the H200, 320 tiles: FFN down 17.0 us against 21.1 at 4, docs/notes/gemv.md run 18);
+  // 4 where they do not: the multi-wave matrices (gate|up 33.2 us against 35.2, the head 204
+  // against 226), and a 5120-row matrix on fewer than 107 SMs, where 3 a SM would leave tiles for
+  // a second wave (on 94 SMs of an H100: FFN down 21.4 us at 4 against 30.6 at 3, run 46).
+  return N / 16 <= 3 * int64_t(current_device().sm_count) ? 3 : 4;
+}
+
 Q4ktShape gemv_q4kt_default_shape(int64_t N, int64_t T) {
-  // Measured on the H200 at the 27B shapes (docs/notes/gemv.md run 18): up to 8192 rows (at most
-  // 512 tiles) 3 blocks per SM, which spreads the tiles over more SMs (FFN down 17.0 us against
-  // 21.1 at 4); from 14336 rows 4 (gate|up 33.2 us against 35.2, the head 204 against 226).
-  return Q4ktShape{N <= 8192 ? 3 : 4, false, gemv_q4kt_stream_default(T)};
+  return Q4ktShape{gemv_q4kt_default_blocks(N), false, gemv_q4kt_stream_default(T)};
 }
 
 Q4ktShape gemv_q4kt_swiglu_default_shape(int64_t N, int64_t T) {

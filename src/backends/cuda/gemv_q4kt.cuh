@@ -78,9 +78,13 @@ uint64_t gemv_q4kt_ticket_launches();
 int64_t gemv_q4kt_halved_tiles(int64_t N, int64_t K, int blocks);
 void set_q4kt_halves_default(int on);
 uint64_t gemv_q4kt_halved_launches();
+// The blocks a SM of an N-row matrix's default shape on the current device: 3 where its N / 16
+// tiles fit one wave of 3 a SM (4 would leave SMs idle), else 4. Sized from the usable SM count,
+// so a card of fewer SMs (or an SM partition) keeps a one-wave matrix in one wave.
+int gemv_q4kt_default_blocks(int64_t N);
 // The plain GEMV's (and its split form's, the deferred norm's producer's and matmul consumers')
-// shape for an N-row matrix and T tokens: 3 blocks per SM up to 8192 rows, where 4 leaves SMs
-// idle, 4 above; one super-block at a time (pairs measured slower on the 5120-row matrices).
+// shape for an N-row matrix and T tokens: gemv_q4kt_default_blocks; one super-block at a time
+// (pairs measured slower on the 5120-row matrices).
 Q4ktShape gemv_q4kt_default_shape(int64_t N, int64_t T = 1);
 // The fused gate|up + SwiGLU's: the same blocks, in pairs (34816 x 5120: 33.2 against 34.9 us at
 // T = 1 on the H200) unless the environment sets VI_Q4KT_PAIR=0 (read once per process).
