@@ -22,5 +22,10 @@ ops::KernelProfile resolve_profile(const ops::Context& ctx);
 const char* profile_name(ops::KernelProfile p);
 // Parses "auto", "volta" or "native"; throws vi::Error on anything else.
 ops::KernelProfile parse_profile(const std::string& name);
+// Benchmarks that run the graphs on some of the SMs (an emulation of a card with more memory
+// bandwidth per SM, backends/cuda/sm_partition.h) make the kernels size their grids for them: the
+// current device's SM count as the kernels see it becomes n (1 <= n <= its SMs; 0: all of them
+// again).
+void set_usable_sm_count(int n);
 
 }  // namespace vi::cuda

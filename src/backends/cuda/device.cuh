@@ -24,10 +24,6 @@ struct DeviceInfo {
 };
 // The current device's facts (queried once per device).
 const DeviceInfo& current_device();
-// Benchmarks that run the graphs on some of the SMs (an emulation of a card with more memory
-// bandwidth per SM, backends/cuda/sm_partition.h) make the kernels size their grids for them: the
-// current device's sm_count becomes n (1 <= n <= its SMs; 0: all of them again).
-void set_usable_sm_count(int n);
 
 // Makes `dev` the current device for a scope and restores the caller's at its end (also when it
 // throws).

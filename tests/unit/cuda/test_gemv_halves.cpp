@@ -6,13 +6,16 @@
 // pieces and with the same launch without halves; launches on other inputs in between do not
 // change the next result (the arrival counters are back at zero after each launch) and every
 // result repeats bit for bit (whichever half arrives second, the same sums). Off the native f16
-// path, or in a build without sm_80 code, the test says why it skips.
+// path, or in a build without sm_80 code, the test says why it skips. Beside them, the default
+// blocks a SM, on which the halves depend, keep one-wave matrices in one wave on any SM count.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/gemv_q4kt.cuh"
 #include "backends/cuda/hwinfo.h"
 #include "cuda_test_util.h"
@@ -123,6 +126,29 @@ TEST_P(GemvHalvesGpu, NoHalvesWhereTheyDoNotFit) {
   EXPECT_EQ(cuda::gemv_q4kt_halved_tiles(16 * (2 * sms + sms / 2), 6144, 3), sms / 2);
   cuda::set_q4kt_halves_default(0);
   EXPECT_EQ(cuda::gemv_q4kt_halved_tiles(16 * (2 * sms + sms / 2), 6144, 3), 0) << "switched off";
+}
+
+// The default blocks a SM keep a matrix in one wave where 3 or 4 a SM can hold it: 3 where 3 do
+// (spread over more SMs), 4 where only 4 do (a 5120-row matrix on fewer than 107 SMs: on 94 SMs of
+// an H100, 3 a SM left 38 of 320 tiles a second wave, 30.6 against 21.4 us). Usable SM counts
+// from 40 to the card's (set_usable_sm_count, as an SM partition sets it).
+TEST_P(GemvHalvesGpu, DefaultBlocksKeepOneWaveMatricesInOneWave) {
+  const int all = cuda::gpu_facts(0).sm_count;
+  struct Restore {
+    ~Restore() { cuda::set_usable_sm_count(0); }
+  } restore;
+  for (int sms = std::min(40, all); sms <= all; ++sms) {
+    cuda::set_usable_sm_count(sms);
+    for (const int64_t n : {int64_t(5120), int64_t(8192), int64_t(16480), int64_t(34816)}) {
+      const int64_t tiles = n / 16;
+      const int b = cuda::gemv_q4kt_default_blocks(n);
+      const std::string at = fmt::format("{} rows on {} SMs", n, sms);
+      EXPECT_EQ(cuda::gemv_q4kt_default_shape(n).blocks, b) << at;
+      if (tiles <= 3 * sms) EXPECT_EQ(b, 3) << at << ": 3 a SM hold it in one wave";
+      else EXPECT_EQ(b, 4) << at << ": more than one wave of 3 a SM";
+      if (tiles <= 4 * sms) EXPECT_LE(tiles, int64_t(b) * sms) << at << ": one wave possible, not taken";
+    }
+  }
 }
 
 VI_CUDA_INSTANTIATE(GemvHalvesGpu);
