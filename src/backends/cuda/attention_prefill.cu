@@ -281,7 +281,8 @@ void dispatch_kv(DType t, const char* which, F&& f) {
 bool prefill_attention_fits(int64_t Hq, int64_t Hkv, int64_t D, DType q_dtype, DType k_dtype, DType v_dtype) {
   auto kv_ok = [](DType t) { return t == DType::F16 || t == DType::I8; };
   return (q_dtype == DType::F16 || q_dtype == DType::F32) && kv_ok(k_dtype) && kv_ok(v_dtype) && Hkv > 0 &&
-         Hq > 0 && Hq % Hkv == 0 && D >= 1 && D <= kPrefillMaxDim && smem_bytes(padded_dim(D)) <= current_device().smem_optin;
+         Hq > 0 && Hq % Hkv == 0 && D >= 1 && D <= kPrefillMaxDim &&
+         smem_bytes(padded_dim(D)) <= current_device().smem_optin;
 }
 
 void prefill_attention(const ops::Context& ctx, const PrefillArgs& a) {

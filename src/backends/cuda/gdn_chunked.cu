@@ -23,7 +23,6 @@
 // Shared memory (dk padded to a multiple of 16, at most 128): 91 KB, under Volta's 96 KB.
 #include <mma.h>
 
-
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/gdn_chunked.cuh"
 
