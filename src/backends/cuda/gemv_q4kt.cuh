@@ -89,8 +89,8 @@ Q4ktShape gemv_q4kt_default_shape(int64_t N, int64_t T = 1);
 // The fused gate|up + SwiGLU's: the same blocks, in pairs (34816 x 5120: 33.2 against 34.9 us at
 // T = 1 on the H200) unless the environment sets VI_Q4KT_PAIR=0 (read once per process).
 // VI_Q4KT_SWIGLU_BLOCKS=3 or 4 sets its blocks per SM for an A/B of whole rounds: on the H100 the
-// Q4_KTS stack took 37.6 us at 3 against 38.9 at 4 (2026-12-06 22:44; 37.4 / 38.6 at 19:07), not
-// yet timed in a round, nor on an H200.
+// Q4_KTS stack took 37.6 us at 3 against 38.9 at 4 (2026-12-06 22:44; 37.4 / 38.6 at 19:07), yet
+// an 8K round on 94 of its SMs 0.09 ms longer at 3 (2026-12-07 02:22); not timed on an H200.
 Q4ktShape gemv_q4kt_swiglu_default_shape(int64_t N, int64_t T = 1);
 std::vector<Q4ktShape> gemv_q4kt_shapes();  // every compiled shape, for the tests and the benchmark
 
