@@ -58,7 +58,7 @@ const DeviceInfo& current_device() {
     DeviceInfo& d = g_infos[dev];
     d.index = dev;
     d.cc = 10 * p.major + p.minor;
-    d.sm_count = p.multiProcessorCount;
+    d.sm_count = d.sm_total = p.multiProcessorCount;
     d.total_mem = p.totalGlobalMem;
     d.smem_optin = static_cast<int>(p.sharedMemPerBlockOptin);
     snprintf(d.name, sizeof d.name, "%s", p.name);
@@ -77,10 +77,8 @@ const DeviceInfo& current_device() {
 
 void set_usable_sm_count(int n) {
   const DeviceInfo& d = current_device();
-  cudaDeviceProp p{};
-  VI_CUDA_CHECK(cudaGetDeviceProperties(&p, d.index));
-  VI_CHECK(n >= 0 && n <= p.multiProcessorCount, "set_usable_sm_count: {} SMs of {}", n, p.multiProcessorCount);
-  g_infos[d.index].sm_count = n == 0 ? p.multiProcessorCount : n;
+  VI_CHECK(n >= 0 && n <= d.sm_total, "set_usable_sm_count: {} SMs of {}", n, d.sm_total);
+  g_infos[d.index].sm_count = n == 0 ? d.sm_total : n;
 }
 
 int loaded_code_cc() { return current_device().code_cc; }

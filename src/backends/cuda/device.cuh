@@ -17,7 +17,8 @@ struct DeviceInfo {
   // encoding): 90 for sm_90 code on an H200, but 70 for the compute_70 PTX of the CUDA 11.8
   // build JIT-compiled there. Instructions newer than this arch are not in the code.
   int code_cc = 0;
-  int sm_count = 0;
+  int sm_count = 0;      // the SMs the kernels size their grids for (set_usable_sm_count)
+  int sm_total = 0;      // the card's SMs
   size_t total_mem = 0;
   int smem_optin = 0;  // bytes of shared memory a block may opt into
   char name[256] = {};

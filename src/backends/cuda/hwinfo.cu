@@ -12,7 +12,6 @@ namespace vi::cuda {
 
 namespace {
 
-
 // A device buffer freed on scope exit.
 struct DevBuf {
   void* p = nullptr;

@@ -138,10 +138,8 @@ namespace {
 // restrict_graphs_to_sms for the current device.
 int restrict_device(int sms) {
   const DeviceInfo& dev = current_device();
-  cudaDeviceProp p{};
-  VI_CUDA_CHECK(cudaGetDeviceProperties(&p, dev.index));
-  VI_CHECK(sms >= 1 && sms <= p.multiProcessorCount, "SM partition: {} SMs asked of device {}, which has {}", sms,
-           dev.index, p.multiProcessorCount);
+  VI_CHECK(sms >= 1 && sms <= dev.sm_total, "SM partition: {} SMs asked of device {}, which has {}", sms, dev.index,
+           dev.sm_total);
   std::lock_guard<std::mutex> lock(g_mutex);
   Partition& part = g_partitions[dev.index];
   if (part.sms) {
