@@ -4,6 +4,7 @@
 #include "backends/cuda/bulk_copy.cuh"
 #include "backends/cuda/device.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
+#include "backends/cuda/gemv_q4kt.cuh"
 #include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/pdl.cuh"
 #include "backends/cuda/q4kr_bits.cuh"
@@ -278,16 +279,16 @@ bool bulk_ok(const ops::Context& ctx) {
 
 GemvQ4krShape gemv_q4kr_default_shape(const ops::Context& ctx, int64_t N, int64_t K) {
   // The fastest shapes measured on the H200 at the 27B shapes, T = 1 and 4 (docs/notes/gemv.md,
-  // run 13, with the 16-byte scale loads): up to 8192 rows (512 tiles, fewer than the 528
-  // blocks of 4 warps the register kernel keeps resident) two super-blocks ahead per warp at 3
-  // blocks per SM (FFN down 19.3 us); up to the head two ahead at 4 blocks per SM (gate|up
-  // 35.8 us, the register kernel 40.9); from 65536 rows (the head: many waves of blocks) the
-  // bulk-copy ring of 2 slots (201 us, 87% of the copy rate).
+  // run 13, with the 16-byte scale loads): two super-blocks ahead per warp at 3 blocks per SM
+  // where the 16-row tiles fit one wave of them (FFN down 19.3 us), at 4 where they do not
+  // (gate|up 35.8 us, the register kernel 40.9); from 65536 rows (the head: many waves of blocks)
+  // the bulk-copy ring of 2 slots (201 us, 87% of the copy rate). The 3-or-4 rule is Q4_KT's
+  // (the same 16-row tiles of 4 warps): on fewer SMs than 107 a 5120-row matrix takes 4 a SM,
+  // which keeps it one wave (run 46).
   using K_ = GemvQ4krShape::Kernel;
   (void)K;
-  if (N <= 8192) return {K_::kDeep, 2, 3};
   if (N >= 65536 && bulk_ok(ctx)) return {K_::kRing, 2, 0};
-  return {K_::kDeep, 2, 4};
+  return {K_::kDeep, 2, gemv_q4kt_default_blocks(N)};
 }
 
 void gemv_q4kr_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w, Tensor& h) {
@@ -295,7 +296,7 @@ void gemv_q4kr_swiglu(const ops::Context& ctx, const Tensor& x, const Tensor& w,
            "gemv_q4kr_swiglu: h [{}, {}] does not match x rows {} and a gate|up weight of {} rows", h.rows(),
            h.cols(), x.rows(), w.dim(0));
   // The kernel of the unfused GEMV on a matrix of these rows (gemv_q4kr_default_shape), fused.
-  if (w.dim(0) <= 8192) launch_deep_swiglu<2, 3>(ctx, x, w, h);
+  if (gemv_q4kt_default_blocks(w.dim(0)) == 3) launch_deep_swiglu<2, 3>(ctx, x, w, h);
   else launch_deep_swiglu<2, 4>(ctx, x, w, h);
 }
 
