@@ -18,6 +18,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/env_switch.h"
+#include "backends/cuda/hwinfo.h"
 #include "core/half.h"
 #include "core/quant.h"
 #include "core/tensor.h"
@@ -128,6 +129,21 @@ inline double rel_l2(const Tensor& got, const Tensor& ref) {
     den += b * b;
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// f(sms) with the kernels sizing their grids for sms usable SMs (cuda::set_usable_sm_count), for
+// every count from min(from, the card's SMs) to all of them; every SM usable again afterwards, also
+// when f fails an ASSERT or throws.
+template <class F>
+void for_each_usable_sm_count(int from, F&& f) {
+  const int all = cuda::gpu_facts(0).sm_count;
+  struct Restore {
+    ~Restore() { cuda::set_usable_sm_count(0); }
+  } restore;
+  for (int sms = std::min(from, all); sms <= all; ++sms) {
+    cuda::set_usable_sm_count(sms);
+    f(sms);
+  }
 }
 
 // How many 4-byte words of a and b (host tensors) differ: "" where none, for EXPECT_EQ(.., "").

@@ -133,12 +133,7 @@ TEST_P(GemvHalvesGpu, NoHalvesWhereTheyDoNotFit) {
 // an H100, 3 a SM left 38 of 320 tiles a second wave, 30.6 against 21.4 us). Usable SM counts
 // from 40 to the card's (set_usable_sm_count, as an SM partition sets it).
 TEST_P(GemvHalvesGpu, DefaultBlocksKeepOneWaveMatricesInOneWave) {
-  const int all = cuda::gpu_facts(0).sm_count;
-  struct Restore {
-    ~Restore() { cuda::set_usable_sm_count(0); }
-  } restore;
-  for (int sms = std::min(40, all); sms <= all; ++sms) {
-    cuda::set_usable_sm_count(sms);
+  for_each_usable_sm_count(40, [&](int sms) {
     for (const int64_t n : {int64_t(5120), int64_t(8192), int64_t(16480), int64_t(34816)}) {
       const int64_t tiles = n / 16;
       const int b = cuda::gemv_q4kt_default_blocks(n);
@@ -148,7 +143,7 @@ TEST_P(GemvHalvesGpu, DefaultBlocksKeepOneWaveMatricesInOneWave) {
       else EXPECT_EQ(b, 4) << at << ": more than one wave of 3 a SM";
       if (tiles <= 4 * sms) EXPECT_LE(tiles, int64_t(b) * sms) << at << ": one wave possible, not taken";
     }
-  }
+  });
 }
 
 VI_CUDA_INSTANTIATE(GemvHalvesGpu);

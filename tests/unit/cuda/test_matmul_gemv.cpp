@@ -8,16 +8,13 @@
 // the tensor-core path each weight dequantized to f16 once: about 2^-11 relative).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <string>
 
-#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/gemv_mma.cuh"
 #include "backends/cuda/gemv_q4kr.cuh"
 #include "backends/cuda/gemv_q4kr_volta.cuh"
 #include "backends/cuda/gemv_q4kt.cuh"
-#include "backends/cuda/hwinfo.h"
 #include "core/quant.h"
 #include "cuda_test_util.h"
 #include "ops/elementwise.h"
@@ -208,12 +205,7 @@ TEST_P(MatmulGemv, Q4KRepackedEveryPathAndWorkShape) {
 // (a 5120-row matrix on 94 SMs takes 4, one wave, not 3 and a tail); the fused gate|up kernel
 // takes the unfused GEMV's count (not observable here: it has no shape argument).
 TEST_P(MatmulGemv, Q4KRDefaultBlocksFollowTheTiledRule) {
-  const int all = cuda::gpu_facts(0).sm_count;
-  struct Restore {
-    ~Restore() { cuda::set_usable_sm_count(0); }
-  } restore;
-  for (int sms = std::min(40, all); sms <= all; ++sms) {
-    cuda::set_usable_sm_count(sms);
+  for_each_usable_sm_count(40, [&](int sms) {
     for (const int64_t n : {int64_t(5120), int64_t(6144), int64_t(8192), int64_t(17408), int64_t(34816)}) {
       const cuda::GemvQ4krShape s = cuda::gemv_q4kr_default_shape(g, n, 5120);
       const std::string at = fmt::format("{} rows on {} SMs", n, sms);
@@ -222,7 +214,7 @@ TEST_P(MatmulGemv, Q4KRDefaultBlocksFollowTheTiledRule) {
       EXPECT_EQ(s.blocks, n / 16 <= 3 * sms ? 3 : 4) << at;
       EXPECT_EQ(s.blocks, cuda::gemv_q4kt_default_blocks(n)) << at;
     }
-  }
+  });
 }
 
 // Q4_K rows of whole 1024-value groups and whole 16-row tiles become Q4_KT where its tensor-core
