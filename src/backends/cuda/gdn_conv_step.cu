@@ -152,8 +152,7 @@ __device__ __forceinline__ void block_sums(float (&ss)[TOK], int nt, float* red)
 // warps run alone on their SMs, so their time is their instruction count).
 template <class T, int TOK, bool EXACT = false, int KW = 0>
 __global__ void __launch_bounds__(TOK == 1 ? 1024 : kConvStepMaxThreads)
-    gdn_conv_step_kernel(GroupArgs q, GroupArgs k, GroupArgs v, int K, int nt, int64_t hd, float eps, float q_scale,
-                         bool trigger_early) {
+    gdn_conv_step_kernel(GroupArgs q, GroupArgs k, GroupArgs v, int K, int nt, int64_t hd, float eps, float q_scale) {
   if constexpr (EXACT) nt = TOK;
   if constexpr (KW > 0) K = KW;
   __shared__ float red[32 * TOK];
@@ -166,7 +165,7 @@ __global__ void __launch_bounds__(TOK == 1 ? 1024 : kConvStepMaxThreads)
     if (c < v.C) load_taps(v, c, K, w);
     prefetch_state(v, c, K);
     pdl_wait();
-    if (trigger_early) pdl_trigger();
+    pdl_trigger();
     if (c < v.C) conv_channel<T, TOK>(v, c, K, nt, w, val[0]);
     return;
   }
@@ -183,7 +182,7 @@ __global__ void __launch_bounds__(TOK == 1 ? 1024 : kConvStepMaxThreads)
     }
   }
   pdl_wait();
-  if (trigger_early) pdl_trigger();
+  pdl_trigger();
   float ss[TOK];  // this thread's part of each token's sum of squares
 #pragma unroll
   for (int t = 0; t < TOK; ++t) ss[t] = 0.0f;
@@ -243,16 +242,6 @@ bool kw_env_allows() {
   return on;
 }
 
-// VI_CONV_TRIGGER_EARLY=0: the kernel lets its successor (the GDN decode step) launch only as it
-// exits, not right after its wait. Why ask: an early successor loads its state beside this
-// latency-bound kernel, which pays where the successor has much to fetch and the predecessor
-// little (docs/notes/decode_profile.md, "When a kernel lets its successor launch"); the conv step
-// is the one such pair not yet timed both ways. The same bits either way.
-bool conv_trigger_early() {
-  static const bool on = env_switch_on("VI_CONV_TRIGGER_EARLY");
-  return on;
-}
-
 void gdn_conv_step_cuda(ops::Context& ctx, const ops::ConvGroup& q, const ops::ConvGroup& k, const ops::ConvGroup& v,
                         int64_t head_dim, float eps, float q_scale) {
   const int64_t K = q.w.dim(1), n_tok = q.x.dim(0);
@@ -278,7 +267,7 @@ void gdn_conv_step_cuda(ops::Context& ctx, const ops::ConvGroup& q, const ops::C
                     : nt == 4       ? (k4 ? gdn_conv_step_kernel<T, 4, true, 4> : gdn_conv_step_kernel<T, 4, true>)
                                     : gdn_conv_step_kernel<T, kConvStepTokens>;
       VI_CUDA_CHECK(pdl_launch(kernel, static_cast<unsigned>(blocks), threads, 0, stream_of(ctx), qa, ka, va,
-                               static_cast<int>(K), nt, head_dim, eps, q_scale, conv_trigger_early()));
+                               static_cast<int>(K), nt, head_dim, eps, q_scale));
     }
   });
 }
