@@ -9,9 +9,6 @@
 // Two kernels: up to D 256 (norm_threads(D) = 64) one warp does a head in registers and
 // shuffles, no barrier and no shared memory; above that, a block of norm_threads(D) threads
 // with the head in shared memory.
-#include <cstdlib>
-#include <cstring>
-
 #include "backends/cuda/kv_quant.cuh"
 #include "backends/cuda/norm.cuh"
 #include "backends/cuda/pdl.cuh"
@@ -42,9 +39,6 @@ struct Args {
   CachePtrs kc, vc;
   int Hq, Hkv, D, rot_dim;
   float eps, w_offset, theta;
-  // Where the warp kernel lets its successor (decode attention) launch: 0 right after its wait,
-  // 1 once its head's loads are in, 2 as it exits (VI_QKN_TRIGGER, an A/B switch; the same bits).
-  int trigger_at;
 };
 
 // Elements per thread held in registers: norm_threads(D) threads give each at most 4 up to
@@ -315,7 +309,7 @@ __global__ void __launch_bounds__(32) qk_norm_rope_kv_write_warp_kernel(Args<T> 
   }
   const float hnorm = 1.0f / sqrtf(static_cast<float>(D));  // as hadamard_rows_smem computes it
   pdl_wait();
-  if (a.trigger_at == 0) pdl_trigger();
+  pdl_trigger();
   const int64_t row = a.rows[t];  // the pool row (q heads do not use it)
   float x[M];
   if (is_v) {  // a v head: to the V pool as it is
@@ -326,7 +320,6 @@ __global__ void __launch_bounds__(32) qk_norm_rope_kv_write_warp_kernel(Args<T> 
       const float xv = to_f32(src[min(lane + 32 * m, D - 1)]);
       x[m] = lane + 32 * m < D ? xv : 0.0f;
     }
-    if (a.trigger_at == 1) pdl_trigger();
     store_head_warp<T, M>(x, a.vc, row, a.Hkv, hk, D, /*rotate=*/false, hnorm);
     return;
   }
@@ -368,7 +361,6 @@ __global__ void __launch_bounds__(32) qk_norm_rope_kv_write_warp_kernel(Args<T> 
   }
   // block_sum's second step over its two warp sums (the other 30 lanes add +0.0f: exact).
   const float inv = rms_inv(warp_sum(ss0) + warp_sum(ss1), D, a.eps);
-  if (a.trigger_at == 1) pdl_trigger();
   // y rounded to T as rms_norm stores it; rotated pairs rounded to T as rope stores them.
 #pragma unroll
   for (int m = 0; m < M; ++m) {
@@ -388,21 +380,6 @@ __global__ void __launch_bounds__(32) qk_norm_rope_kv_write_warp_kernel(Args<T> 
     if (lane + 32 * m < D) head[lane + 32 * m] = from_f32<T>(x[m]);
   if (is_q) return;
   store_head_warp<T, M>(x, a.kc, row, a.Hkv, h - a.Hq, D, /*rotate=*/true, hnorm);
-}
-
-// VI_QKN_TRIGGER=1 / =2: the warp kernel lets decode attention launch once its head's loads are
-// in / as it exits, instead of right after its wait (0, the default). Why ask: attention's
-// copies of old keys before its own wait compete with this kernel's dependent loads (2-4 us a
-// layer at 8K, more at 128K: docs/notes/decode_attention.md, "Copies before the PDL wait").
-int qkn_trigger_at() {
-  static const int at = [] {
-    const char* v = std::getenv("VI_QKN_TRIGGER");
-    if (v == nullptr) return 0;
-    VI_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0 || std::strcmp(v, "2") == 0,
-             "VI_QKN_TRIGGER={}: give 0, 1 or 2", v);
-    return std::atoi(v);
-  }();
-  return at;
 }
 
 CachePtrs cache_ptrs(const ops::KvRows& c) {
@@ -435,8 +412,7 @@ void qk_norm_rope_kv_write_cuda(ops::Context& ctx, Tensor& q, Tensor& k, const T
               rot_dim,
               eps,
               w_offset,
-              theta,
-              qkn_trigger_at()};
+              theta};
     const unsigned grid = static_cast<unsigned>(blocks);
     if (norm_threads(D) == 64 && D <= kWarpMaxHeadDim) {  // the sums it repeats are those of 64 threads
       auto kernel = D <= 64    ? qk_norm_rope_kv_write_warp_kernel<T, 2>
