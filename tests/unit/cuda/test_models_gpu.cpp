@@ -1,12 +1,16 @@
 // The tiny golden models (tests/golden/*: llama, qwen3, Qwen3.5 hybrid) run on the GPU and on
 // the CPU (which run_golden.py holds to the Hugging Face logits at 1e-3) with the same
 // random tokens: a 37-token prefill, then 4 single-token decode steps. The GPU runs in both
-// kernel profiles, with f16 activations (what `voltinfer --device cuda` uses; tolerance
-// max |Δlogit| / row max <= 5e-2, and the argmax must agree unless the CPU's top-2 margin is
-// within that) and with f32 activations (the wiring check: 1e-4). Why 5e-2 for f16: the
-// tokens are fresh random ones each run, and over 45 runs per profile on the H200 the
-// Qwen3.5 fixtures (initializer range 0.08) reached 4.1e-2 (qwen35_c, a decode step, native)
-// while their medians sit near 8e-3; run_golden.py's fixed prompts hold 3e-2.
+// kernel profiles, with f16 activations (what `voltinfer --device cuda` uses) and with f32
+// activations (the wiring check: every row within 1e-4 of the row max). With f16 the error of a
+// row is max |Δlogit| / row max over the 41 rows (37 prompt rows, 4 steps): their median within
+// 1e-2, their 90th percentile within 3e-2, the worst within 1e-1, and the argmax must agree
+// unless the CPU's top-2 margin is within 5e-2. Why not 5e-2 on every row, as before: the tokens
+// are fresh random ones each run, and transformers' own f16 on this protocol
+// (scripts/hf_f16_noise.py --prefill 37 --end 41 --all-prefill-rows, 300 draws of each Qwen3.5
+// fixture, CPU, 2026-12-06) puts the worst row over 5e-2 in 3 of 900 draws (to 5.5e-2), so that
+// bound failed about once in 300 runs without a fault; a wrong kernel moves every row, which the
+// median and the 90th percentile catch. run_golden.py's fixed prompts hold 3e-2 on every row.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,9 +42,35 @@ std::vector<std::string> golden_models() {
   return out;
 }
 
+// Per-step errors of a long run and their median, 90th percentile and maximum.
+struct StepErrors {
+  std::vector<double> e;
+  void add(double x) { e.push_back(x); }
+  double quantile(double q) const {
+    if (e.empty()) return 0;
+    std::vector<double> s = e;
+    std::sort(s.begin(), s.end());
+    return s[std::min(s.size() - 1, static_cast<size_t>(q * static_cast<double>(s.size())))];
+  }
+  double max() const { return e.empty() ? 0 : *std::max_element(e.begin(), e.end()); }
+};
+
+// Bounds on a run's per-step errors: every step for f32; for f16 the median and the 90th
+// percentile tightly and the worst step loosely (see RecordedStepsMatchOpByOpSteps).
+struct StepBounds {
+  double median, p90, max;
+};
+
+void expect_within(const StepErrors& s, const StepBounds& b, const std::string& what) {
+  EXPECT_LE(s.quantile(0.5), b.median) << what << ": median step";
+  EXPECT_LE(s.quantile(0.9), b.p90) << what << ": 90th-percentile step";
+  EXPECT_LE(s.max(), b.max) << what << ": worst step";
+}
+
 // Max over rows of max |a − b| / max |b|, and whether every row's argmax agrees (a
-// disagreement is allowed where b's top two are within 2 * tol * row max).
-std::pair<double, bool> compare_logits(const Tensor& a, const Tensor& b, double tol) {
+// disagreement is allowed where b's top two are within 2 * tol * row max). rows (if given)
+// receives each row's error.
+std::pair<double, bool> compare_logits(const Tensor& a, const Tensor& b, double tol, StepErrors* rows = nullptr) {
   double worst = 0;
   bool argmax_ok = true;
   const int64_t V = b.cols();
@@ -57,6 +87,7 @@ std::pair<double, bool> compare_logits(const Tensor& a, const Tensor& b, double 
       if (y[i] > y[ay]) ay = i;
     }
     worst = std::max(worst, err / scale);
+    if (rows != nullptr) rows->add(err / scale);
     if (ax != ay && y[ay] - y[ax] > 2 * tol * scale) argmax_ok = false;
   }
   return {worst, argmax_ok};
@@ -76,11 +107,13 @@ class GoldenOnGpu : public CudaOpTest {
 TEST_P(GoldenOnGpu, PrefillThenDecodeMatchesCpu) {
   const auto models = golden_models();
   ASSERT_FALSE(models.empty()) << "no golden models under tests/golden";
-  const double lim = tol(1e-4, 5e-2);
+  const double lim = tol(1e-4, 5e-2);  // f32: every row; f16: the argmax margin
+  const StepBounds rows_lim = act() == DType::F32 ? StepBounds{1e-4, 1e-4, 1e-4} : StepBounds{1e-2, 3e-2, 1e-1};
   for (const std::string& path : models) {
     auto [cpu_model, gpu_model] = load_on_both(path);
     const int64_t V = cpu_model->info().n_vocab;
     std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(V - 1));
+    StepErrors rows;
     std::vector<int32_t> tokens(41);
     for (auto& t : tokens) t = u(rng());
     auto cseq = cpu_model->new_sequence(64), gseq = gpu_model->new_sequence(64);
@@ -89,21 +122,22 @@ TEST_P(GoldenOnGpu, PrefillThenDecodeMatchesCpu) {
     gpu_model->forward(g, std::span<const int32_t>(tokens.data(), 37), *gseq, gl, true);
     ASSERT_EQ(gl.device(), Device::CPU);
     ASSERT_EQ(gl.dtype(), DType::F32);
-    auto [err, ok] = compare_logits(gl, cl, lim);
-    EXPECT_LE(err, lim) << path << ": prefill";
+    auto [err, ok] = compare_logits(gl, cl, lim, &rows);
     EXPECT_TRUE(ok) << path << ": prefill argmax";
     double worst_decode = 0;
     for (int i = 37; i < 41; ++i) {
       cpu_model->forward(cpu, std::span<const int32_t>(tokens.data() + i, 1), *cseq, cl, false);
       gpu_model->forward(g, std::span<const int32_t>(tokens.data() + i, 1), *gseq, gl, false);
-      auto [e, a] = compare_logits(gl, cl, lim);
-      EXPECT_LE(e, lim) << path << ": decode step " << i;
+      auto [e, a] = compare_logits(gl, cl, lim, &rows);
       EXPECT_TRUE(a) << path << ": decode argmax " << i;
       worst_decode = std::max(worst_decode, e);
     }
-    // The margins, so a run shows how close each model comes to the tolerance.
-    std::printf("%s %s: prefill %.2e, decode %.2e (tol %.0e)\n", fs::path(path).filename().c_str(),
-                setting_name({GetParam(), 0}).c_str(), err, worst_decode, lim);
+    ASSERT_EQ(rows.e.size(), 41u);
+    expect_within(rows, rows_lim, path + ": prompt rows and decode steps");
+    // The margins, so a run shows how close each model comes to the bounds.
+    std::printf("%s %s: prefill %.2e, decode %.2e; rows median %.2e, p90 %.2e (bounds %.0e / %.0e / %.0e)\n",
+                fs::path(path).filename().c_str(), setting_name({GetParam(), 0}).c_str(), err, worst_decode,
+                rows.quantile(0.5), rows.quantile(0.9), rows_lim.median, rows_lim.p90, rows_lim.max);
   }
 }
 
@@ -152,31 +186,6 @@ TEST_P(GoldenOnGpu, RaggedBatchMatchesSingleSequencesOnCpu) {
       EXPECT_EQ(gs[i]->n_past(), prefix[i] + fed[i]);
     }
   }
-}
-
-// Per-step errors of a long run and their median, 90th percentile and maximum.
-struct StepErrors {
-  std::vector<double> e;
-  void add(double x) { e.push_back(x); }
-  double quantile(double q) const {
-    if (e.empty()) return 0;
-    std::vector<double> s = e;
-    std::sort(s.begin(), s.end());
-    return s[std::min(s.size() - 1, static_cast<size_t>(q * static_cast<double>(s.size())))];
-  }
-  double max() const { return e.empty() ? 0 : *std::max_element(e.begin(), e.end()); }
-};
-
-// Bounds on a run's per-step errors: every step for f32; for f16 the median and the 90th
-// percentile tightly and the worst step loosely (see RecordedStepsMatchOpByOpSteps).
-struct StepBounds {
-  double median, p90, max;
-};
-
-void expect_within(const StepErrors& s, const StepBounds& b, const std::string& what) {
-  EXPECT_LE(s.quantile(0.5), b.median) << what << ": median step";
-  EXPECT_LE(s.quantile(0.9), b.p90) << what << ": 90th-percentile step";
-  EXPECT_LE(s.max(), b.max) << what << ": worst step";
 }
 
 // Recorded decode steps (Model::forward_batch on ops::record) against the same steps run op
