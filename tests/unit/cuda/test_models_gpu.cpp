@@ -3,14 +3,16 @@
 // random tokens: a 37-token prefill, then 4 single-token decode steps. The GPU runs in both
 // kernel profiles, with f16 activations (what `voltinfer --device cuda` uses) and with f32
 // activations (the wiring check: every row within 1e-4 of the row max). With f16 the error of a
-// row is max |Δlogit| / row max over the 41 rows (37 prompt rows, 4 steps): their median within
-// 1e-2, their 90th percentile within 3e-2, the worst within 1e-1, and the argmax must agree
+// row is max |Δlogit| / row max, over 41 rows (37 prompt rows, 4 steps): their median within
+// 1e-2, their 90th percentile within 3e-2, the worst within 0.25, and the argmax must agree
 // unless the CPU's top-2 margin is within 5e-2. Why not 5e-2 on every row, as before: the tokens
-// are fresh random ones each run, and transformers' own f16 on this protocol
-// (scripts/hf_f16_noise.py --prefill 37 --end 41 --all-prefill-rows, 300 draws of each Qwen3.5
-// fixture, CPU, 2026-12-06) puts the worst row over 5e-2 in 3 of 900 draws (to 5.5e-2), so that
-// bound failed about once in 300 runs without a fault; a wrong kernel moves every row, which the
-// median and the 90th percentile catch. run_golden.py's fixed prompts hold 3e-2 on every row.
+// are fresh random ones each run, and the worst row has a tail. transformers' own f16 on this
+// protocol (scripts/hf_f16_noise.py --prefill 37 --end 41 --all-prefill-rows, 300 draws of each
+// Qwen3.5 fixture, CPU, 2026-12-06) put it over 5e-2 in 3 of 900 draws; here, 100 runs of each
+// setting (H100, 2026-12-07): worst rows to 9.8e-2 (qwen35_c volta_f16, a prompt row; 2 of its
+// 200 f16 runs over 5e-2), while the medians stayed <= 4.4e-3 and the 90th percentiles <= 1.6e-2
+// in every run. A wrong kernel moves every row, which the median and the 90th percentile catch.
+// run_golden.py's fixed prompts hold 3e-2 on every row.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -108,7 +110,7 @@ TEST_P(GoldenOnGpu, PrefillThenDecodeMatchesCpu) {
   const auto models = golden_models();
   ASSERT_FALSE(models.empty()) << "no golden models under tests/golden";
   const double lim = tol(1e-4, 5e-2);  // f32: every row; f16: the argmax margin
-  const StepBounds rows_lim = act() == DType::F32 ? StepBounds{1e-4, 1e-4, 1e-4} : StepBounds{1e-2, 3e-2, 1e-1};
+  const StepBounds rows_lim = act() == DType::F32 ? StepBounds{1e-4, 1e-4, 1e-4} : StepBounds{1e-2, 3e-2, 0.25};
   for (const std::string& path : models) {
     auto [cpu_model, gpu_model] = load_on_both(path);
     const int64_t V = cpu_model->info().n_vocab;
@@ -135,7 +137,7 @@ TEST_P(GoldenOnGpu, PrefillThenDecodeMatchesCpu) {
     ASSERT_EQ(rows.e.size(), 41u);
     expect_within(rows, rows_lim, path + ": prompt rows and decode steps");
     // The margins, so a run shows how close each model comes to the bounds.
-    std::printf("%s %s: prefill %.2e, decode %.2e; rows median %.2e, p90 %.2e (bounds %.0e / %.0e / %.0e)\n",
+    std::printf("%s %s: prefill %.2e, decode %.2e; rows median %.2e, p90 %.2e (bounds %.2g / %.2g / %.2g)\n",
                 fs::path(path).filename().c_str(), setting_name({GetParam(), 0}).c_str(), err, worst_decode,
                 rows.quantile(0.5), rows.quantile(0.9), rows_lim.median, rows_lim.p90, rows_lim.max);
   }
