@@ -44,7 +44,8 @@ std::vector<std::string> golden_models() {
   return out;
 }
 
-// Per-step errors of a long run and their median, 90th percentile and maximum.
+// The errors of a run's rows (decode steps, or prompt rows and steps) and their median, 90th
+// percentile and maximum.
 struct StepErrors {
   std::vector<double> e;
   void add(double x) { e.push_back(x); }
@@ -57,8 +58,9 @@ struct StepErrors {
   double max() const { return e.empty() ? 0 : *std::max_element(e.begin(), e.end()); }
 };
 
-// Bounds on a run's per-step errors: every step for f32; for f16 the median and the 90th
-// percentile tightly and the worst step loosely (see RecordedStepsMatchOpByOpSteps).
+// Bounds on a run's per-row errors: every row for f32; for f16 the median and the 90th
+// percentile tightly and the worst row loosely (see the file's head and
+// RecordedStepsMatchOpByOpSteps).
 struct StepBounds {
   double median, p90, max;
 };
