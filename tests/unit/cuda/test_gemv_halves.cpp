@@ -10,7 +10,6 @@
 // blocks a SM, on which the halves depend, keep one-wave matrices in one wave on any SM count.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -139,9 +138,14 @@ TEST_P(GemvHalvesGpu, DefaultBlocksKeepOneWaveMatricesInOneWave) {
       const int b = cuda::gemv_q4kt_default_blocks(n);
       const std::string at = fmt::format("{} rows on {} SMs", n, sms);
       EXPECT_EQ(cuda::gemv_q4kt_default_shape(n).blocks, b) << at;
-      if (tiles <= 3 * sms) EXPECT_EQ(b, 3) << at << ": 3 a SM hold it in one wave";
-      else EXPECT_EQ(b, 4) << at << ": more than one wave of 3 a SM";
-      if (tiles <= 4 * sms) EXPECT_LE(tiles, int64_t(b) * sms) << at << ": one wave possible, not taken";
+      if (tiles <= 3 * sms) {
+        EXPECT_EQ(b, 3) << at << ": 3 a SM hold it in one wave";
+      } else {
+        EXPECT_EQ(b, 4) << at << ": more than one wave of 3 a SM";
+      }
+      if (tiles <= 4 * sms) {
+        EXPECT_LE(tiles, int64_t(b) * sms) << at << ": one wave possible, not taken";
+      }
     }
   });
 }

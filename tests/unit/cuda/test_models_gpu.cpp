@@ -66,9 +66,9 @@ struct StepBounds {
 };
 
 void expect_within(const StepErrors& s, const StepBounds& b, const std::string& what) {
-  EXPECT_LE(s.quantile(0.5), b.median) << what << ": median step";
-  EXPECT_LE(s.quantile(0.9), b.p90) << what << ": 90th-percentile step";
-  EXPECT_LE(s.max(), b.max) << what << ": worst step";
+  EXPECT_LE(s.quantile(0.5), b.median) << what << ": median row";
+  EXPECT_LE(s.quantile(0.9), b.p90) << what << ": 90th-percentile row";
+  EXPECT_LE(s.max(), b.max) << what << ": worst row";
 }
 
 // Max over rows of max |a − b| / max |b|, and whether every row's argmax agrees (a
