@@ -61,7 +61,9 @@ TEST(StopStrings, RandomTextsRandomSplits) {
     if (!f.matched()) out += f.flush();
     ASSERT_EQ(out, expected) << "text=" << text;
     ASSERT_EQ(f.matched(), !which.empty());
-    if (f.matched()) ASSERT_NE(std::find(which.begin(), which.end(), f.matched_stop()), which.end());
+    if (f.matched()) {
+      ASSERT_NE(std::find(which.begin(), which.end(), f.matched_stop()), which.end());
+    }
   }
 }
 

@@ -55,7 +55,9 @@ void run(const char* name) {
   std::printf("%s: load %.2f s, encode %.1f MB/s (%.3f s, %zu ids), decode %.3f s (seed %u)\n", name, load_s,
               text.size() / 1e6 / enc_s, enc_s, ids.size(), dec_s, seed);
   EXPECT_FALSE(ids.empty());
-  if (std::string(name) != "qwen35" && std::string(name) != "qwen3") EXPECT_EQ(back, text);
+  if (std::string(name) != "qwen35" && std::string(name) != "qwen3") {
+    EXPECT_EQ(back, text);
+  }
 #if defined(__SANITIZE_ADDRESS__) || !defined(NDEBUG)
   std::printf("(no time bound in sanitizer/debug builds)\n");
 #else
