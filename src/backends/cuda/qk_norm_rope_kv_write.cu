@@ -12,6 +12,7 @@
 #include "backends/cuda/kv_quant.cuh"
 #include "backends/cuda/norm.cuh"
 #include "backends/cuda/pdl.cuh"
+#include "backends/cuda/qk_norm_rope_warp.cuh"
 #include "backends/cuda/rope.cuh"
 #include "ops/qk_norm_rope_kv_write.h"
 
@@ -20,12 +21,6 @@ namespace {
 
 // The head vector waits in shared memory as f32 (32 KB here; 48 KB is the limit without an opt-in).
 constexpr int64_t kMaxHeadDim = 8192;
-
-// A K or V pool: [n_rows, Hkv, D] of T (scale null) or of int8 with scale [n_rows, Hkv] f32.
-struct CachePtrs {
-  void* data;
-  float* scale;
-};
 
 template <class T>
 struct Args {
@@ -166,147 +161,26 @@ __global__ void qk_norm_rope_kv_write_kernel(Args<T> a) {
   store_head<T>(x, red, a.kc, row, a.Hkv, h - a.Hq, D, /*rotate=*/true);
 }
 
-// The one-warp kernel, for D <= 256 where norm_threads(D) is 64. The 64-thread block it
-// replaces waited at 16 barriers on a k head with an int8 pool (block sum 2, the normalised
-// head to shared memory 1, RoPE 1, the head read back 1, 8 Hadamard stages and the scale 9,
-// block max 2) and at 4 on a q head; this kernel waits at none. H200, 2026-12-01, the 27B
-// decode shape (one token, f16, rot 64), each launch after a 2 µs kernel with PDL as in a
-// round: 3.44 -> 2.47 µs a launch with int8 pools, 1.87 -> 1.54 µs with f16 ones; same bits.
-//
-// Lane l holds d = l + 32 m for slots m < M (32 M >= D): slot m is element m / 2 of thread
-// l + 32 (m % 2) of that 64-thread block, so the lane sums the squares of both of its
-// threads in their order and the two warp_sums and their sum are block_sum's: the same bits.
-//
-// Loads, shuffles and their uses run over all M slots without branches (indices clamped
-// into the head, values past D selected away): a branch per slot puts each load's or
-// shuffle's use in its own basic block, and the warp then waits out one latency per slot
-// (measured: with a branch per slot this kernel was slower than the block kernel). The
-// frequencies and angles run in rolled loops: unrolled per slot, their code made up half the
-// kernel (M 8, f16, sm_70: 4864 SASS instructions against 2568), and the rolled form ran
-// 0.4-0.55 µs a launch faster on the H200 (instruction fetch, presumably; not profiled).
+// The one-warp kernel, for D <= 256 where norm_threads(D) is 64: a head per warp with
+// qk_norm_rope_warp.cuh's code (the 64-thread block's sums and rotation in registers and
+// shuffles). The 64-thread block it replaces waited at 16 barriers on a k head with an int8
+// pool (block sum 2, the normalised head to shared memory 1, RoPE 1, the head read back 1, 8
+// Hadamard stages and the scale 9, block max 2) and at 4 on a q head; this kernel waits at
+// none. H200, 2026-12-01, the 27B decode shape (one token, f16, rot 64), each launch after a
+// 2 us kernel with PDL as in a round: 3.44 -> 2.47 us a launch with int8 pools, 1.87 -> 1.54
+// us with f16 ones; same bits.
 constexpr int kWarpMaxHeadDim = 256;  // norm_threads(D) = 64 up to here
 
-// The size of the power-of-two block of hadamard_rows_smem's split of D (powers of two
-// greedily from the front) that holds element d < D: the highest bit where d and D differ,
-// which is set in D. 0 past D.
-__device__ __forceinline__ int hadamard_block_of(int d, int D) { return d < D ? 1 << (31 - __clz(D ^ d)) : 0; }
-
-// hadamard_rows_smem(x, 1, D, D) on a head held as one warp's slots (see above): each
-// element sees the butterflies of its block in hadamard_rows_smem's stage order, a + c and
-// a - c of the same operands (h < 32 across lanes by shuffles, h >= 32 between a lane's
-// slots), then the same 1/sqrt(n) scale, so the same bits. hnorm: 1/sqrtf(D) computed as
-// hadamard_rows_smem computes it, used when D is a power of two (one block).
-template <int M>
-__device__ __forceinline__ void hadamard_warp(float (&x)[M], int D, float hnorm) {
-  const int lane = threadIdx.x;
-  int blk[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) blk[m] = hadamard_block_of(lane + 32 * m, D);
-#pragma unroll
-  for (int h = 1; h < 32; h *= 2) {
-    if (h >= D) break;  // between stages: the same for every lane
-    float o[M];  // all shuffles first, then their uses: their latencies overlap
-#pragma unroll
-    for (int m = 0; m < M; ++m) o[m] = __shfl_xor_sync(0xffffffffu, x[m], h);
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const float y = (lane & h) ? o[m] - x[m] : x[m] + o[m];
-      x[m] = h < blk[m] ? y : x[m];
-    }
-  }
-#pragma unroll
-  for (int hm = 1; hm < M; hm *= 2) {  // h = 32 hm: slot m with slot m + hm
-    if (64 * hm > D) break;           // no block of 2 h
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-      if ((m & hm) == 0) {
-        const float a = x[m], c = x[m + hm];
-        const bool on = 32 * hm < blk[m];
-        x[m] = on ? a + c : a;
-        x[m + hm] = on ? a - c : c;
-      }
-  }
-  if ((D & (D - 1)) == 0) {
-#pragma unroll
-    for (int m = 0; m < M; ++m) x[m] *= hnorm;
-  } else {
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-      if (blk[m] > 0) x[m] *= 1.0f / sqrtf(static_cast<float>(blk[m]));  // as the CPU computes it
-  }
-}
-
-// store_head for a head held as one warp's slots (values of T, 0 past D): the same stores,
-// the rotation and the max in registers (fmaxf of the same values in any order, and of the
-// zeros past D, which the rotation keeps: the same max).
-template <class T, int M>
-__device__ __forceinline__ void store_head_warp(float (&x)[M], const CachePtrs& c, int64_t r, int Hkv, int hk, int D,
-                                                bool rotate, float hnorm) {
-  const int lane = threadIdx.x;
-  const int64_t off = (r * Hkv + hk) * D;
-  if (c.scale == nullptr) {
-    T* dst = static_cast<T*>(c.data) + off;
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-      if (lane + 32 * m < D) dst[lane + 32 * m] = from_f32<T>(x[m]);
-    return;
-  }
-  if (rotate) hadamard_warp<M>(x, D, hnorm);
-  float amax = 0.0f;
-#pragma unroll
-  for (int m = 0; m < M; ++m) amax = fmaxf(amax, fabsf(x[m]));
-  amax = warp_max(amax);
-  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-  int8_t q[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) q[m] = static_cast<int8_t>(fminf(fmaxf(rintf(x[m] * inv), -127.0f), 127.0f));
-  int8_t* dst = static_cast<int8_t*>(c.data) + off;
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-    if (lane + 32 * m < D) dst[lane + 32 * m] = q[m];
-  if (lane == 0) c.scale[r * Hkv + hk] = amax / 127.0f;
-}
-
-// The RoPE partner (d ± rot_dim/2) of a rotated element d < 2 half.
-__device__ __forceinline__ int rope_partner(int d, int half) { return d < half ? d + half : d - half; }
-
-// RoPE without a barrier: a lane loads the partners of its rotated elements from global
-// memory along with its own (the same round trip) and normalises them itself, with the same
-// arithmetic as their owners, then computes only its own half of the pair with rope_rotate.
-// The angle of pair j is computed as the rope kernel computes it (rope_inv_freq before the
-// wait, rope_cos_sin_at after), once per lane and pair where the pairs are a multiple of 32
-// (slot m + half/32 then has slot m's pairs: the 27B's rot 64 needs one angle a lane), else
-// per slot.
 template <class T, int M>
 __global__ void __launch_bounds__(32) qk_norm_rope_kv_write_warp_kernel(Args<T> a) {
   static_assert(M % 2 == 0 && 32 * M <= kWarpMaxHeadDim, "slots come in pairs of the 64-thread block's threads");
-  const int lane = threadIdx.x;
-  const int nh = a.Hq + 2 * a.Hkv, D = a.D, half = a.rot_dim / 2, R = 2 * half;  // R: rotated dims
+  const int nh = a.Hq + 2 * a.Hkv, D = a.D;
   const int64_t t = blockIdx.x / nh;
   const int h = static_cast<int>(blockIdx.x % nh);
   const bool is_v = h >= a.Hq + a.Hkv, is_q = h < a.Hq;
-  // Before the wait, constants only: the norm weights of each slot and, for rotated slots,
-  // of the partner (w_offset is added after the wait, so these loads overlap it), and the
-  // frequencies of the pairs.
-  const int hs = half % 32 == 0 ? half / 32 : 0;  // slot m + hs has slot m's pairs
-  const int n_ang = hs > 0 ? hs : (R + 31) / 32;  // the slots that compute angles
-  float wr[M], wp[M] = {}, freq[M] = {};
-  if (!is_v) {
-    const float* w = is_q ? a.q_norm : a.k_norm;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const int d = lane + 32 * m;
-      wr[m] = w[min(d, D - 1)];
-      if (32 * m < R) wp[m] = w[rope_partner(min(d, R - 1), half)];
-    }
-#pragma unroll 1  // one copy of powf, the result selected into its slot (see above)
-    for (int i = 0; i < n_ang; ++i) {
-      const int d = lane + 32 * i;
-      const float f = rope_inv_freq(d < half ? d : d - half, a.rot_dim, a.theta);
-#pragma unroll
-      for (int m = 0; m < M; ++m) freq[m] = m == i ? f : freq[m];
-    }
-  }
+  // Before the wait, constants only.
+  float wr[M], wp[M], freq[M];
+  if (!is_v) norm_rope_consts<M>(is_q ? a.q_norm : a.k_norm, D, a.rot_dim, a.theta, wr, wp, freq);
   const float hnorm = 1.0f / sqrtf(static_cast<float>(D));  // as hadamard_rows_smem computes it
   pdl_wait();
   pdl_trigger();
@@ -314,67 +188,15 @@ __global__ void __launch_bounds__(32) qk_norm_rope_kv_write_warp_kernel(Args<T> 
   float x[M];
   if (is_v) {  // a v head: to the V pool as it is
     const int hk = h - a.Hq - a.Hkv;
-    const T* src = a.v + (t * a.Hkv + hk) * D;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const float xv = to_f32(src[min(lane + 32 * m, D - 1)]);
-      x[m] = lane + 32 * m < D ? xv : 0.0f;
-    }
+    load_head_warp<T, M>(a.v + (t * a.Hkv + hk) * D, D, x);
     store_head_warp<T, M>(x, a.vc, row, a.Hkv, hk, D, /*rotate=*/false, hnorm);
     return;
   }
   const int32_t pos = a.pos[t];
   T* head = is_q ? a.q + (t * a.Hq + h) * D : a.k + (t * a.Hkv + (h - a.Hq)) * D;
-  T hr[M], pr[M];  // the head's values, and the rotated slots' partners
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const int d = lane + 32 * m;
-    hr[m] = head[min(d, D - 1)];
-    if (32 * m < R) pr[m] = head[rope_partner(min(d, R - 1), half)];
-  }
-  float cs[M] = {}, sn[M] = {};
-#pragma unroll 1
-  for (int i = 0; i < n_ang; ++i) {  // one copy of the angle code, as for the frequencies
-    float f = freq[0], c, sv;
-#pragma unroll
-    for (int m = 1; m < M; ++m) f = m == i ? freq[m] : f;
-    rope_cos_sin_at(pos, f, c, sv);
-#pragma unroll
-    for (int m = 0; m < M; ++m) cs[m] = m == i ? c : cs[m], sn[m] = m == i ? sv : sn[m];
-  }
-#pragma unroll
-  for (int H = 1; H < M; ++H)  // H constant: a run-time hs would index the arrays (local memory)
-    if (hs == H) {
-#pragma unroll
-      for (int m = H; m < M; ++m) cs[m] = cs[m - H], sn[m] = sn[m - H];
-    }
-  // rms_norm: the 64-thread block's sums (slot m is element m / 2 of thread lane + 32 (m % 2)).
-  float hv[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) hv[m] = lane + 32 * m < D ? to_f32(hr[m]) : 0.0f;
-  // Past D the block's threads add nothing and these add 0 * 0 to a sum >= +0: the same bits.
-  float ss0 = 0.0f, ss1 = 0.0f;
-#pragma unroll
-  for (int k = 0; k < M / 2; ++k) {
-    ss0 += hv[2 * k] * hv[2 * k];
-    ss1 += hv[2 * k + 1] * hv[2 * k + 1];
-  }
-  // block_sum's second step over its two warp sums (the other 30 lanes add +0.0f: exact).
-  const float inv = rms_inv(warp_sum(ss0) + warp_sum(ss1), D, a.eps);
-  // y rounded to T as rms_norm stores it; rotated pairs rounded to T as rope stores them.
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const int d = lane + 32 * m;
-    const float y = to_f32(from_f32<T>((hv[m] * inv) * (wr[m] + a.w_offset)));
-    x[m] = d < D ? y : 0.0f;
-    if (32 * m < R) {  // the same for every lane
-      const float yp = to_f32(from_f32<T>((to_f32(pr[m]) * inv) * (wp[m] + a.w_offset)));
-      const float yr =
-          to_f32(from_f32<T>(d < half ? rope_rotate(y, yp, cs[m], sn[m]).x : rope_rotate(yp, y, cs[m], sn[m]).y));
-      x[m] = d < R ? yr : x[m];
-    }
-  }
+  norm_rope_head<T, M>(head, wr, wp, freq, D, a.rot_dim, a.eps, a.w_offset, pos, x);
   __syncwarp();  // every lane has read its partners before any lane overwrites them
+  const int lane = threadIdx.x;
 #pragma unroll
   for (int m = 0; m < M; ++m)
     if (lane + 32 * m < D) head[lane + 32 * m] = from_f32<T>(x[m]);
