@@ -65,6 +65,23 @@ json chat_logprob_entries(const Tokenizer& tok, const std::vector<TokenLogprobs>
   return out;
 }
 
+// The end of an OpenAI stream: the chunk with the finish reason, then (when the client asked for
+// usage) a chunk of the response's fields with no choices and the usage, then [DONE].
+std::string openai_stream_end(const json& finish_chunk, json usage_chunk, bool include_usage, const Generation& g) {
+  std::string out = sse_data(finish_chunk);
+  if (include_usage) {
+    usage_chunk["choices"] = json::array();
+    usage_chunk["usage"] = usage_json(g);
+    out += sse_data(usage_chunk);
+  }
+  return out + "data: [DONE]\n\n";
+}
+
+// A failure after the stream began: an error event, then [DONE].
+std::string openai_stream_error(const std::string& message) {
+  return sse_data(error_body(ApiFlavor::kOpenAI, 500, message)) + "data: [DONE]\n\n";
+}
+
 class ChatFormatter : public Formatter {
  public:
   ChatFormatter(const ServerContext& ctx, bool include_usage, bool logprobs)
@@ -98,19 +115,11 @@ class ChatFormatter : public Formatter {
   }
 
   std::string stream_end(const Generation& g) override {
-    std::string out = sse_data(chunk(json::object(), openai_finish(g.finish())));
-    if (include_usage_) {
-      json c = base("chat.completion.chunk");
-      c["choices"] = json::array();
-      c["usage"] = usage_json(g);
-      out += sse_data(c);
-    }
-    return out + "data: [DONE]\n\n";
+    return openai_stream_end(chunk(json::object(), openai_finish(g.finish())), base("chat.completion.chunk"),
+                             include_usage_, g);
   }
 
-  std::string stream_error(const std::string& message) override {
-    return sse_data(error_body(ApiFlavor::kOpenAI, 500, message)) + "data: [DONE]\n\n";
-  }
+  std::string stream_error(const std::string& message) override { return openai_stream_error(message); }
 
   json full_response(const Generation& g) override {
     const OutputParser& p = g.parser();
@@ -194,19 +203,10 @@ class CompletionFormatter : public Formatter {
   }
 
   std::string stream_end(const Generation& g) override {
-    std::string out = sse_data(chunk("", openai_finish(g.finish())));
-    if (include_usage_) {
-      json c = base();
-      c["choices"] = json::array();
-      c["usage"] = usage_json(g);
-      out += sse_data(c);
-    }
-    return out + "data: [DONE]\n\n";
+    return openai_stream_end(chunk("", openai_finish(g.finish())), base(), include_usage_, g);
   }
 
-  std::string stream_error(const std::string& message) override {
-    return sse_data(error_body(ApiFlavor::kOpenAI, 500, message)) + "data: [DONE]\n\n";
-  }
+  std::string stream_error(const std::string& message) override { return openai_stream_error(message); }
 
   json full_response(const Generation& g) override {
     json choice = {{"text", g.parser().content()}, {"index", 0}, {"logprobs", nullptr},
