@@ -154,8 +154,10 @@ class NormRopeAttention : public CudaOpTest {
     const ops::QkNormRopeParams cnr{qw, kw, eps, w_offset, c.rot, theta};
     ops::norm_rope_paged_attention(cpu, cq, ck, v, cnr, ckc, cvc, ops::i32_on_device(cpu, rows), table, bs,
                                    ops::i32_on_device(cpu, pos), bound, scale, cout, &gate);
-    // f16: the norm's, RoPE's and attention's f16 roundings of q and k, the tensor cores' of P.
-    EXPECT_CLOSE(down(fout), cout, tol(1e-4, 1e-2), "out vs the CPU" + what);
+    // f32: the new i8 key may differ by one int8 step where the GPU's sin/cos and the CPU's differ
+    // in the last bit (as in the qk_norm_rope_kv_write test), moving one key's score by up to
+    // ~3e-3; f16 adds the f16 roundings of q and k after the norm and RoPE and the tensor cores'.
+    EXPECT_CLOSE(down(fout), cout, tol(1e-3, 1e-2), "out vs the CPU" + what);
     return fused;
   }
 };
