@@ -430,7 +430,7 @@ int row_groups_for(int R) {
 namespace {
 // DecodeTuning: all on unless VI_DECODE_TUNING=0; VI_DECODE_NARROW=0 turns narrow_rows off
 // alone, VI_DECODE_PRE_WAIT=0 pre_wait_copies, VI_DECODE_SPLIT_V=0 split_v, VI_DECODE_RUNS=0
-// run_copies, VI_DECODE_FUSED_WRITE=0 fused_write; split_k is off unless VI_DECODE_SPLIT_K=1
+// run_copies; split_k and fused_write are off unless VI_DECODE_SPLIT_K=1 / VI_DECODE_FUSED_WRITE=1
 // (read once, at the first use).
 DecodeTuning initial_tuning() {
   const bool on = env_switch_on("VI_DECODE_TUNING");
@@ -443,7 +443,7 @@ DecodeTuning initial_tuning() {
                       on && env_switch_on("VI_DECODE_SPLIT_V"),
                       on && env_switch_forced("VI_DECODE_SPLIT_K") == 1,
                       on && env_switch_on("VI_DECODE_RUNS"),
-                      on && env_switch_on("VI_DECODE_FUSED_WRITE")};
+                      on && env_switch_forced("VI_DECODE_FUSED_WRITE") == 1};
 }
 uint16_t tuning_to_bits(const DecodeTuning& t) {
   return static_cast<uint16_t>(t.balanced_splits | (t.fast_combine << 1) | (t.pdl << 2) | (t.lean_share_step << 3) |

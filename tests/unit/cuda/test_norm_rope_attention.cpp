@@ -5,6 +5,7 @@
 // (cuda::DecodeFusedWrite); there the output, every pool byte and every scale must equal the two
 // ops' bit for bit, and the fused form must have run (its call count). Elsewhere (the volta
 // profile, f32, f16 pools, T > 1, the switch off) the op runs the two ops: the same bits again.
+// The tests turn the fused form on (it is off by default until measured on a GPU).
 // Shapes: the 27B layer (24 q heads, 4 kv heads, D 256, rot 64); G 8 (the writer warps also
 // stage q rows); D 128 fully rotated; D 80 (D below the padded 128, rot 80). Block sizes 16 (slots
 // copied as runs of pool rows) and 7 (a table lookup per key), positions at 0, on and next to
@@ -92,6 +93,20 @@ int64_t pow2_bound(int64_t S) {
 
 class NormRopeAttention : public CudaOpTest {
  protected:
+  // The fused form on (DecodeTuning::fused_write, off by default until measured) for each test.
+  void SetUp() override {
+    CudaOpTest::SetUp();
+    if (IsSkipped()) return;
+    was_ = cuda::decode_tuning();
+    cuda::DecodeTuning t = was_;
+    t.fused_write = true;
+    cuda::set_decode_tuning(t);
+  }
+  void TearDown() override {
+    if (!IsSkipped()) cuda::set_decode_tuning(was_);
+  }
+  cuda::DecodeTuning was_;
+
   // Runs case c with T tokens and i8 or float pools; checks the op against the two ops (bits)
   // and the CPU, and returns whether the fused form ran.
   bool run_case(const Case& c, int64_t T, bool k_i8, bool v_i8, const std::string& what) {

@@ -348,8 +348,16 @@ TEST_F(Pdl, FusedDecodeAttentionWaitsForItsInputs) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D)), eps = 1e-6f, theta = 1e7f;
   const ops::QkNormRopeParams nr{qw, kw, eps, 1.0f, 64, theta};
   const cuda::DecodeArgs a = decode_args(s, 1, DType::F16, nullptr, k, v, dtable, dpos, bound, scale, nullptr);
+  const cuda::DecodeTuning was = cuda::decode_tuning();
+  cuda::DecodeTuning on = was;
+  on.fused_write = true;  // off by default until measured
+  cuda::set_decode_tuning(on);
+  struct Restore {
+    cuda::DecodeTuning t;
+    ~Restore() { cuda::set_decode_tuning(t); }
+  } restore{was};
   if (!cuda::decode_fused_write_takes(g, a))
-    GTEST_SKIP() << "the fused K/V write does not take this call here (no sm_80 code, or VI_DECODE_FUSED_WRITE=0)";
+    GTEST_SKIP() << "the fused K/V write does not take this call here (no sm_80 code)";
 
   // The two ops, op by op, on copies of the pools.
   ops::KvRows rk{ops::upload(g, k.host.data), ops::upload(g, k.host.scale)};
