@@ -31,7 +31,8 @@ void norm_rope_paged_attention(Context& ctx, Tensor& q, Tensor& k, const Tensor&
   const NormRopePagedAttentionImpl* fused =
       norm_rope_paged_attention_table().supports(ctx.device, t) ? norm_rope_paged_attention_table().get(ctx.device, t)
                                                                  : nullptr;
-  if (q.dim(0) > 0 && fused != nullptr && fused->takes(ctx, q, k_cache, v_cache, block_table, block_size, q_pos, kv_bound, out)) {
+  if (q.dim(0) > 0 && fused != nullptr &&
+      fused->takes(ctx, q, k_cache, v_cache, block_table, block_size, q_pos, kv_bound, out)) {
     // Bytes: q, k, v and out once, the keys' K/V rows and scales (the profiler runs eagerly:
     // the bound is the key count, the new rows among them).
     const auto row_bytes = [&](const KvRows& c) {

@@ -32,10 +32,6 @@ constexpr int kDecodeMaxDim = 256;  // head_dim: 8 dims per lane
 // Whether decode_attention takes this shape (the caller falls back otherwise).
 bool decode_attention_fits(int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
 
-// The paged kernel arguments (paged_kernel_args.h) with K/V f32, f16 or i8 and two
-// additions: a null table means key s is row s, and without device positions (q_pos null)
-// query t sits at q_pos0 + t; kv_bound 0 means q_pos0 + T. Splits past the true length
-// contribute nothing.
 // The K/V write a decode call does itself (DecodeTuning::fused_write; ops/qk_norm_rope_kv_write.h
 // for the math): q (DecodeArgs::q) is then the token's q as projected, and the kernel applies
 // the per-head norm and RoPE to its rows as it stages them; the block whose split holds the
@@ -55,6 +51,10 @@ struct DecodeFusedWrite {
   float* v_scale = nullptr;
 };
 
+// The paged kernel arguments (paged_kernel_args.h) with K/V f32, f16 or i8 and two
+// additions: a null table means key s is row s, and without device positions (q_pos null)
+// query t sits at q_pos0 + t; kv_bound 0 means q_pos0 + T. Splits past the true length
+// contribute nothing.
 struct DecodeArgs : PagedKernelArgs {
   int64_t q_pos0 = 0;
   int n_splits = 0;  // 0: chosen from the key bound and the SM count
