@@ -161,8 +161,11 @@ class NormRopeAttention : public CudaOpTest {
     Tensor cq = clone(q), ck = clone(k), cout = Tensor::empty(DType::F32, {T, Hq, D});
     ops::KvRows ckc{clone(kc0.data), kc0.scale.data() ? clone(kc0.scale) : Tensor()};
     ops::KvRows cvc{clone(vc0.data), vc0.scale.data() ? clone(vc0.scale) : Tensor()};
-    auto f32_pool = [&](ops::KvRows& p) {  // the CPU's float pools are f32
-      if (p.data.dtype() != DType::I8) p.data = host_as(p.data, DType::F32);
+    auto f32_pool = [&](ops::KvRows& p) {  // the CPU's float pools are f32 (f16 ones widened)
+      if (p.data.dtype() != DType::F16) return;
+      Tensor w = Tensor::empty(DType::F32, p.data.shape());
+      for (int64_t i = 0; i < w.numel(); ++i) w.ptr<float>()[i] = fp16_to_fp32(p.data.ptr<uint16_t>()[i]);
+      p.data = w;
     };
     f32_pool(ckc);
     f32_pool(cvc);
