@@ -212,8 +212,8 @@ constexpr int64_t kDecodeNarrowRows = 8;
 //   K and V, f16 q, D <= 256: decode_fused_write_takes) runs as one kernel: each block
 //   normalises and rotates its own q rows, and the block whose split holds the new key writes
 //   the new K/V row before it copies that slot (DecodeFusedWrite). Off: the
-//   qk_norm_rope_kv_write kernel, then this one. Off unless VI_DECODE_FUSED_WRITE=1: it has not
-//   yet run on a GPU (its tests turn it on).
+//   qk_norm_rope_kv_write kernel, then this one. Off unless VI_DECODE_FUSED_WRITE=1: the H100
+//   A/B of 2026-12-07 showed no gain (docs/PERFORMANCE.md, "The K/V write in decode attention").
 // Defaults: all on but split_k and fused_write; VI_DECODE_TUNING=0 in the environment (read once
 // per process) turns all of them off (the path measured before, for end-to-end A/B),
 // VI_DECODE_NARROW=0 narrow_rows alone, VI_DECODE_PRE_WAIT=0 pre_wait_copies alone,

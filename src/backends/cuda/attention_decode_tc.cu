@@ -1448,7 +1448,9 @@ __device__ __forceinline__ void warp_slot_step_narrow(const unsigned char* slot,
 // warps' stores before the copies of the warp that owns the slot); its earlier slots go out as
 // usual. What it saves is the qk_norm_rope_kv_write kernel and its boundary (~5 us a layer on the
 // H100, docs/notes/decode_attention.md); what it adds is that one block's write (~1-2 us) ahead
-// of its last slot.
+// of its last slot. The pools it writes (P.fw) are those k and v point to, declared const and
+// __restrict__: the kernel reads them only through cp.async (inline asm), which the compiler
+// cannot turn into non-coherent loads; a plain load of k or v here would have to drop those.
 template <int DP, bool kNarrow, bool kFused = false>
 __global__ void __launch_bounds__(kWThreads, 2)
     decode_tc_warps_kernel(const __half* __restrict__ q, const int8_t* __restrict__ k, const int8_t* __restrict__ v,
