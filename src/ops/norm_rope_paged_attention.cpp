@@ -1,5 +1,5 @@
-// norm_rope_paged_attention entry point: both ops' checks, then the backend's fused form
-// where it takes the call, else the two ops in order.
+// norm_rope_paged_attention entry point: the backend's fused form where it takes the call
+// (after both ops' checks), else the two ops in order.
 #include "ops/norm_rope_paged_attention.h"
 
 #include <atomic>
@@ -24,14 +24,18 @@ void norm_rope_paged_attention(Context& ctx, Tensor& q, Tensor& k, const Tensor&
                                KvRows& k_cache, KvRows& v_cache, const Tensor& rows, const Tensor& block_table,
                                int64_t block_size, const Tensor& q_pos, int64_t kv_bound, float scale, Tensor& out,
                                const Tensor* out_gate) {
-  check_qk_norm_rope_kv_write(ctx, q, k, v, nr.q_norm, nr.k_norm, nr.eps, q_pos, nr.rot_dim, nr.theta, k_cache,
-                              v_cache, rows);
-  check_paged_attention(ctx, q, k_cache, v_cache, block_table, block_size, q_pos, kv_bound, out, out_gate);
+  // Without a fused form (the CPU) the two ops below check their own arguments; with one, both
+  // sets of checks come first, since `takes` reads the shapes.
   const DType t = q.dtype();
   const NormRopePagedAttentionImpl* fused =
       norm_rope_paged_attention_table().supports(ctx.device, t) ? norm_rope_paged_attention_table().get(ctx.device, t)
                                                                  : nullptr;
-  if (q.dim(0) > 0 && fused != nullptr &&
+  if (fused != nullptr) {
+    check_qk_norm_rope_kv_write(ctx, q, k, v, nr.q_norm, nr.k_norm, nr.eps, q_pos, nr.rot_dim, nr.theta, k_cache,
+                                v_cache, rows);
+    check_paged_attention(ctx, q, k_cache, v_cache, block_table, block_size, q_pos, kv_bound, out, out_gate);
+  }
+  if (fused != nullptr && q.dim(0) > 0 &&
       fused->takes(ctx, q, k_cache, v_cache, block_table, block_size, q_pos, kv_bound, out)) {
     // Bytes: q, k, v and out once, the keys' K/V rows and scales (the profiler runs eagerly:
     // the bound is the key count, the new rows among them).

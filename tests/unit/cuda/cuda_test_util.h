@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -94,6 +95,19 @@ inline Tensor host_as(const Tensor& f32, DType act) {
   Tensor t = Tensor::empty(DType::F16, f32.shape());
   for (int64_t i = 0; i < f32.numel(); ++i) t.ptr<uint16_t>()[i] = fp32_to_fp16(f32.ptr<float>()[i]);
   return t;
+}
+
+// Whether two host tensors hold the same bytes (bit-for-bit comparisons; two empty ones do).
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.data() == nullptr || b.data() == nullptr) return a.data() == b.data();
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+// A copy of a host tensor.
+inline Tensor clone(const Tensor& t) {
+  Tensor c = Tensor::empty(t.dtype(), t.shape());
+  std::memcpy(c.data(), t.data(), t.nbytes());
+  return c;
 }
 
 inline Tensor to_gpu(ops::Context& g, const Tensor& f32, DType act) { return ops::upload(g, host_as(f32, act)); }

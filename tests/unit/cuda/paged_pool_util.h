@@ -16,6 +16,14 @@
 
 namespace vi::cudatest {
 
+// Keys a recorded step's bound adds past a length of S: the bound is S rounded up to a power
+// of two, at least 256 (BatchPlan::stage).
+inline int64_t pow2_extra_keys(int64_t S) {
+  int64_t b = 256;
+  while (b < S) b *= 2;
+  return b - S;
+}
+
 struct Shape {
   int64_t Hq, Hkv, D, bs;
 };

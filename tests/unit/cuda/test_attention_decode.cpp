@@ -67,14 +67,6 @@ struct WarpTiles {
   ~WarpTiles() { cuda::set_decode_tc_warps_tiles(cuda::DecodeTcWarpsTiles::kAuto); }
 };
 
-// Keys a recorded step's bound adds past a length of S: the bound is S rounded up to a power
-// of two, at least 256 (BatchPlan::stage).
-int64_t pow2_extra_keys(int64_t S) {
-  int64_t b = 256;
-  while (b < S) b *= 2;
-  return b - S;
-}
-
 class AttentionDecode : public CudaOpTest {
  protected:
   Pool make_pool(DType dt, bool is_k, const Shape& s, int64_t n_rows, const Tensor& table, int64_t S) {

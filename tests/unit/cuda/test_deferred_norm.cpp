@@ -33,11 +33,6 @@
 namespace vi::cudatest {
 namespace {
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.data() == nullptr || b.data() == nullptr) return a.data() == b.data();  // both empty
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
-
 class DeferredNormGpu : public CudaOpTest {
  protected:
   static constexpr int64_t kD = 1024, kK = 2048, kF = 96, kSplitRows = 96;  // K: whole Q4_KR blocks (1024)

@@ -23,6 +23,7 @@
 
 #include "backends/cuda/attention_decode.cuh"
 #include "cuda_test_util.h"
+#include "paged_pool_util.h"
 #include "ops/memory.h"
 #include "ops/norm_rope_paged_attention.h"
 #include "ops/paged_attention.h"
@@ -30,16 +31,6 @@
 
 namespace vi::cudatest {
 namespace {
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
-
-Tensor clone(const Tensor& t) {
-  Tensor c = Tensor::empty(t.dtype(), t.shape());
-  std::memcpy(c.data(), t.data(), t.nbytes());
-  return c;
-}
 
 // A host pool [n_rows, Hkv, D]: random int8 and scales for i8, random f16-rounded values of the
 // activation dtype otherwise; the rows of positions past `last` (through the table) poisoned:
@@ -83,14 +74,6 @@ struct Case {
   bool pow2_bound;  // the key bound of a recorded step (the length rounded up to a power of two)
 };
 
-// Keys a recorded step's bound adds past a length of S: the bound is S rounded up to a power of
-// two, at least 256 (BatchPlan::stage).
-int64_t pow2_bound(int64_t S) {
-  int64_t b = 256;
-  while (b < S) b *= 2;
-  return b;
-}
-
 class NormRopeAttention : public CudaOpTest {
  protected:
   // The fused form on (DecodeTuning::fused_write, off by default until measured) for each test.
@@ -112,7 +95,7 @@ class NormRopeAttention : public CudaOpTest {
   bool run_case(const Case& c, int64_t T, bool k_i8, bool v_i8, const std::string& what) {
     const DType act = this->act();
     const int64_t Hq = c.Hq, Hkv = c.Hkv, D = c.D, bs = c.bs, S = c.p0 + T;
-    const int64_t bound = c.pow2_bound ? pow2_bound(S) : S;
+    const int64_t bound = c.pow2_bound ? S + pow2_extra_keys(S) : S;
     const int64_t n_blocks = (bound + bs - 1) / bs + 1, n_rows = n_blocks * bs;
     const Tensor table = shuffled_table(n_blocks);
     std::vector<int32_t> pos(static_cast<size_t>(T)), rows(static_cast<size_t>(T));

@@ -35,10 +35,6 @@ namespace {
 
 class QkNormRopeKvWrite : public CudaOpTest {};
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
-
 // A host pool [n_rows, Hkv, D] of random old rows: f32 values (f16-rounded in f16 runs) for a
 // float pool, random int8 and scales for an i8 one.
 ops::KvRows random_pool(bool i8, DType act, int64_t n_rows, int64_t Hkv, int64_t D) {
@@ -49,12 +45,7 @@ ops::KvRows random_pool(bool i8, DType act, int64_t n_rows, int64_t Hkv, int64_t
   return {q, rand_f32({n_rows, Hkv}, DType::F32, 0.001f, 0.05f)};
 }
 
-Tensor clone(const Tensor& t) {
-  Tensor c = Tensor::empty(t.dtype(), t.shape());
-  std::memcpy(c.data(), t.data(), t.nbytes());
-  return c;
-}
-
+using cudatest::clone;  // the Tensor one (cuda_test_util.h), beside this overload
 ops::KvRows clone(const ops::KvRows& c) { return {clone(c.data), c.scale.data() ? clone(c.scale) : Tensor()}; }
 
 // A GPU pool (or scale) back on the host, as it is stored.
