@@ -2,7 +2,6 @@
 
 #include "ops/kv_quant.h"
 #include "ops/memory.h"
-#include "ops/norm_rope_paged_attention.h"
 #include "ops/paged_attention.h"
 #include "ops/qk_norm_rope_kv_write.h"
 
@@ -74,20 +73,6 @@ void norm_rope_paged_attention_block(ops::Context& ctx, const BatchPlan& plan, s
                                      const Tensor& v, float scale, Tensor& out, const Tensor* gate) {
   const int64_t N = qh.dim(0), hd = qh.dim(2), Hkv = k.cols() / hd;
   const size_t jk = static_cast<size_t>(2 * pool_layer), jv = jk + 1;
-  if (items.size() == 1) {  // one sequence (decode): one op, which a backend may run as one kernel
-    KvPool& pool = items[0].seq->kv_pool();
-    const int64_t r0 = plan.row0[0], T = plan.rows_of(0), Hq = qh.dim(1);
-    ops::KvRows kc = kv_rows_of(pool, jk, Hkv, hd), vc = kv_rows_of(pool, jv, Hkv, hd);
-    Tensor qi = qh.slice_rows(r0, r0 + T), ki = k.slice_rows(r0, r0 + T).reshape({T, Hkv, hd});
-    Tensor oi = out.slice_rows(r0, r0 + T).reshape({T, Hq, hd});
-    const Tensor gi = gate != nullptr ? gate->slice_rows(r0, r0 + T).reshape({T, Hq, hd}) : Tensor();
-    const ops::QkNormRopeParams p{nr.q_norm, nr.k_norm, nr.eps, nr.w_offset, nr.rot_dim, nr.theta};
-    ops::norm_rope_paged_attention(ctx, qi, ki, v.slice_rows(r0, r0 + T).reshape({T, Hkv, hd}), p, kc, vc,
-                                   plan_rows(plan.dev.kv_rows, plan.n_rows, r0, T), plan.dev.tables[0],
-                                   pool.block_size, plan_rows(plan.dev.pos, plan.n_rows, r0, T), plan.kv_bound[0],
-                                   scale, oi, gate != nullptr ? &gi : nullptr);
-    return;
-  }
   const auto write = [&](KvPool& pool, int64_t r0, int64_t T) {
     Tensor qi = qh.slice_rows(r0, r0 + T), ki = k.slice_rows(r0, r0 + T).reshape({T, Hkv, hd});
     ops::KvRows kc = kv_rows_of(pool, jk, Hkv, hd), vc = kv_rows_of(pool, jv, Hkv, hd);

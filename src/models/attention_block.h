@@ -33,10 +33,9 @@ struct QkNormRope {
 // rms_norm of every q and k head, rope of both, then paged_attention_block; the norms, the
 // RoPE and the K/V writes are one op (ops::qk_norm_rope_kv_write: one launch on a GPU
 // instead of six) over all rows when the sequences share one KV pool (a batch does), one
-// per sequence otherwise; one sequence alone takes ops::norm_rope_paged_attention (write and
-// attention in one op, on a GPU at T = 1 one kernel). The same bits as the separate ops.
-// qh: [N, Hq, hd] and k: [N, Hkv*hd] as projected, unspecified afterwards; v: [N, Hkv*hd];
-// out: [N, Hq*hd]; gate as paged_attention_block's.
+// per sequence otherwise. The same bits as the separate ops. qh: [N, Hq, hd] and k:
+// [N, Hkv*hd] as projected, left normed and rotated; v: [N, Hkv*hd]; out: [N, Hq*hd]; gate as
+// paged_attention_block's.
 void norm_rope_paged_attention_block(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
                                      int64_t pool_layer, const QkNormRope& nr, Tensor& qh, Tensor& k,
                                      const Tensor& v, float scale, Tensor& out, const Tensor* gate = nullptr);

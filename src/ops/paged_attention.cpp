@@ -49,9 +49,9 @@ static void check_kv_rows(const char* what, const KvRows& r) {
   }
 }
 
-void check_paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRows& v,
-                           const Tensor& block_table, int64_t block_size, const Tensor& q_pos, int64_t kv_bound,
-                           const Tensor& out, const Tensor* out_gate) {
+void paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRows& v, const Tensor& block_table,
+                     int64_t block_size, const Tensor& q_pos, int64_t kv_bound, float scale, Tensor& out,
+                     const Tensor* out_gate) {
   const Tensor& k_pool = k.data;
   const Tensor& v_pool = v.data;
   check_same_device("paged_attention", ctx, {&q, &k_pool, &v_pool, &out, &block_table, &q_pos});
@@ -87,15 +87,6 @@ void check_paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const
     VI_CHECK(out.numel() == 0 || out_gate->data() != out.data(),
              "op 'paged_attention': the output gate must not be out itself");
   }
-}
-
-void paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRows& v, const Tensor& block_table,
-                     int64_t block_size, const Tensor& q_pos, int64_t kv_bound, float scale, Tensor& out,
-                     const Tensor* out_gate) {
-  check_paged_attention(ctx, q, k, v, block_table, block_size, q_pos, kv_bound, out, out_gate);
-  const Tensor& k_pool = k.data;
-  const Tensor& v_pool = v.data;
-  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hkv = k_pool.dim(1);
   // Bytes: the keys' K/V rows (and i8 scales) once, q, out and the gate (at the bound: the
   // profiler runs eagerly, where the bound is exact).
   const int64_t kv_row_bytes = static_cast<int64_t>(dtype_row_bytes(k_pool.dtype(), Hkv * D) +

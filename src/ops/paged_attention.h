@@ -35,10 +35,6 @@ struct KvRows {
 void paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRows& v, const Tensor& block_table,
                      int64_t block_size, const Tensor& q_pos, int64_t kv_bound, float scale, Tensor& out,
                      const Tensor* out_gate = nullptr);
-// The entry point's checks alone (for ops that compose this one).
-void check_paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRows& v,
-                           const Tensor& block_table, int64_t block_size, const Tensor& q_pos, int64_t kv_bound,
-                           const Tensor& out, const Tensor* out_gate);
 // The same with the position known on the host (uploaded for a GPU; tests and tools).
 void paged_attention(Context& ctx, const Tensor& q, const KvRows& k, const KvRows& v, const Tensor& block_table,
                      int64_t block_size, int64_t q_pos0, float scale, Tensor& out, const Tensor* out_gate = nullptr);

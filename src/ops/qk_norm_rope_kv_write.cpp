@@ -41,9 +41,9 @@ void check_cache(Context& ctx, const KvRows& c, const char* which, int64_t n_row
 
 }  // namespace
 
-void check_qk_norm_rope_kv_write(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Tensor& q_norm, const Tensor& k_norm, float eps, const Tensor& pos, int rot_dim,
-                                 float theta, const KvRows& k_cache, const KvRows& v_cache, const Tensor& rows) {
+void qk_norm_rope_kv_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, const Tensor& q_norm,
+                           const Tensor& k_norm, float eps, float w_offset, const Tensor& pos, int rot_dim,
+                           float theta, KvRows& k_cache, KvRows& v_cache, const Tensor& rows) {
   check_same_device(kOp, ctx, {&q, &k, &v, &q_norm, &k_norm, &pos, &rows});
   const DType t = q.dtype();
   VI_CHECK(q.ndim() == 3 && q.dim(1) >= 1 && q.dim(2) >= 1, "op '{}': q {} must be [N, Hq, D]", kOp, describe(q));
@@ -74,14 +74,6 @@ void check_qk_norm_rope_kv_write(Context& ctx, const Tensor& q, const Tensor& k,
     for (int64_t i = 0; i < N; ++i)
       VI_CHECK(r[i] >= 0 && r[i] < n_rows, "op '{}': row {} is outside the pool of {} rows", kOp, r[i], n_rows);
   }
-}
-
-void qk_norm_rope_kv_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, const Tensor& q_norm,
-                           const Tensor& k_norm, float eps, float w_offset, const Tensor& pos, int rot_dim,
-                           float theta, KvRows& k_cache, KvRows& v_cache, const Tensor& rows) {
-  check_qk_norm_rope_kv_write(ctx, q, k, v, q_norm, k_norm, eps, pos, rot_dim, theta, k_cache, v_cache, rows);
-  const DType t = q.dtype();
-  const int64_t N = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hkv = k.dim(1);
   if (N == 0) return;
   // Reads q, k, v; writes q and k back and one pool row (and scale) per token for K and V.
   const auto cache_bytes = [&](const KvRows& c) {

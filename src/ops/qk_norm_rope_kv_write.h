@@ -24,10 +24,6 @@ namespace vi::ops {
 void qk_norm_rope_kv_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, const Tensor& q_norm,
                            const Tensor& k_norm, float eps, float w_offset, const Tensor& pos, int rot_dim,
                            float theta, KvRows& k_cache, KvRows& v_cache, const Tensor& rows);
-// The entry point's shape, dtype and row checks alone (for ops that compose this one).
-void check_qk_norm_rope_kv_write(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Tensor& q_norm, const Tensor& k_norm, float eps, const Tensor& pos, int rot_dim,
-                                 float theta, const KvRows& k_cache, const KvRows& v_cache, const Tensor& rows);
 using QkNormRopeKvWriteFn = void (*)(Context&, Tensor& q, Tensor& k, const Tensor& v, const Tensor& q_norm,
                                      const Tensor& k_norm, float eps, float w_offset, const Tensor& pos, int rot_dim,
                                      float theta, KvRows& k_cache, KvRows& v_cache, const Tensor& rows);

@@ -12,7 +12,6 @@
 #include "backends/cuda/attention_prefill.cuh"
 #include "backends/cuda/elementwise.cuh"
 #include "ops/attention.h"
-#include "ops/norm_rope_paged_attention.h"
 #include "ops/paged_attention.h"
 
 namespace vi::cuda {
@@ -188,57 +187,7 @@ void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const ops::KvRows&
   }
 }
 
-// ops::norm_rope_paged_attention at T = 1 with i8 K/V: the narrow decode kernel normalises and
-// rotates q itself and writes the new K/V row (DecodeFusedWrite); other calls run the two ops.
-DecodeArgs norm_rope_decode_args(const Tensor& q, const ops::KvRows& k_cache, const ops::KvRows& v_cache,
-                                 const Tensor& block_table, int64_t block_size, const Tensor& q_pos, int64_t kv_bound,
-                                 float scale, Tensor& out) {
-  return paged_args<DecodeArgs>(q, k_cache, v_cache, block_table.ptr<int32_t>(), block_size, q_pos.ptr<int32_t>(),
-                                kv_bound, scale, out, 0, q.dim(0));
-}
-
-bool norm_rope_attention_takes(const ops::Context& ctx, const Tensor& q, const ops::KvRows& k_cache,
-                               const ops::KvRows& v_cache, const Tensor& block_table, int64_t block_size,
-                               const Tensor& q_pos, int64_t kv_bound, const Tensor& out) {
-  if (q.dim(0) != 1) return false;
-  Tensor o = out;  // paged_args takes out mutable; nothing is written here
-  return decode_fused_write_takes(
-      ctx, norm_rope_decode_args(q, k_cache, v_cache, block_table, block_size, q_pos, kv_bound, 1.0f, o));
-}
-
-void norm_rope_attention_run(ops::Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const ops::QkNormRopeParams& nr, ops::KvRows& k_cache, ops::KvRows& v_cache,
-                             const Tensor& rows, const Tensor& block_table, int64_t block_size, const Tensor& q_pos,
-                             int64_t kv_bound, float scale, Tensor& out, const Tensor* out_gate) {
-  DecodeFusedWrite fw;
-  fw.k_new = k.data();
-  fw.v_new = v.data();
-  fw.q_norm = nr.q_norm.ptr<float>();
-  fw.k_norm = nr.k_norm.ptr<float>();
-  fw.eps = nr.eps;
-  fw.w_offset = nr.w_offset;
-  fw.theta = nr.theta;
-  fw.rot_dim = nr.rot_dim;
-  fw.kv_row = rows.ptr<int32_t>();
-  fw.k_pool = k_cache.data.data();
-  fw.v_pool = v_cache.data.data();
-  fw.k_scale = k_cache.scale.ptr<float>();
-  fw.v_scale = v_cache.scale.ptr<float>();
-  DecodeArgs a = norm_rope_decode_args(q, k_cache, v_cache, block_table, block_size, q_pos, kv_bound, scale, out);
-  VI_CHECK(decode_fused_write_takes(ctx, a), "op 'norm_rope_paged_attention' on cuda: the fused form does not take "
-           "T={} Hq={} Hkv={} D={}", a.T, a.Hq, a.Hkv, a.D);
-  a.fused = &fw;
-  if (out_gate != nullptr) a.gate = out_gate->data();
-  if (!decode_attention(ctx, a) && out_gate != nullptr) {
-    Tensor o = out.reshape({1, out.numel()});
-    sigmoid_mul_cuda(ctx, o, out_gate->reshape({1, out.numel()}), o);
-  }
-}
-
-const ops::NormRopePagedAttentionImpl kNormRopeAttention{norm_rope_attention_takes, norm_rope_attention_run};
-
 const bool registered = [] {
-  ops::norm_rope_paged_attention_table().add(Device::CUDA, DType::F16, &kNormRopeAttention);
   ops::attention_table().add(Device::CUDA, DType::F16, attention_cuda<__half>);
   ops::attention_table().add(Device::CUDA, DType::F32, attention_cuda<float>);
   for (DType t : {DType::F32, DType::F16, DType::I8}) ops::paged_attention_table().add(Device::CUDA, t, paged_attention_cuda);

@@ -430,8 +430,7 @@ int row_groups_for(int R) {
 namespace {
 // DecodeTuning: all on unless VI_DECODE_TUNING=0; VI_DECODE_NARROW=0 turns narrow_rows off
 // alone, VI_DECODE_PRE_WAIT=0 pre_wait_copies, VI_DECODE_SPLIT_V=0 split_v, VI_DECODE_RUNS=0
-// run_copies; split_k and fused_write are off unless VI_DECODE_SPLIT_K=1 / VI_DECODE_FUSED_WRITE=1
-// (read once, at the first use).
+// run_copies; split_k is off unless VI_DECODE_SPLIT_K=1 (read once, at the first use).
 DecodeTuning initial_tuning() {
   const bool on = env_switch_on("VI_DECODE_TUNING");
   return DecodeTuning{on,
@@ -442,13 +441,12 @@ DecodeTuning initial_tuning() {
                       on && env_switch_on("VI_DECODE_PRE_WAIT"),
                       on && env_switch_on("VI_DECODE_SPLIT_V"),
                       on && env_switch_forced("VI_DECODE_SPLIT_K") == 1,
-                      on && env_switch_on("VI_DECODE_RUNS"),
-                      on && env_switch_forced("VI_DECODE_FUSED_WRITE") == 1};
+                      on && env_switch_on("VI_DECODE_RUNS")};
 }
 uint16_t tuning_to_bits(const DecodeTuning& t) {
   return static_cast<uint16_t>(t.balanced_splits | (t.fast_combine << 1) | (t.pdl << 2) | (t.lean_share_step << 3) |
                                (t.narrow_rows << 4) | (t.pre_wait_copies << 5) | (t.split_v << 6) |
-                               (t.split_k << 7) | (t.run_copies << 8) | (t.fused_write << 9));
+                               (t.split_k << 7) | (t.run_copies << 8));
 }
 std::atomic<uint16_t>& tuning_bits() {
   static std::atomic<uint16_t> bits{tuning_to_bits(initial_tuning())};
@@ -477,7 +475,7 @@ std::atomic<int64_t>& tc_min_keys(bool warps) {
 DecodeTuning decode_tuning() {
   const uint16_t b = tuning_bits().load(std::memory_order_relaxed);
   return DecodeTuning{(b & 1) != 0,  (b & 2) != 0,  (b & 4) != 0,   (b & 8) != 0,  (b & 16) != 0,
-                      (b & 32) != 0, (b & 64) != 0, (b & 128) != 0, (b & 256) != 0, (b & 512) != 0};
+                      (b & 32) != 0, (b & 64) != 0, (b & 128) != 0, (b & 256) != 0};
 }
 void set_decode_tuning(const DecodeTuning& t) {
   tuning_bits().store(tuning_to_bits(t), std::memory_order_relaxed);
@@ -536,7 +534,6 @@ bool decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
   VI_CHECK(n_keys >= a.T && n_keys < INT32_MAX, "decode attention on cuda: {} keys do not fit 32-bit positions",
            n_keys);
   const bool tc = decode_tc_takes(ctx, a);
-  VI_CHECK(a.fused == nullptr || tc, "decode attention on cuda: the fused K/V write needs the tensor-core kernels");
 
   // Splits: about two blocks per SM over all KV heads, but each split long enough that its
   // partial (R * D floats written, then read) stays a few percent of the K/V it reads. The

@@ -32,25 +32,6 @@ constexpr int kDecodeMaxDim = 256;  // head_dim: 8 dims per lane
 // Whether decode_attention takes this shape (the caller falls back otherwise).
 bool decode_attention_fits(int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
 
-// The K/V write a decode call does itself (DecodeTuning::fused_write; ops/qk_norm_rope_kv_write.h
-// for the math): q (DecodeArgs::q) is then the token's q as projected, and the kernel applies
-// the per-head norm and RoPE to its rows as it stages them; the block whose split holds the
-// new key normalises, rotates and quantizes the token's k and v into pool row *kv_row. The
-// same bits as qk_norm_rope_kv_write followed by the plain call. q and k are left as they were.
-struct DecodeFusedWrite {
-  const void* k_new = nullptr;  // [Hkv, D] of q's dtype: the token's k as projected
-  const void* v_new = nullptr;  // [Hkv, D]
-  const float* q_norm = nullptr;  // [D]
-  const float* k_norm = nullptr;  // [D]
-  float eps = 0.0f, w_offset = 0.0f, theta = 0.0f;
-  int rot_dim = 0;
-  const int32_t* kv_row = nullptr;  // [1] device: the token's pool row
-  void* k_pool = nullptr;  // the pools written: i8 [n_rows, Hkv, D] with scales [n_rows, Hkv]
-  void* v_pool = nullptr;
-  float* k_scale = nullptr;
-  float* v_scale = nullptr;
-};
-
 // The paged kernel arguments (paged_kernel_args.h) with K/V f32, f16 or i8 and two
 // additions: a null table means key s is row s, and without device positions (q_pos null)
 // query t sits at q_pos0 + t; kv_bound 0 means q_pos0 + T. Splits past the true length
@@ -61,11 +42,7 @@ struct DecodeArgs : PagedKernelArgs {
   // [T, Hq, D] like out, or null: the output gate of ops::paged_attention (out = attention ·
   // sigmoid(gate)), which decode_attention applies where its fast combine stores out.
   const void* gate = nullptr;
-  const DecodeFusedWrite* fused = nullptr;  // null: the new K/V rows are in the pools already
 };
-// Whether a call of these arguments (without `fused`) can take the fused K/V write: fused_write
-// on, T = 1, f16 q, i8 K and V, D <= 256, and the narrow step of the warp-split kernel takes it.
-bool decode_fused_write_takes(const ops::Context& ctx, const DecodeArgs& a);
 // Returns whether it applied a.gate (false without one): the fast combine folds it into its
 // stores, with sigmoid_mul's arithmetic on out's rounded value, so the same bits; a call of one
 // split, the other combine or decode_gate_fused() off leaves it to the caller (sigmoid_mul).
@@ -208,16 +185,10 @@ constexpr int64_t kDecodeNarrowRows = 8;
 //   rows a fixed stride apart, as the narrow step always does, instead of a table load and a
 //   64-bit offset per row and chunk; the same bytes land in the same places (the same bits).
 //   Off: the per-row lookup there.
-// - fused_write: a call of ops::norm_rope_paged_attention that the narrow step takes (T = 1, i8
-//   K and V, f16 q, D <= 256: decode_fused_write_takes) runs as one kernel: each block
-//   normalises and rotates its own q rows, and the block whose split holds the new key writes
-//   the new K/V row before it copies that slot (DecodeFusedWrite). Off: the
-//   qk_norm_rope_kv_write kernel, then this one. Off unless VI_DECODE_FUSED_WRITE=1: the H100
-//   A/B of 2026-12-07 showed no gain (docs/PERFORMANCE.md, "The K/V write in decode attention").
-// Defaults: all on but split_k and fused_write; VI_DECODE_TUNING=0 in the environment (read once
-// per process) turns all of them off (the path measured before, for end-to-end A/B),
-// VI_DECODE_NARROW=0 narrow_rows alone, VI_DECODE_PRE_WAIT=0 pre_wait_copies alone,
-// VI_DECODE_SPLIT_V=0 split_v alone, VI_DECODE_RUNS=0 run_copies alone.
+// Defaults: all on but split_k; VI_DECODE_TUNING=0 in the environment (read once per process)
+// turns all of them off (the path measured before, for end-to-end A/B), VI_DECODE_NARROW=0
+// narrow_rows alone, VI_DECODE_PRE_WAIT=0 pre_wait_copies alone, VI_DECODE_SPLIT_V=0 split_v
+// alone, VI_DECODE_RUNS=0 run_copies alone.
 struct DecodeTuning {
   bool balanced_splits = true;
   bool fast_combine = true;
@@ -228,7 +199,6 @@ struct DecodeTuning {
   bool split_v = true;
   bool split_k = false;
   bool run_copies = true;
-  bool fused_write = false;
 };
 // Whether the warp-split kernel (where it takes the call) runs it on the narrow step
 // (DecodeTuning::narrow_rows and at most kDecodeNarrowRows rows in one row tile).

@@ -43,7 +43,6 @@
 #include "backends/cuda/kv_quant.cuh"
 #include "backends/cuda/mma_f16.cuh"
 #include "backends/cuda/pdl.cuh"
-#include "backends/cuda/qk_norm_rope_warp.cuh"
 
 namespace vi::cuda {
 namespace {
@@ -105,7 +104,6 @@ struct TcParams {
   bool rotate_q, vec_k, vec_v;
   float* part_acc;  // [n_splits, T * Hq, D] unnormalised (null: one split, write out)
   float* part_ml;   // [n_splits, T * Hq, 2] (max in natural-log units, sum)
-  DecodeFusedWrite fw;  // the narrow kernel's K/V write (decode_tc_warps_kernel<DP, true, true>)
 };
 
 // Grid (n_splits, Hkv). MTM: the row tiles the block has registers for (MT <= MTM).
@@ -787,11 +785,9 @@ __device__ __forceinline__ void i8x4_to_h2(uint32_t w, uint32_t& lo, uint32_t& h
 // starts at a multiple of its size and is >= 16 dims (D % 16 == 0), so a lane's partner lies in
 // its own block, and lanes past D hold zeros. Rows >= R (padding) are zeros without shuffles,
 // so the whole warp must take the same r.
-// q_row_halves_at: the same from the row itself (qrow, any memory space; `valid` false for a
-// padding row, which reads nothing).
 template <int DP>
-__device__ __forceinline__ void q_row_halves_at(const __half* qrow, bool valid, const TcParams& P, int lane,
-                                                uint32_t (&hw)[DP / 64]) {
+__device__ __forceinline__ void q_row_halves(const __half* __restrict__ q, const TcParams& P, int hk, int t0, int R,
+                                             int r, int lane, uint32_t (&hw)[DP / 64]) {
   constexpr int EPL = DP / 32;
   const int d0 = lane * EPL;
   int blk = 0;  // this lane's block size (0: past D)
@@ -802,9 +798,11 @@ __device__ __forceinline__ void q_row_halves_at(const __half* qrow, bool valid, 
     b0 += n, rem -= n;
   }
   float x[EPL];
+  const int t = t0 + r / P.G, gq = r % P.G;
+  const __half* qrow = q + (int64_t(t) * P.Hq + hk * P.G + gq) * P.D;
 #pragma unroll
-  for (int e = 0; e < EPL; ++e) x[e] = valid && d0 + e < P.D ? __half2float(qrow[d0 + e]) * P.qscale : 0.0f;
-  if (P.rotate_q && valid) {
+  for (int e = 0; e < EPL; ++e) x[e] = r < R && d0 + e < P.D ? __half2float(qrow[d0 + e]) * P.qscale : 0.0f;
+  if (P.rotate_q && r < R) {
 #pragma unroll
     for (int h = 1; h < EPL; h *= 2)
 #pragma unroll
@@ -830,12 +828,6 @@ __device__ __forceinline__ void q_row_halves_at(const __half* qrow, bool valid, 
   }
 #pragma unroll
   for (int e = 0; e < EPL / 2; ++e) hw[e] = pack_half2(x[2 * e], x[2 * e + 1]);
-}
-template <int DP>
-__device__ __forceinline__ void q_row_halves(const __half* __restrict__ q, const TcParams& P, int hk, int t0, int R,
-                                             int r, int lane, uint32_t (&hw)[DP / 64]) {
-  const int t = t0 + r / P.G, gq = r % P.G;
-  q_row_halves_at<DP>(q + (int64_t(t) * P.Hq + hk * P.G + gq) * P.D, r < R, P, lane, hw);
 }
 // Stores q_row_halves' pairs as row r of a row-major Q with kLdQ halves per row.
 template <int DP>
@@ -1439,19 +1431,7 @@ __device__ __forceinline__ void warp_slot_step_narrow(const unsigned char* slot,
 // kNarrow: the rows (at most 8, decode_tc_narrow_takes) through warp_slot_step_narrow, and the
 // slots copied by copy_run where they are runs of pool rows; else the 16-row warp_slot_step and
 // issue(). The Q staging, the split range and the merge of the warps are shared.
-// kFused (with kNarrow, T = 1: DecodeFusedWrite in P.fw): q is the token's q as projected; each
-// block normalises and rotates its own rows as it stages them (qk_norm_rope_warp.cuh: the op's
-// values, rounded to f16, then q_row_halves' scale and Hadamard rotation, as the unfused kernel
-// reads them from q), and the block whose split holds the new key p0 writes the token's K/V row
-// before its barrier. q is not written back: every split block of a KV head reads the same raw
-// rows. The slot holding p0 is copied only after that barrier (the barrier orders the writer
-// warps' stores before the copies of the warp that owns the slot); its earlier slots go out as
-// usual. What it saves is the qk_norm_rope_kv_write kernel and its boundary (~5 us a layer on the
-// H100, docs/notes/decode_attention.md); what it adds is that one block's write (~1-2 us) ahead
-// of its last slot. The pools it writes (P.fw) are those k and v point to, declared const and
-// __restrict__: the kernel reads them only through cp.async (inline asm), which the compiler
-// cannot turn into non-coherent loads; a plain load of k or v here would have to drop those.
-template <int DP, bool kNarrow, bool kFused = false>
+template <int DP, bool kNarrow>
 __global__ void __launch_bounds__(kWThreads, 2)
     decode_tc_warps_kernel(const __half* __restrict__ q, const int8_t* __restrict__ k, const int8_t* __restrict__ v,
                            __half* __restrict__ out, TcParams P) {
@@ -1563,71 +1543,20 @@ __global__ void __launch_bounds__(kWThreads, 2)
     while (n_pre < NSW && s_begin + (warp + kWW * n_pre + 1) * kSlotKeys <= p0) ++n_pre;
 #pragma unroll 1
   for (int i = 0; i < n_pre; ++i) start_slot(i);
-  // kFused: warp kWW - 1 of the block holding p0 writes the new key, warp kWW - 2 the value (each
-  // after its own q rows: with kWW 4 and the 27B's 6 rows, warps 0 and 1 stage two rows, the
-  // writers one); the norms' constants (weights, frequencies) load before the wait.
-  constexpr int M = DP / 32;  // a head's slots a lane (qk_norm_rope_warp.cuh)
-  const bool writes_kv = kFused && s_begin <= p0 && p0 < s_end;
-  const bool k_writer = writes_kv && warp == kWW - 1, v_writer = writes_kv && warp == kWW - 2;
-  float qwr[M], qwp[M], qfreq[M], kwr[M], kwp[M], kfreq[M];  // norm_rope_consts' of q (rows) and k
-  if constexpr (kFused) {
-    if (warp < R) norm_rope_consts<M>(P.fw.q_norm, P.D, P.fw.rot_dim, P.fw.theta, qwr, qwp, qfreq);
-    if (k_writer) norm_rope_consts<M>(P.fw.k_norm, P.D, P.fw.rot_dim, P.fw.theta, kwr, kwp, kfreq);
-  }
-  int n_now = NSW;  // slots copied right after the wait; the rest after the barrier below
-  if (writes_kv) {
-    const int n_p0 = (p0 - s_begin) / kSlotKeys;  // the split's slot holding p0
-    if (n_p0 % kWW == warp) n_now = max(n_pre, min(NSW, n_p0 / kWW));
-  }
   pdl_wait();
   pdl_trigger();
 #pragma unroll 1
-  for (int i = n_pre; i < n_now; ++i) start_slot(i);
+  for (int i = n_pre; i < NSW; ++i) start_slot(i);
 
   // Q (q_row_halves): warp w takes rows w, w + kWW, ... Padding rows stay zero without the
   // rotation: at T = 1 of the 27B shape 10 of the 16 rows, whose butterflies (40 shuffles a row
   // at D 256) each warp used to run.
   for (int r = warp; r < 16; r += kWW) {
     uint32_t hw[DP / 64];
-    if (kFused && r < R) {
-      // The row normed and rotated in the op's lane layout (d = lane + 32 m), through this row
-      // of Qs into q_row_halves' (consecutive dims a lane).
-      const int t = t0 + r / P.G, gq = r % P.G;
-      float x[M];
-      norm_rope_head<__half, M>(q + (int64_t(t) * P.Hq + hk * P.G + gq) * P.D, qwr, qwp, qfreq, P.D, P.fw.rot_dim,
-                                P.fw.eps, P.fw.w_offset, p0 + t, x);
-      __half* qrow = Qs + r * kLdQ;
-#pragma unroll
-      for (int m = 0; m < M; ++m)
-        if (lane + 32 * m < P.D) qrow[lane + 32 * m] = __float2half_rn(x[m]);  // exact: values of f16
-      __syncwarp();
-      q_row_halves_at<DP>(qrow, true, P, lane, hw);
-      __syncwarp();  // every lane has read the row before store_q_row overwrites it
-    } else {
-      q_row_halves<DP>(q, P, hk, t0, R, r, lane, hw);
-    }
+    q_row_halves<DP>(q, P, hk, t0, R, r, lane, hw);
     store_q_row<DP>(Qs, kLdQ, r, lane, hw);
   }
-  if constexpr (kFused) {
-    if (k_writer || v_writer) {
-      const int64_t row = *P.fw.kv_row;
-      const float hnorm = 1.0f / sqrtf(static_cast<float>(P.D));  // as qk_norm_rope_kv_write's
-      float x[M];
-      if (k_writer) {
-        norm_rope_head<__half, M>(static_cast<const __half*>(P.fw.k_new) + int64_t(hk) * P.D, kwr, kwp, kfreq, P.D,
-                                  P.fw.rot_dim, P.fw.eps, P.fw.w_offset, p0, x);
-        store_head_warp<__half, M>(x, CachePtrs{P.fw.k_pool, P.fw.k_scale}, row, P.Hkv, hk, P.D, /*rotate=*/true,
-                                   hnorm);
-      } else {
-        load_head_warp<__half, M>(static_cast<const __half*>(P.fw.v_new) + int64_t(hk) * P.D, P.D, x);
-        store_head_warp<__half, M>(x, CachePtrs{P.fw.v_pool, P.fw.v_scale}, row, P.Hkv, hk, P.D, /*rotate=*/false,
-                                   hnorm);
-      }
-    }
-  }
-  __syncthreads();  // every warp reads every row of Q; kFused: the new K/V row is in the pools
-#pragma unroll 1
-  for (int i = n_now; i < NSW; ++i) start_slot(i);
+  __syncthreads();  // every warp reads every row of Q
 
   if constexpr (kNarrow) {
     // Rows 2c, 2c + 1 of this lane (warp_slot_step_narrow): position (padding rows see no
@@ -2251,12 +2180,6 @@ bool decode_tc_narrow_takes(const DecodeArgs& a) {
   return decode_tuning().narrow_rows && decode_tc_warps_tiles(a) == 1 && a.T * G <= kDecodeNarrowRows;
 }
 
-bool decode_fused_write_takes(const ops::Context& ctx, const DecodeArgs& a) {
-  return decode_tuning().fused_write && a.T == 1 && a.q_dtype == DType::F16 && a.k_dtype == DType::I8 &&
-         a.v_dtype == DType::I8 && a.D <= kDecodeMaxDim && decode_tc_takes(ctx, a) && decode_tc_warps_fits(ctx, a) &&
-         decode_tc_warps_tiles(a) == 1 && decode_tc_narrow_takes(a);
-}
-
 bool decode_tc_split_v_takes(const DecodeArgs& a) {
   const DecodeTuning t = decode_tuning();
   if (!t.lean_share_step || !t.split_v || decode_tc_warps_tiles(a) != 2 || a.D <= 128 || a.D > 256) return false;
@@ -2403,14 +2326,7 @@ void decode_split_tc(const ops::Context& ctx, const DecodeArgs& a, const DecodeS
         else launch_at(decode_tc_warps_share_kernel<256, 4, kLean>, wgrid, kWThreads, smem, k, v, pdl);
       }
     };
-    if (a.fused != nullptr) {
-      VI_CHECK(RT == 1 && decode_tc_narrow_takes(a) && a.T == 1,
-               "decode attention on cuda: the fused K/V write needs the narrow step (T={} Hq={} Hkv={})", a.T, a.Hq,
-               a.Hkv);
-      P.fw = *a.fused;
-      if (DP == 128) launch_at(decode_tc_warps_kernel<128, true, true>, wgrid, kWThreads, smem, k, v, pdl);
-      else launch_at(decode_tc_warps_kernel<256, true, true>, wgrid, kWThreads, smem, k, v, pdl);
-    } else if (RT == 1 && decode_tc_narrow_takes(a)) {
+    if (RT == 1 && decode_tc_narrow_takes(a)) {
       if (DP == 128) launch_at(decode_tc_warps_kernel<128, true>, wgrid, kWThreads, smem, k, v, pdl);
       else launch_at(decode_tc_warps_kernel<256, true>, wgrid, kWThreads, smem, k, v, pdl);
     } else if (RT == 1) {

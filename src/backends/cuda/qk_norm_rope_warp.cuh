@@ -1,8 +1,8 @@
 // One head of qk_norm_rope_kv_write (ops/qk_norm_rope_kv_write.h) done by one warp: the
 // per-head RMSNorm and partial RoPE of a q or k head, and the store of a k or v head to its
-// pool row (int8 with the K Hadamard rotation, or a copy). Shared by the op's own warp kernel
-// and by the decode attention kernel that does the K/V write itself (attention_decode_tc.cu,
-// the fused narrow kernel), so both produce the op's bits.
+// pool row (int8 with the K Hadamard rotation, or a copy): the op's warp kernel
+// (qk_norm_rope_kv_write.cu). Kept in a header of its own so that a kernel folding this work
+// into another (tried in decode attention, docs/notes/decode_attention.md) produces the op's bits.
 //
 // Lane l holds d = l + 32 m for slots m < M (32 M >= D, D <= 256): slot m is element m / 2 of
 // thread l + 32 (m % 2) of the 64-thread block of the op's block kernel (norm_threads(D) = 64

@@ -28,9 +28,6 @@
 #include "ops/graph.h"
 #include "ops/matmul.h"
 #include "ops/norm.h"
-#include "ops/norm_rope_paged_attention.h"
-#include "ops/paged_attention.h"
-#include "ops/qk_norm_rope_kv_write.h"
 #include "ops/prepare_matmul_weight.h"
 
 namespace vi::cudatest {
@@ -71,20 +68,6 @@ __global__ void late_scale_kernel(float* ks, float* vs, const float* k_val, cons
     ks[off + i] = k_val[i];
     vs[off + i] = v_val[i];
   }
-}
-
-// Stands in for the attention input projection before the fused decode attention: after `spin`
-// cycles it copies q, k and v (n_q, n_k, n_v floats' worth of their f16 values) from staging.
-__global__ void late_qkv_kernel(float* q, const float* q_src, int n_q, float* k, const float* k_src, int n_k, float* v,
-                                const float* v_src, int n_v, long long spin) {
-  cuda::pdl_wait();
-  cuda::pdl_trigger();
-  const long long t0 = clock64();
-  while (clock64() - t0 < spin) {
-  }
-  for (int i = threadIdx.x; i < n_q; i += blockDim.x) q[i] = q_src[i];
-  for (int i = threadIdx.x; i < n_k; i += blockDim.x) k[i] = k_src[i];
-  for (int i = threadIdx.x; i < n_v; i += blockDim.x) v[i] = v_src[i];
 }
 
 class Pdl : public ::testing::Test {
@@ -319,85 +302,6 @@ TEST_F(Pdl, DecodeAttentionWaitsForTheNewKeyOnly) {
     EXPECT_GT(stale_replays(p0 - 40, 16), 0)
         << "T " << T << ": no slot was copied before pdl_wait: the pre-wait copies never overlapped the kernel before";
   }
-}
-
-// The fused decode attention (ops::norm_rope_paged_attention at T = 1: the kernel normalises q
-// and writes the new K/V row itself) reads q, k and v, which the kernel before it writes, only
-// after its pdl_wait. Recorded behind late_qkv_kernel, which writes them (f16 NaN until then) ~50
-// us after it starts: every replay's output and new K/V row must equal the two ops' run op by op.
-TEST_F(Pdl, FusedDecodeAttentionWaitsForItsInputs) {
-  if (!cuda::pdl_enabled())
-    GTEST_SKIP() << "PDL is off here (needs compute capability 9.0, sm_90 code, CUDA 12.3, and VI_PDL not 0)";
-  g.profile = ops::KernelProfile::kNative;
-  g.act = DType::F16;
-  ops::Context cpu;
-  const Shape s{24, 4, 256, 16};  // the 27B model's attention; a recorded step's key bound
-  const int64_t S = 8200, bound = 16384, n_blocks = bound / s.bs + 1, n_rows = n_blocks * s.bs, p0 = S - 1;
-  const Tensor table = shuffled_table(n_blocks);
-  Pool k = make_paged_pool(cpu, g, DType::I8, true, s, n_rows, table, S);
-  Pool v = make_paged_pool(cpu, g, DType::I8, false, s, n_rows, table, S);
-  const Tensor dtable = ops::upload(g, table);
-  Tensor pos = Tensor::empty(DType::I32, {1}), rows = Tensor::empty(DType::I32, {1});
-  pos.ptr<int32_t>()[0] = static_cast<int32_t>(p0);
-  rows.ptr<int32_t>()[0] = table.ptr<int32_t>()[p0 / s.bs] * static_cast<int32_t>(s.bs) + static_cast<int32_t>(p0 % s.bs);
-  const Tensor dpos = ops::upload(g, pos), drows = ops::upload(g, rows);
-  const Tensor q = rand_f32({1, s.Hq, s.D}, DType::F16, -2.0f, 2.0f), kn = rand_f32({1, s.Hkv, s.D}, DType::F16, -2, 2);
-  const Tensor vn = rand_f32({1, s.Hkv, s.D}, DType::F16, -2.0f, 2.0f);
-  const Tensor qw = ops::upload(g, rand_f32({s.D}, DType::F32, -0.5f, 0.5f));
-  const Tensor kw = ops::upload(g, rand_f32({s.D}, DType::F32, -0.5f, 0.5f));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(s.D)), eps = 1e-6f, theta = 1e7f;
-  const ops::QkNormRopeParams nr{qw, kw, eps, 1.0f, 64, theta};
-  const cuda::DecodeArgs a = decode_args(s, 1, DType::F16, nullptr, k, v, dtable, dpos, bound, scale, nullptr);
-  const cuda::DecodeTuning was = cuda::decode_tuning();
-  cuda::DecodeTuning on = was;
-  on.fused_write = true;  // off by default until measured
-  cuda::set_decode_tuning(on);
-  struct Restore {
-    cuda::DecodeTuning t;
-    ~Restore() { cuda::set_decode_tuning(t); }
-  } restore{was};
-  if (!cuda::decode_fused_write_takes(g, a))
-    GTEST_SKIP() << "the fused K/V write does not take this call here (no sm_80 code)";
-
-  // The two ops, op by op, on copies of the pools.
-  ops::KvRows rk{ops::upload(g, k.host.data), ops::upload(g, k.host.scale)};
-  ops::KvRows rv{ops::upload(g, v.host.data), ops::upload(g, v.host.scale)};
-  Tensor rq = to_gpu(g, q, DType::F16), rkn = to_gpu(g, kn, DType::F16), rvn = to_gpu(g, vn, DType::F16);
-  Tensor rout = ops::empty(g, DType::F16, {1, s.Hq, s.D});
-  ops::qk_norm_rope_kv_write(g, rq, rkn, rvn, qw, kw, eps, 1.0f, dpos, 64, theta, rk, rv, drows);
-  ops::paged_attention(g, rq, rk, rv, dtable, s.bs, dpos, bound, scale, rout);
-  const Tensor ref_out = ops::download(g, rout), ref_k = ops::download(g, rk.data), ref_ks = ops::download(g, rk.scale);
-
-  // The fused op behind the late writer; its inputs NaN before each replay.
-  const Tensor q_src = to_gpu(g, q, DType::F16), k_src = to_gpu(g, kn, DType::F16), v_src = to_gpu(g, vn, DType::F16);
-  Tensor dq = ops::empty(g, DType::F16, {1, s.Hq, s.D}), dk = ops::empty(g, DType::F16, {1, s.Hkv, s.D});
-  Tensor dv = ops::empty(g, DType::F16, {1, s.Hkv, s.D}), dout = ops::empty(g, DType::F16, {1, s.Hq, s.D});
-  const int nq = static_cast<int>(s.Hq * s.D / 2), nk = static_cast<int>(s.Hkv * s.D / 2);
-  const uint64_t before = ops::norm_rope_paged_attention_fused_calls();
-  auto graph = ops::record(g, [&](ops::Context& r) {
-    VI_CUDA_CHECK(cuda::pdl_launch(late_qkv_kernel, 1, 256, 0, cuda::stream_of(r), dq.ptr<float>(),
-                                   q_src.ptr<float>(), nq, dk.ptr<float>(), k_src.ptr<float>(), nk, dv.ptr<float>(),
-                                   v_src.ptr<float>(), nk, kSpinCycles));
-    ops::norm_rope_paged_attention(r, dq, dk, dv, nr, k.dev, v.dev, drows, dtable, s.bs, dpos, bound, scale, dout);
-  });
-  ASSERT_EQ(ops::norm_rope_paged_attention_fused_calls(), before + 1) << "the recorded op was not the fused form";
-  float nan2;  // two f16 NaNs
-  const uint32_t nan_bits = 0x7e007e00u;
-  std::memcpy(&nan2, &nan_bits, sizeof(nan2));
-  int bad = 0;
-  for (int rep = 0; rep < 16; ++rep) {
-    put(dq.ptr<float>(), std::vector<float>(static_cast<size_t>(nq), nan2));
-    put(dk.ptr<float>(), std::vector<float>(static_cast<size_t>(nk), nan2));
-    put(dv.ptr<float>(), std::vector<float>(static_cast<size_t>(nk), nan2));
-    graph->launch(g);
-    ops::synchronize(g);
-    const Tensor out = ops::download(g, dout), kd = ops::download(g, k.dev.data), ks = ops::download(g, k.dev.scale);
-    const bool same = std::memcmp(out.data(), ref_out.data(), out.nbytes()) == 0 &&
-                      std::memcmp(kd.data(), ref_k.data(), kd.nbytes()) == 0 &&
-                      std::memcmp(ks.data(), ref_ks.data(), ks.nbytes()) == 0;
-    if (!same) ++bad;
-  }
-  EXPECT_EQ(bad, 0) << "replays that read q, k or v before the kernel writing them finished";
 }
 
 }  // namespace
