@@ -869,6 +869,76 @@ __device__ __forceinline__ void warp_split_range(const TcParams& P, int split, i
   }
 }
 
+// The lean slot step's margin for moving a row's running max (exp2 units; see the lean step below).
+constexpr float kLazyMaxLog2 = 6.0f;
+
+// A slot step's softmax on S's fragments (s[h][e]: row g, key 8h + 2c + e; s[h][2 + e]: row g + 8):
+// the K scale and the mask (keys past s_end or past the row's position), the new running max
+// (kLazy: moved only past kLazyMaxLog2, the lean step's rule below; else the exact max), the
+// rows' correction factors corr_*, the running sums l_*, and P · diag(V scale) as the A
+// fragment of the 16-key P·V step (pa: keys 2c.. of tile h 0, 2c + 8.. of h 1). Rescaling O
+// by corr_* is the caller's.
+template <int DP, bool kLazy>
+__device__ __forceinline__ void slot_softmax(const unsigned char* slot, int c, int key0, int s_end, int pos_a,
+                                             int pos_b, float (&s)[2][4], float& m_a, float& m_b, float& l_a,
+                                             float& l_b, float& corr_a, float& corr_b, uint32_t (&pa)[4]) {
+  using L = WarpLayout<DP>;
+  const float* ksc = reinterpret_cast<const float*>(slot + L::kSlotKs);
+  const float* vsc = reinterpret_cast<const float*>(slot + L::kSlotVs);
+  float vs[2][2];
+  float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float2 kk = *reinterpret_cast<const float2*>(ksc + 8 * h + 2 * c);
+    const float2 vv = *reinterpret_cast<const float2*>(vsc + 8 * h + 2 * c);
+    vs[h][0] = vv.x, vs[h][1] = vv.y;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = key0 + 8 * h + 2 * c + e;
+      const float ks = e ? kk.y : kk.x;
+      const bool past = key >= s_end;
+      s[h][e] = key > pos_a || past ? -INFINITY : s[h][e] * ks;
+      s[h][2 + e] = key > pos_b || past ? -INFINITY : s[h][2 + e] * ks;
+      mx_a = fmaxf(mx_a, s[h][e]);
+      mx_b = fmaxf(mx_b, s[h][2 + e]);
+    }
+  }
+  mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+  mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+  mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+  mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+  // kLazy: the max moves only past the margin (a row with no key yet, m -inf, takes any finite
+  // max); the same on the row's 4 lanes, which hold the same mx and m. Else a row that has
+  // seen no key yet (new max -inf) adds nothing and keeps O (zero) as it is.
+  const float mn_a = kLazy ? (mx_a > m_a + kLazyMaxLog2 ? mx_a : m_a) : fmaxf(m_a, mx_a);
+  const float mn_b = kLazy ? (mx_b > m_b + kLazyMaxLog2 ? mx_b : m_b) : fmaxf(m_b, mx_b);
+  const bool none_a = mn_a == -INFINITY, none_b = mn_b == -INFINITY;
+  corr_a = none_a ? 1.0f : exp2f(m_a - mn_a), corr_b = none_b ? 1.0f : exp2f(m_b - mn_b);
+  m_a = mn_a, m_b = mn_b;
+  float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      s[h][e] = none_a ? 0.0f : exp2f(s[h][e] - mn_a);
+      s[h][2 + e] = none_b ? 0.0f : exp2f(s[h][2 + e] - mn_b);
+      sum_a += s[h][e], sum_b += s[h][2 + e];
+    }
+  l_a = l_a * corr_a + sum_a;
+  l_b = l_b * corr_b + sum_b;
+  pa[0] = pack_half2(s[0][0] * vs[0][0], s[0][1] * vs[0][1]);
+  pa[1] = pack_half2(s[0][2] * vs[0][0], s[0][3] * vs[0][1]);
+  pa[2] = pack_half2(s[1][0] * vs[1][0], s[1][1] * vs[1][1]);
+  pa[3] = pack_half2(s[1][2] * vs[1][0], s[1][3] * vs[1][1]);
+}
+
+// O tiles (rows g: [0], [1]; g + 8: [2], [3]) times the rows' correction factors.
+template <int N>
+__device__ __forceinline__ void rescale_tiles(float (&o)[N][4], float corr_a, float corr_b) {
+#pragma unroll
+  for (int t = 0; t < N; ++t) o[t][0] *= corr_a, o[t][1] *= corr_a, o[t][2] *= corr_b, o[t][3] *= corr_b;
+}
+
 // One warp's step over one slot of 16 keys (keys key0 ..; K/V rows and scales at `slot`):
 // S = Q·Kᵀ for the warp's 16 rows (rows g and g + 8 of the lane read at qa_row / qb_row),
 // the K scale and the mask (keys past s_end or past the row's position), the online softmax
@@ -880,7 +950,6 @@ __device__ __forceinline__ void warp_slot_step(const unsigned char* slot, const 
                                                int g, int c, int key0, int s_end, int pos_a, int pos_b, float& m_a,
                                                float& m_b, float& l_a, float& l_b, float (&o)[DP / 8][4]) {
   using L = WarpLayout<DP>;
-  constexpr int NT = DP / 8;    // m16n8 tiles of O (columns: dim (DP / 8) n + t)
   constexpr int VQ = DP / 128;  // V chunks a lane reads per key
 
   float s[2][4];
@@ -909,57 +978,11 @@ __device__ __forceinline__ void warp_slot_step(const unsigned char* slot, const 
     }
   }
 
-  // Scale, mask, online softmax on the fragments: s[h][e] is row g, key 8h + 2c + e;
-  // s[h][2 + e] row g + 8.
-  const float* ksc = reinterpret_cast<const float*>(slot + L::kSlotKs);
-  const float* vsc = reinterpret_cast<const float*>(slot + L::kSlotVs);
-  float vs[2][2];
-  float mx_a = -INFINITY, mx_b = -INFINITY;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float2 kk = *reinterpret_cast<const float2*>(ksc + 8 * h + 2 * c);
-    const float2 vv = *reinterpret_cast<const float2*>(vsc + 8 * h + 2 * c);
-    vs[h][0] = vv.x, vs[h][1] = vv.y;
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int key = key0 + 8 * h + 2 * c + e;
-      const float ks = e ? kk.y : kk.x;
-      const bool past = key >= s_end;
-      s[h][e] = key > pos_a || past ? -INFINITY : s[h][e] * ks;
-      s[h][2 + e] = key > pos_b || past ? -INFINITY : s[h][2 + e] * ks;
-      mx_a = fmaxf(mx_a, s[h][e]);
-      mx_b = fmaxf(mx_b, s[h][2 + e]);
-    }
-  }
-  mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-  mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-  mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-  mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-  // A row that has seen no key yet (new max -inf) adds nothing and keeps O (zero) as it is.
-  const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-  const bool none_a = mn_a == -INFINITY, none_b = mn_b == -INFINITY;
-  const float corr_a = none_a ? 1.0f : exp2f(m_a - mn_a), corr_b = none_b ? 1.0f : exp2f(m_b - mn_b);
-  m_a = mn_a, m_b = mn_b;
-  float sum_a = 0.0f, sum_b = 0.0f;
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      s[h][e] = none_a ? 0.0f : exp2f(s[h][e] - mn_a);
-      s[h][2 + e] = none_b ? 0.0f : exp2f(s[h][2 + e] - mn_b);
-      sum_a += s[h][e], sum_b += s[h][2 + e];
-    }
-  l_a = l_a * corr_a + sum_a;
-  l_b = l_b * corr_b + sum_b;
-  if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) {
-#pragma unroll
-    for (int t = 0; t < NT; ++t) o[t][0] *= corr_a, o[t][1] *= corr_a, o[t][2] *= corr_b, o[t][3] *= corr_b;
-  }
-  // P · diag(V scale) as the A fragment of the 16-key step: keys 2c.. (tile h 0), 2c + 8.. (h 1).
-  const uint32_t pa0 = pack_half2(s[0][0] * vs[0][0], s[0][1] * vs[0][1]);
-  const uint32_t pa1 = pack_half2(s[0][2] * vs[0][0], s[0][3] * vs[0][1]);
-  const uint32_t pa2 = pack_half2(s[1][0] * vs[1][0], s[1][1] * vs[1][1]);
-  const uint32_t pa3 = pack_half2(s[1][2] * vs[1][0], s[1][3] * vs[1][1]);
+  // The online softmax on the fragments (the exact max), O rescaled where a row's max moved.
+  float corr_a, corr_b;
+  uint32_t pa[4];
+  slot_softmax<DP, false>(slot, c, key0, s_end, pos_a, pos_b, s, m_a, m_b, l_a, l_b, corr_a, corr_b, pa);
+  if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) rescale_tiles(o, corr_a, corr_b);
 
   // O += P·V: keys 2c, 2c + 1 (b0) and 2c + 8, 2c + 9 (b1) at dim (DP / 8) g + t.
   const int r0 = 2 * c, r1 = 2 * c + 1, r2 = 2 * c + 8, r3 = 2 * c + 9;
@@ -985,7 +1008,7 @@ __device__ __forceinline__ void warp_slot_step(const unsigned char* slot, const 
         const uint32_t sel = bi & 1 ? 0x4342u : 0x4140u;
         const uint32_t b0 = as_u32(__hsub2(as_h2(__byte_perm(i01[bi >> 1], 0x64646464u, sel)), bias));
         const uint32_t b1 = as_u32(__hsub2(as_h2(__byte_perm(i23[bi >> 1], 0x64646464u, sel)), bias));
-        mma_16816(o[16 * qq + 4 * wi + bi], pa0, pa1, pa2, pa3, b0, b1);
+        mma_16816(o[16 * qq + 4 * wi + bi], pa[0], pa[1], pa[2], pa[3], b0, b1);
       }
     }
   }
@@ -1005,8 +1028,8 @@ __device__ __forceinline__ void warp_slot_step(const unsigned char* slot, const 
 //   kLazyMaxLog2 (exp2 units), so after the first slots O is almost never rescaled. The
 //   result is the same softmax (O and l are kept relative to whatever max the row holds;
 //   the merge and the combine take any reference); P is at most 2^kLazyMaxLog2 = 64, and
-//   P times the V scale (<= 65504 / 127 for an f16 source) stays below 65504 in f16.
-constexpr float kLazyMaxLog2 = 6.0f;
+//   P times the V scale (<= 65504 / 127 for an f16 source) stays below 65504 in f16
+//   (kLazyMaxLog2, declared with slot_softmax above).
 
 // Waits until the kThreads threads (whole warps) of stream `stream` (0 or 1) have arrived at
 // its named barrier (1 + stream; 0 is __syncthreads), and orders their shared-memory accesses
@@ -1035,7 +1058,7 @@ __device__ __forceinline__ void load_k_words(const unsigned char* slot, int g, i
 // them: lean_scores (S, scale and mask, the online softmax: m, l, the correction factors and P
 // times the V scale as the A fragment pa of the P·V mma) and lean_pv (O += P·V over V chunks
 // qq0 .. qq0 + NQ - 1 of each lane's key rows, i.e. O tiles 16 qq .., for MT row tiles at once:
-// the V bytes are converted once for all of them). lean_scores is lean_s (S) then lean_softmax
+// the V bytes are converted once for all of them). lean_scores is lean_s (S) then slot_softmax
 // (the rest), so the split-K form can put the pair's exchange of partial S between them.
 template <int DP>
 __device__ __forceinline__ void lean_s(const unsigned char* slot, const uint4* qf, int g, int c, float (&s)[2][4]) {
@@ -1097,73 +1120,13 @@ __device__ __forceinline__ void lean_s_half(const unsigned char* slot, const uin
   }
 }
 
-// Scale and mask as in warp_slot_step: s[h][e] is row g, key 8h + 2c + e; s[h][2 + e] row g + 8.
-template <int DP>
-__device__ __forceinline__ void lean_softmax(const unsigned char* slot, int c, int key0, int s_end, int pos_a,
-                                             int pos_b, float (&s)[2][4], float& m_a, float& m_b, float& l_a,
-                                             float& l_b, float& corr_a, float& corr_b, uint32_t (&pa)[4]) {
-  using L = WarpLayout<DP>;
-  const float* ksc = reinterpret_cast<const float*>(slot + L::kSlotKs);
-  const float* vsc = reinterpret_cast<const float*>(slot + L::kSlotVs);
-  float vs[2][2];
-  float mx_a = -INFINITY, mx_b = -INFINITY;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float2 kk = *reinterpret_cast<const float2*>(ksc + 8 * h + 2 * c);
-    const float2 vv = *reinterpret_cast<const float2*>(vsc + 8 * h + 2 * c);
-    vs[h][0] = vv.x, vs[h][1] = vv.y;
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int key = key0 + 8 * h + 2 * c + e;
-      const float ks = e ? kk.y : kk.x;
-      const bool past = key >= s_end;
-      s[h][e] = key > pos_a || past ? -INFINITY : s[h][e] * ks;
-      s[h][2 + e] = key > pos_b || past ? -INFINITY : s[h][2 + e] * ks;
-      mx_a = fmaxf(mx_a, s[h][e]);
-      mx_b = fmaxf(mx_b, s[h][2 + e]);
-    }
-  }
-  mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-  mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-  mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-  mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-  // The max moves only past the margin (a row with no key yet, m -inf, takes any finite
-  // max); the same on the row's 4 lanes, which hold the same mx and m.
-  const float mn_a = mx_a > m_a + kLazyMaxLog2 ? mx_a : m_a, mn_b = mx_b > m_b + kLazyMaxLog2 ? mx_b : m_b;
-  const bool none_a = mn_a == -INFINITY, none_b = mn_b == -INFINITY;
-  corr_a = none_a ? 1.0f : exp2f(m_a - mn_a), corr_b = none_b ? 1.0f : exp2f(m_b - mn_b);
-  m_a = mn_a, m_b = mn_b;
-  float sum_a = 0.0f, sum_b = 0.0f;
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      s[h][e] = none_a ? 0.0f : exp2f(s[h][e] - mn_a);
-      s[h][2 + e] = none_b ? 0.0f : exp2f(s[h][2 + e] - mn_b);
-      sum_a += s[h][e], sum_b += s[h][2 + e];
-    }
-  l_a = l_a * corr_a + sum_a;
-  l_b = l_b * corr_b + sum_b;
-  pa[0] = pack_half2(s[0][0] * vs[0][0], s[0][1] * vs[0][1]);
-  pa[1] = pack_half2(s[0][2] * vs[0][0], s[0][3] * vs[0][1]);
-  pa[2] = pack_half2(s[1][0] * vs[1][0], s[1][1] * vs[1][1]);
-  pa[3] = pack_half2(s[1][2] * vs[1][0], s[1][3] * vs[1][1]);
-}
-
 template <int DP>
 __device__ __forceinline__ void lean_scores(const unsigned char* slot, const uint4* qf, int g, int c, int key0,
                                             int s_end, int pos_a, int pos_b, float& m_a, float& m_b, float& l_a,
                                             float& l_b, float& corr_a, float& corr_b, uint32_t (&pa)[4]) {
   float s[2][4];
   lean_s<DP>(slot, qf, g, c, s);
-  lean_softmax<DP>(slot, c, key0, s_end, pos_a, pos_b, s, m_a, m_b, l_a, l_b, corr_a, corr_b, pa);
-}
-
-// O tiles (rows g: [0], [1]; g + 8: [2], [3]) times the rows' correction factors.
-template <int N>
-__device__ __forceinline__ void rescale_tiles(float (&o)[N][4], float corr_a, float corr_b) {
-#pragma unroll
-  for (int t = 0; t < N; ++t) o[t][0] *= corr_a, o[t][1] *= corr_a, o[t][2] *= corr_b, o[t][3] *= corr_b;
+  slot_softmax<DP, true>(slot, c, key0, s_end, pos_a, pos_b, s, m_a, m_b, l_a, l_b, corr_a, corr_b, pa);
 }
 
 // O += P·V as in warp_slot_step, over V chunks qq0 .. qq0 + NQ - 1 (O tiles 16 (qq - qq0) .. of
@@ -1258,7 +1221,7 @@ __device__ __forceinline__ void warp_slot_step_split_v(const unsigned char* slot
     const float4 f0 = from[0], f1 = from[1];
     float s[2][4] = {{mine[0][0] + f0.x, mine[0][1] + f0.y, mine[0][2] + f0.z, mine[0][3] + f0.w},
                      {mine[1][0] + f1.x, mine[1][1] + f1.y, mine[1][2] + f1.z, mine[1][3] + f1.w}};
-    lean_softmax<DP>(slot, c, key0, s_end, pos_a, pos_b, s, m_a, m_b, l_a, l_b, corr_a, corr_b, pa);
+    slot_softmax<DP, true>(slot, c, key0, s_end, pos_a, pos_b, s, m_a, m_b, l_a, l_b, corr_a, corr_b, pa);
   } else {
     lean_scores<DP>(slot, qf, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, corr_a, corr_b, pa);
   }
