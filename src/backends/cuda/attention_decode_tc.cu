@@ -939,6 +939,44 @@ __device__ __forceinline__ void rescale_tiles(float (&o)[N][4], float corr_a, fl
   for (int t = 0; t < N; ++t) o[t][0] *= corr_a, o[t][1] *= corr_a, o[t][2] *= corr_b, o[t][3] *= corr_b;
 }
 
+// A slot step's O += P·V (warp_slot_step and the lean steps): keys 2c, 2c + 1 (b0) and 2c + 8,
+// 2c + 9 (b1) at dim (DP / 8) g + t, over V chunks qq0 .. qq0 + NQ - 1 (O tiles 16 (qq - qq0) ..
+// of o0, o1), for one (MT 1: pa0 into o0) or two row tiles (MT 2: pa1 into o1 too).
+template <int DP, int NQ, int MT>
+__device__ __forceinline__ void slot_pv(const unsigned char* slot, int g, int c, int qq0, const uint32_t (&pa0)[4],
+                                        const uint32_t (&pa1)[4], float (&o0)[16 * NQ][4], float (&o1)[16 * NQ][4]) {
+  using L = WarpLayout<DP>;
+  constexpr int VQ = DP / 128;  // V chunks a lane reads per key
+  const int r0 = 2 * c, r1 = 2 * c + 1, r2 = 2 * c + 8, r3 = 2 * c + 9;
+#pragma unroll
+  for (int q = 0; q < NQ; ++q) {
+    const int ch = VQ * g + qq0 + q;
+    const uint4 v0 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r0 * DP + v_chunk<DP>(r0, ch) * 16);
+    const uint4 v1 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r1 * DP + v_chunk<DP>(r1, ch) * 16);
+    const uint4 v2 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r2 * DP + v_chunk<DP>(r2, ch) * 16);
+    const uint4 v3 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r3 * DP + v_chunk<DP>(r3, ch) * 16);
+    const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
+    const uint32_t w2[4] = {v2.x, v2.y, v2.z, v2.w}, w3[4] = {v3.x, v3.y, v3.z, v3.w};
+    const __half2 bias = __float2half2_rn(1152.0f);
+#pragma unroll
+    for (int wi = 0; wi < 4; ++wi) {
+      // Bytes of two keys interleaved: [k0.0, k1.0, k0.1, k1.1] and [k0.2, k1.2, k0.3, k1.3].
+      const uint32_t x0 = w0[wi] ^ 0x80808080u, x1 = w1[wi] ^ 0x80808080u;
+      const uint32_t x2 = w2[wi] ^ 0x80808080u, x3 = w3[wi] ^ 0x80808080u;
+      const uint32_t i01[2] = {__byte_perm(x0, x1, 0x5140u), __byte_perm(x0, x1, 0x7362u)};
+      const uint32_t i23[2] = {__byte_perm(x2, x3, 0x5140u), __byte_perm(x2, x3, 0x7362u)};
+#pragma unroll
+      for (int bi = 0; bi < 4; ++bi) {
+        const uint32_t sel = bi & 1 ? 0x4342u : 0x4140u;
+        const uint32_t b0 = as_u32(__hsub2(as_h2(__byte_perm(i01[bi >> 1], 0x64646464u, sel)), bias));
+        const uint32_t b1 = as_u32(__hsub2(as_h2(__byte_perm(i23[bi >> 1], 0x64646464u, sel)), bias));
+        mma_16816(o0[16 * q + 4 * wi + bi], pa0[0], pa0[1], pa0[2], pa0[3], b0, b1);
+        if constexpr (MT == 2) mma_16816(o1[16 * q + 4 * wi + bi], pa1[0], pa1[1], pa1[2], pa1[3], b0, b1);
+      }
+    }
+  }
+}
+
 // One warp's step over one slot of 16 keys (keys key0 ..; K/V rows and scales at `slot`):
 // S = Q·Kᵀ for the warp's 16 rows (rows g and g + 8 of the lane read at qa_row / qb_row),
 // the K scale and the mask (keys past s_end or past the row's position), the online softmax
@@ -983,35 +1021,7 @@ __device__ __forceinline__ void warp_slot_step(const unsigned char* slot, const 
   uint32_t pa[4];
   slot_softmax<DP, false>(slot, c, key0, s_end, pos_a, pos_b, s, m_a, m_b, l_a, l_b, corr_a, corr_b, pa);
   if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) rescale_tiles(o, corr_a, corr_b);
-
-  // O += P·V: keys 2c, 2c + 1 (b0) and 2c + 8, 2c + 9 (b1) at dim (DP / 8) g + t.
-  const int r0 = 2 * c, r1 = 2 * c + 1, r2 = 2 * c + 8, r3 = 2 * c + 9;
-#pragma unroll
-  for (int qq = 0; qq < VQ; ++qq) {
-    const int ch = VQ * g + qq;
-    const uint4 v0 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r0 * DP + v_chunk<DP>(r0, ch) * 16);
-    const uint4 v1 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r1 * DP + v_chunk<DP>(r1, ch) * 16);
-    const uint4 v2 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r2 * DP + v_chunk<DP>(r2, ch) * 16);
-    const uint4 v3 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r3 * DP + v_chunk<DP>(r3, ch) * 16);
-    const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
-    const uint32_t w2[4] = {v2.x, v2.y, v2.z, v2.w}, w3[4] = {v3.x, v3.y, v3.z, v3.w};
-    const __half2 bias = __float2half2_rn(1152.0f);
-#pragma unroll
-    for (int wi = 0; wi < 4; ++wi) {
-      // Bytes of two keys interleaved: [k0.0, k1.0, k0.1, k1.1] and [k0.2, k1.2, k0.3, k1.3].
-      const uint32_t x0 = w0[wi] ^ 0x80808080u, x1 = w1[wi] ^ 0x80808080u;
-      const uint32_t x2 = w2[wi] ^ 0x80808080u, x3 = w3[wi] ^ 0x80808080u;
-      const uint32_t i01[2] = {__byte_perm(x0, x1, 0x5140u), __byte_perm(x0, x1, 0x7362u)};
-      const uint32_t i23[2] = {__byte_perm(x2, x3, 0x5140u), __byte_perm(x2, x3, 0x7362u)};
-#pragma unroll
-      for (int bi = 0; bi < 4; ++bi) {
-        const uint32_t sel = bi & 1 ? 0x4342u : 0x4140u;
-        const uint32_t b0 = as_u32(__hsub2(as_h2(__byte_perm(i01[bi >> 1], 0x64646464u, sel)), bias));
-        const uint32_t b1 = as_u32(__hsub2(as_h2(__byte_perm(i23[bi >> 1], 0x64646464u, sel)), bias));
-        mma_16816(o[16 * qq + 4 * wi + bi], pa[0], pa[1], pa[2], pa[3], b0, b1);
-      }
-    }
-  }
+  slot_pv<DP, VQ, 1>(slot, g, c, 0, pa, pa, o, o);
 }
 
 // The lean slot step (DecodeTuning::lean_share_step; the shared-slot kernel below): the
@@ -1056,7 +1066,7 @@ __device__ __forceinline__ void load_k_words(const unsigned char* slot, int g, i
 
 // The lean step in two halves, so the split-V step below can put the stream's barrier between
 // them: lean_scores (S, scale and mask, the online softmax: m, l, the correction factors and P
-// times the V scale as the A fragment pa of the P·V mma) and lean_pv (O += P·V over V chunks
+// times the V scale as the A fragment pa of the P·V mma) and slot_pv (O += P·V over V chunks
 // qq0 .. qq0 + NQ - 1 of each lane's key rows, i.e. O tiles 16 qq .., for MT row tiles at once:
 // the V bytes are converted once for all of them). lean_scores is lean_s (S) then slot_softmax
 // (the rest), so the split-K form can put the pair's exchange of partial S between them.
@@ -1129,42 +1139,6 @@ __device__ __forceinline__ void lean_scores(const unsigned char* slot, const uin
   slot_softmax<DP, true>(slot, c, key0, s_end, pos_a, pos_b, s, m_a, m_b, l_a, l_b, corr_a, corr_b, pa);
 }
 
-// O += P·V as in warp_slot_step, over V chunks qq0 .. qq0 + NQ - 1 (O tiles 16 (qq - qq0) .. of
-// o0, o1), for one (MT 1: pa0 into o0) or two row tiles (MT 2: pa1 into o1 too).
-template <int DP, int NQ, int MT>
-__device__ __forceinline__ void lean_pv(const unsigned char* slot, int g, int c, int qq0, const uint32_t (&pa0)[4],
-                                        const uint32_t (&pa1)[4], float (&o0)[16 * NQ][4], float (&o1)[16 * NQ][4]) {
-  using L = WarpLayout<DP>;
-  constexpr int VQ = DP / 128;  // V chunks a lane reads per key
-  const int r0 = 2 * c, r1 = 2 * c + 1, r2 = 2 * c + 8, r3 = 2 * c + 9;
-#pragma unroll
-  for (int q = 0; q < NQ; ++q) {
-    const int ch = VQ * g + qq0 + q;
-    const uint4 v0 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r0 * DP + v_chunk<DP>(r0, ch) * 16);
-    const uint4 v1 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r1 * DP + v_chunk<DP>(r1, ch) * 16);
-    const uint4 v2 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r2 * DP + v_chunk<DP>(r2, ch) * 16);
-    const uint4 v3 = *reinterpret_cast<const uint4*>(slot + L::kSlotV + r3 * DP + v_chunk<DP>(r3, ch) * 16);
-    const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
-    const uint32_t w2[4] = {v2.x, v2.y, v2.z, v2.w}, w3[4] = {v3.x, v3.y, v3.z, v3.w};
-    const __half2 bias = __float2half2_rn(1152.0f);
-#pragma unroll
-    for (int wi = 0; wi < 4; ++wi) {
-      const uint32_t x0 = w0[wi] ^ 0x80808080u, x1 = w1[wi] ^ 0x80808080u;
-      const uint32_t x2 = w2[wi] ^ 0x80808080u, x3 = w3[wi] ^ 0x80808080u;
-      const uint32_t i01[2] = {__byte_perm(x0, x1, 0x5140u), __byte_perm(x0, x1, 0x7362u)};
-      const uint32_t i23[2] = {__byte_perm(x2, x3, 0x5140u), __byte_perm(x2, x3, 0x7362u)};
-#pragma unroll
-      for (int bi = 0; bi < 4; ++bi) {
-        const uint32_t sel = bi & 1 ? 0x4342u : 0x4140u;
-        const uint32_t b0 = as_u32(__hsub2(as_h2(__byte_perm(i01[bi >> 1], 0x64646464u, sel)), bias));
-        const uint32_t b1 = as_u32(__hsub2(as_h2(__byte_perm(i23[bi >> 1], 0x64646464u, sel)), bias));
-        mma_16816(o0[16 * q + 4 * wi + bi], pa0[0], pa0[1], pa0[2], pa0[3], b0, b1);
-        if constexpr (MT == 2) mma_16816(o1[16 * q + 4 * wi + bi], pa1[0], pa1[1], pa1[2], pa1[3], b0, b1);
-      }
-    }
-  }
-}
-
 template <int DP>
 __device__ __forceinline__ void warp_slot_step_lean(const unsigned char* slot, const uint4* qf, int g, int c,
                                                     int key0, int s_end, int pos_a, int pos_b, float& m_a, float& m_b,
@@ -1173,7 +1147,7 @@ __device__ __forceinline__ void warp_slot_step_lean(const unsigned char* slot, c
   uint32_t pa[4];
   lean_scores<DP>(slot, qf, g, c, key0, s_end, pos_a, pos_b, m_a, m_b, l_a, l_b, corr_a, corr_b, pa);
   if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) rescale_tiles(o, corr_a, corr_b);
-  lean_pv<DP, DP / 128, 1>(slot, g, c, 0, pa, pa, o, o);
+  slot_pv<DP, DP / 128, 1>(slot, g, c, 0, pa, pa, o, o);
 }
 
 // The split-V step (DecodeTuning::split_v; the shared-slot kernel with 2 row tiles at DP 256,
@@ -1233,7 +1207,7 @@ __device__ __forceinline__ void warp_slot_step_split_v(const unsigned char* slot
   const uint32_t pb[4] = {pp.x, pp.y, pp.z, pp.w};
   if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) rescale_tiles(o_own, corr_a, corr_b);
   if (__any_sync(0xffffffffu, cp.x != 1.0f || cp.y != 1.0f)) rescale_tiles(o_part, cp.x, cp.y);
-  lean_pv<DP, 1, 2>(slot, g, c, rt, pa, pb, o_own, o_part);
+  slot_pv<DP, 1, 2>(slot, g, c, rt, pa, pb, o_own, o_part);
 }
 
 // O tiles t0 .. t0 + N - 1 of a 16-row tile (rows g: [0], [1]; g + 8: [2], [3]; column n of
