@@ -54,7 +54,8 @@ void set_decode_gate_fused(int on);
 // Calls of decode_attention that applied their gate so far (host count; tests).
 uint64_t decode_gate_fused_calls();
 
-// Tensor-core split kernel (attention_decode_tc.cu): f16 queries, f16 or i8 K/V, the same
+// Tensor-core split kernels (attention_decode_tc.cu, the warp-split ones in
+// attention_decode_tc_warps.cu): f16 queries, f16 or i8 K/V, the same
 // semantics as the CUDA-core one. decode_attention sends a call there when it fits and
 // either T * (Hq / Hkv) >= decode_tc_min_rows() (verification: the CUDA-core kernel's cost
 // grows with the rows) or the key bound is >= decode_tc_min_keys(warps): with the warp-split
