@@ -24,6 +24,7 @@
 #include "core/quant.h"
 #include "core/tensor.h"
 #include "ops/memory.h"
+#include "unit/fast_uniform.h"
 
 namespace vi::cudatest {
 
@@ -75,9 +76,10 @@ inline Tensor unit_rows(Tensor t, float scale, DType act) {
 // Host f32 tensor of uniform values in [lo, hi); rounded to f16 values when `act` is f16.
 inline Tensor rand_f32(const std::vector<int64_t>& shape, DType act, float lo = -1.0f, float hi = 1.0f) {
   Tensor t = Tensor::empty(DType::F32, shape);
-  std::uniform_real_distribution<float> u(lo, hi);
-  float* p = t.ptr<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = act == DType::F16 ? round_fp16(u(rng())) : u(rng());
+  // Two draws of rng() seed the tensor's fast stream (unit/fast_uniform.h: pools of 16M values).
+  const uint64_t hi_bits = rng()();
+  const uint64_t seed = (hi_bits << 32) | rng()();
+  testutil::FastUniform(seed).fill(t.ptr<float>(), t.numel(), lo, hi, act == DType::F16);
   return t;
 }
 

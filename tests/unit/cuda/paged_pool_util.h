@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <numeric>
 
 #include "backends/cuda/attention_decode.cuh"
 #include "cuda_test_util.h"
@@ -33,30 +32,29 @@ struct Pool {
   ops::KvRows host, dev;
 };
 
-// n_rows rows of random values written through the identity table; the rows of positions
-// >= S (through `table`) hold NaN (f16) or a NaN scale (i8). i8 pools are quantized by the
-// CPU op (K rotated), so both sides read the same rows.
+// The rows of positions 0 .. S - 1 (through `table`) hold random values; every other row holds
+// NaN (f16) or a NaN scale (i8), so a kernel that reads one fails. i8 pools are quantized by the
+// CPU op (K rotated), so both sides read the same rows. Only the S rows are drawn and quantized.
 inline Pool make_paged_pool(ops::Context& cpu, ops::Context& g, DType dt, bool is_k, const Shape& s, int64_t n_rows,
                             const Tensor& table, int64_t S) {
-  const int64_t n_blocks = n_rows / s.bs;
-  Tensor x = rand_f32({n_rows, s.Hkv * s.D}, DType::F16, -2, 2);
+  const int64_t width = s.Hkv * s.D;
+  const Tensor x = rand_f32({std::max<int64_t>(S, 1), width}, DType::F16, -2, 2);  // row t: position t
+  auto row_of = [&](int64_t pos) { return int64_t(table.ptr<int32_t>()[pos / s.bs]) * s.bs + pos % s.bs; };
   Pool p;
   if (dt == DType::I8) {
-    Tensor identity = Tensor::empty(DType::I32, {n_blocks});
-    std::iota(identity.ptr<int32_t>(), identity.ptr<int32_t>() + n_blocks, 0);
     Tensor q8 = Tensor::empty(DType::I8, {n_rows, s.Hkv, s.D}), sc = Tensor::empty(DType::F32, {n_rows, s.Hkv});
-    ops::paged_kv_write_i8(cpu, x, q8, sc, identity, s.bs, 0, /*rotate=*/is_k);
-    for (int64_t pos = S; pos < n_rows; ++pos) {
-      const int64_t row = int64_t(table.ptr<int32_t>()[pos / s.bs]) * s.bs + pos % s.bs;
-      std::fill_n(sc.ptr<float>() + row * s.Hkv, s.Hkv, std::numeric_limits<float>::quiet_NaN());
-    }
+    std::fill_n(q8.ptr<int8_t>(), q8.numel(), int8_t{0});
+    std::fill_n(sc.ptr<float>(), sc.numel(), std::numeric_limits<float>::quiet_NaN());
+    if (S > 0) ops::paged_kv_write_i8(cpu, x, q8, sc, table, s.bs, 0, /*rotate=*/is_k);
     p.host = {q8, sc};
     p.dev = {ops::upload(g, q8), ops::upload(g, sc)};
   } else {
-    Tensor h = host_as(x, DType::F16).reshape({n_rows, s.Hkv, s.D});
-    for (int64_t pos = S; pos < n_rows; ++pos) {
-      const int64_t row = int64_t(table.ptr<int32_t>()[pos / s.bs]) * s.bs + pos % s.bs;
-      std::fill_n(h.ptr<uint16_t>() + row * s.Hkv * s.D, s.Hkv * s.D, uint16_t{0x7e00});  // f16 NaN
+    Tensor h = Tensor::empty(DType::F16, {n_rows, s.Hkv, s.D});
+    std::fill_n(h.ptr<uint16_t>(), h.numel(), uint16_t{0x7e00});  // f16 NaN
+    for (int64_t pos = 0; pos < S; ++pos) {
+      const float* src = x.ptr<float>() + pos * width;
+      uint16_t* dst = h.ptr<uint16_t>() + row_of(pos) * width;
+      for (int64_t i = 0; i < width; ++i) dst[i] = fp32_to_fp16(src[i]);
     }
     p.host = {h, {}};
     p.dev = {ops::upload(g, h), {}};
