@@ -284,16 +284,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(DP, MTM))
     const int r = idx / P.D, d = idx % P.D, t = r / P.G, g = r % P.G;
     const int64_t orow = int64_t(t) * P.Hq + hk * P.G + g;
     const float a = Os[r * L::kLdO + d];
-    if (P.part_acc == nullptr) {
-      out[orow * P.D + d] = __float2half_rn(a / l_s[r]);
-    } else {
-      P.part_acc[(int64_t(split) * n_rows + orow) * P.D + d] = a;
-      if (d == 0) {
-        const float m = m_s[r];
-        P.part_ml[(int64_t(split) * n_rows + orow) * 2] = m == -INFINITY ? -INFINITY : m * kLn2;
-        P.part_ml[(int64_t(split) * n_rows + orow) * 2 + 1] = l_s[r];
-      }
-    }
+    store_split_row(P, out, split, n_rows, orow, d, a, m_s, l_s, r);
   }
 }
 
@@ -645,16 +636,7 @@ __global__ void __launch_bounds__(kThreads, RingLayout<TK, TV, DP, MTM>::kTwo ? 
     const int r = idx / P.D, d = idx % P.D, t = r / P.G, g = r % P.G;
     const int64_t orow = int64_t(t) * P.Hq + hk * P.G + g;
     const float a = Os[r * L::kLdO + d];
-    if (P.part_acc == nullptr) {
-      out[orow * P.D + d] = __float2half_rn(a / l_s[r]);
-    } else {
-      P.part_acc[(int64_t(split) * n_rows + orow) * P.D + d] = a;
-      if (d == 0) {
-        const float m = m_s[r];
-        P.part_ml[(int64_t(split) * n_rows + orow) * 2] = m == -INFINITY ? -INFINITY : m * kLn2;
-        P.part_ml[(int64_t(split) * n_rows + orow) * 2 + 1] = l_s[r];
-      }
-    }
+    store_split_row(P, out, split, n_rows, orow, d, a, m_s, l_s, r);
   }
 #else
   (void)q, (void)k, (void)v, (void)out, (void)P;

@@ -39,6 +39,25 @@ struct TcParams {
   float* part_ml;   // [n_splits, T * Hq, 2] (max in natural-log units, sum)
 };
 
+// Stores value a at dim d of merged row orow (row r of the block's m_s / l_s: running max in
+// exp2 units, sum): with one split (no partial buffer) the final out = a / l; else the
+// unnormalised partial of `split` and, at d 0, the row's (max in natural-log units, sum) that
+// the combine reads.
+__device__ __forceinline__ void store_split_row(const TcParams& P, __half* out, int split, int64_t n_rows,
+                                                int64_t orow, int d, float a, const float* m_s, const float* l_s,
+                                                int r) {
+  if (P.part_acc == nullptr) {
+    out[orow * P.D + d] = __float2half_rn(a / l_s[r]);
+  } else {
+    P.part_acc[(int64_t(split) * n_rows + orow) * P.D + d] = a;
+    if (d == 0) {
+      const float m = m_s[r];
+      P.part_ml[(int64_t(split) * n_rows + orow) * 2] = m == -INFINITY ? -INFINITY : m * kLn2;
+      P.part_ml[(int64_t(split) * n_rows + orow) * 2 + 1] = l_s[r];
+    }
+  }
+}
+
 // The head dim the kernels are compiled for.
 inline int padded_dim(int64_t D) { return D <= 128 ? 128 : 256; }
 

@@ -949,16 +949,7 @@ __global__ void __launch_bounds__(kWThreads, 2)
     float a = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWW; ++w) a += fac[w * 16 + r] * Os[(w * 16 + r) * L::kLdO + d];
-    if (P.part_acc == nullptr) {
-      out[orow * P.D + d] = __float2half_rn(a / L_s[r]);
-    } else {
-      P.part_acc[(int64_t(split) * n_rows + orow) * P.D + d] = a;
-      if (d == 0) {
-        const float m = M_s[r];
-        P.part_ml[(int64_t(split) * n_rows + orow) * 2] = m == -INFINITY ? -INFINITY : m * kLn2;
-        P.part_ml[(int64_t(split) * n_rows + orow) * 2 + 1] = L_s[r];
-      }
-    }
+    store_split_row(P, out, split, n_rows, orow, d, a, M_s, L_s, r);
   }
 #else
   (void)q, (void)k, (void)v, (void)out, (void)P;
@@ -1364,16 +1355,7 @@ __global__ void __launch_bounds__(kWThreads, 2)
       const int wr = (s2 * RT + w0) * 16 + rr;
       a += fac[wr] * Os[wr * L::kLdO + d];
     }
-    if (P.part_acc == nullptr) {
-      out[orow * P.D + d] = __float2half_rn(a / L_s[r]);
-    } else {
-      P.part_acc[(int64_t(split) * n_rows + orow) * P.D + d] = a;
-      if (d == 0) {
-        const float m = M_s[r];
-        P.part_ml[(int64_t(split) * n_rows + orow) * 2] = m == -INFINITY ? -INFINITY : m * kLn2;
-        P.part_ml[(int64_t(split) * n_rows + orow) * 2 + 1] = L_s[r];
-      }
-    }
+    store_split_row(P, out, split, n_rows, orow, d, a, M_s, L_s, r);
   }
 #else
   (void)q, (void)k, (void)v, (void)out, (void)P;
