@@ -343,6 +343,8 @@ struct RingLayout {
   static constexpr int kLag = kFreeEarly ? kNS - 2 : kNS - 4;
   static constexpr int kLdO = DP + 4;
   static_assert(kNS >= kMinNS, "the ring keeps at least one tile ahead");
+  static_assert(kLag >= 0 && kLag < kNS, "a tile's two slots are among the groups issued");
+  static_assert(kOffRow + (3 * 64 + 2 * 32) * 4 <= kOffQ, "the per-row and scale arrays end before Q");
   static_assert(kSlotBytes % 32 == 0 && kSlotV % 32 == 0 && kOffQ % 32 == 0 && kOffKc % 32 == 0 &&
                     kOffVc % 32 == 0 && kOffS % 32 == 0 && kOffP % 32 == 0,
                 "WMMA needs 32-byte aligned tiles");
@@ -352,6 +354,7 @@ struct RingLayout {
   static_assert(kBytes <= kBudget1, "the opt-in shared memory of a block");
 };
 
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // only the ring kernel (sm_80+) uses it
 // 16 int8 (a uint4) as 16 f16 integers: v + 128 byte-permuted under the exponent byte of
 // 1024.0 (0x64XX is 1024 + XX), minus 1152. Exact for every int8.
 __device__ __forceinline__ void i8x16_to_half(uint4 w, uint4& lo, uint4& hi) {
@@ -369,6 +372,7 @@ __device__ __forceinline__ void i8x16_to_half(uint4 w, uint4& lo, uint4& hi) {
   lo = make_uint4(o[0], o[1], o[2], o[3]);
   hi = make_uint4(o[4], o[5], o[6], o[7]);
 }
+#endif
 
 // Grid (n_splits, Hkv). TcParams as above; vec_k / vec_v are true (the host checks).
 template <class TK, class TV, int DP, int MTM>
