@@ -86,6 +86,108 @@ constexpr int min_blocks(int dp, int mtm) {
 #endif
 }
 
+// The S work of a 32-key tile, shared by both split kernels: MT x 2 output tiles of 16 x 16,
+// the head dim of each split over ds warps when MT <= 2 so all 8 warps work; warp w takes part
+// dp of tile (rt, kh) while w < items. Part p of row r lands at row p * rows + r of Ss.
+struct SWork {
+  int ds, items, rt, kh, dp, ksteps;
+};
+template <int DP>
+__device__ __forceinline__ SWork s_work(int MT, int warp) {
+  SWork w;
+  w.ds = MT <= 2 ? 4 / MT : 1;
+  w.items = MT * 2 * w.ds;
+  w.rt = warp / (2 * w.ds), w.kh = (warp / w.ds) % 2, w.dp = warp % w.ds;
+  w.ksteps = DP / 16 / w.ds;
+  return w;
+}
+
+// This warp's S part: Q rows of tile w.rt against the 16 keys at kb (f16 rows, stride kLd).
+template <int kLd>
+__device__ __forceinline__ void score_part(const __half* Qs, const __half* kb, float* Ss, const SWork& w,
+                                           int rows) {
+  FragC s;
+  wmma::fill_fragment(s, 0.0f);
+  for (int kk = w.dp * w.ksteps; kk < (w.dp + 1) * w.ksteps; ++kk) {
+    FragA a;
+    FragBc b;  // Kᵀ: element (d, key) = kb[key][d]
+    wmma::load_matrix_sync(a, Qs + w.rt * 16 * kLd + kk * 16, kLd);
+    wmma::load_matrix_sync(b, kb + kk * 16, kLd);
+    wmma::mma_sync(s, a, b, s);
+  }
+  wmma::store_matrix_sync(Ss + (w.dp * rows + w.rt * 16) * kLdS + w.kh * 16, s, kLdS, wmma::mem_row_major);
+}
+
+// Row sm_row's scores of keys sm_c0 .. +8 of the tile: the sum of its ds parts.
+__device__ __forceinline__ void sum_score_parts(const float* Ss, int rows, int ds, int sm_row, int sm_c0,
+                                                float (&x)[8]) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) x[e] = 0.0f;
+  for (int p = 0; p < ds; ++p) {
+    const float4* src = reinterpret_cast<const float4*>(Ss + (p * rows + sm_row) * kLdS + sm_c0);
+    const float4 a = src[0], b = src[1];
+    x[0] += a.x, x[1] += a.y, x[2] += a.z, x[3] += a.w, x[4] += b.x, x[5] += b.y, x[6] += b.z, x[7] += b.w;
+  }
+}
+
+// O = diag(corr)·O + P·V over every row tile, warp w's NC head-dim column tiles; v_tile(ks)
+// is the f16 V rows of keys 16 ks .. of the tile (row stride kLd).
+template <int MTM, int NC, int kLd, class VTile>
+__device__ __forceinline__ void rescale_pv(FragC (&o)[MTM][NC], const float* corr_s, const int (&rid)[kAccElems],
+                                           int MT, int warp, const __half* Ps, VTile v_tile) {
+#pragma unroll
+  for (int rt = 0; rt < MTM; ++rt) {
+    if (rt < MT) {
+#pragma unroll
+      for (int i = 0; i < kAccElems; ++i) {
+        const float c = corr_s[rt * 16 + rid[i]];
+#pragma unroll
+        for (int f = 0; f < NC; ++f) o[rt][f].x[i] *= c;
+      }
+    }
+  }
+#pragma unroll
+  for (int ks = 0; ks < kBN / 16; ++ks) {
+    const __half* vb = v_tile(ks);
+    FragB b[NC];
+#pragma unroll
+    for (int f = 0; f < NC; ++f) wmma::load_matrix_sync(b[f], vb + (warp * NC + f) * 16, kLd);
+#pragma unroll
+    for (int rt = 0; rt < MTM; ++rt) {
+      if (rt < MT) {
+        FragA a;
+        wmma::load_matrix_sync(a, Ps + rt * 16 * kLdP + ks * 16, kLdP);
+#pragma unroll
+        for (int f = 0; f < NC; ++f) wmma::mma_sync(o[rt][f], a, b[f], o[rt][f]);
+      }
+    }
+  }
+}
+
+// The block's O through shared memory Os (row stride kLdO floats; the caller has stored the
+// rows' max and sum in m_s / l_s and passed a barrier), then each of its R rows out as a
+// partial or, with one split, final.
+template <int MTM, int NC, int kLdO>
+__device__ __forceinline__ void store_block_rows(FragC (&o)[MTM][NC], float* Os, const TcParams& P,
+                                                 __half* __restrict__ out, int split, int hk, int tid, int R,
+                                                 int MT, const float* m_s, const float* l_s) {
+  const int warp = tid >> 5;
+#pragma unroll
+  for (int rt = 0; rt < MTM; ++rt)
+    if (rt < MT)
+#pragma unroll
+      for (int f = 0; f < NC; ++f)
+        wmma::store_matrix_sync(Os + rt * 16 * kLdO + (warp * NC + f) * 16, o[rt][f], kLdO, wmma::mem_row_major);
+  __syncthreads();
+  const int64_t n_rows = int64_t(P.T) * P.Hq;
+  for (int idx = tid; idx < R * P.D; idx += kThreads) {
+    const int r = idx / P.D, d = idx % P.D, t = r / P.G, g = r % P.G;
+    const int64_t orow = int64_t(t) * P.Hq + hk * P.G + g;
+    const float a = Os[r * kLdO + d];
+    store_split_row(P, out, split, n_rows, orow, d, a, m_s, l_s, r);
+  }
+}
+
 // Grid (n_splits, Hkv). MTM: the row tiles the block has registers for (MT <= MTM).
 template <class TK, class TV, int DP, int MTM>
 __global__ void __launch_bounds__(kThreads, min_blocks(DP, MTM))
@@ -176,11 +278,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(DP, MTM))
 #pragma unroll
     for (int f = 0; f < NC; ++f) wmma::fill_fragment(o[rt][f], 0.0f);
 
-  // S work: MT x 2 tiles of 16 x 16, the head dim of each split over ds warps.
-  const int ds = MT <= 2 ? 4 / MT : 1;
-  const int s_items = MT * 2 * ds;
-  const int s_rt = warp / (2 * ds), s_kh = (warp / ds) % 2, s_dp = warp % ds;
-  const int s_ksteps = DP / 16 / ds;
+  const SWork sw = s_work<DP>(MT, warp);
   // Softmax: row sm_row, keys sm_c0 .. +8 of the tile; the running max and sum (same on the
   // row's 4 threads). Padding rows (R .. rows) see no key.
   const int sm_row = tid >> 2, sm_c0 = (tid & 3) * 8;
@@ -200,29 +298,12 @@ __global__ void __launch_bounds__(kThreads, min_blocks(DP, MTM))
     __syncthreads();
     if (j + 1 < n_tiles) fetch(kt0 + kBN);  // in flight during this tile's math
 
-    if (warp < s_items) {  // S part s_dp of tile (s_rt, s_kh)
-      FragC s;
-      wmma::fill_fragment(s, 0.0f);
-      for (int kk = s_dp * s_ksteps; kk < (s_dp + 1) * s_ksteps; ++kk) {
-        FragA a;
-        FragBc b;  // Kᵀ: element (d, key) = Ks[key][d]
-        wmma::load_matrix_sync(a, Qs + s_rt * 16 * kLd + kk * 16, kLd);
-        wmma::load_matrix_sync(b, Ks + s_kh * 16 * kLd + kk * 16, kLd);
-        wmma::mma_sync(s, a, b, s);
-      }
-      wmma::store_matrix_sync(Ss + (s_dp * rows + s_rt * 16) * kLdS + s_kh * 16, s, kLdS, wmma::mem_row_major);
-    }
+    if (warp < sw.items) score_part<kLd>(Qs, Ks + sw.kh * 16 * kLd, Ss, sw, rows);
     __syncthreads();
 
     if (sm_row < rows) {  // whole warps: rows is a multiple of 16 (64 threads)
       float x[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) x[e] = 0.0f;
-      for (int p = 0; p < ds; ++p) {
-        const float4* src = reinterpret_cast<const float4*>(Ss + (p * rows + sm_row) * kLdS + sm_c0);
-        const float4 a = src[0], b = src[1];
-        x[0] += a.x, x[1] += a.y, x[2] += a.z, x[3] += a.w, x[4] += b.x, x[5] += b.y, x[6] += b.z, x[7] += b.w;
-      }
+      sum_score_parts(Ss, rows, sw.ds, sm_row, sm_c0, x);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int key = kt0 + sm_c0 + e;
@@ -237,55 +318,13 @@ __global__ void __launch_bounds__(kThreads, min_blocks(DP, MTM))
     }
     __syncthreads();
 
-    {  // O = diag(corr)·O + P·V over every row tile, this warp's head-dim columns
-#pragma unroll
-      for (int rt = 0; rt < MTM; ++rt) {
-        if (rt < MT) {
-#pragma unroll
-          for (int i = 0; i < kAccElems; ++i) {
-            const float c = corr_s[rt * 16 + rid[i]];
-#pragma unroll
-            for (int f = 0; f < NC; ++f) o[rt][f].x[i] *= c;
-          }
-        }
-      }
-#pragma unroll
-      for (int ks = 0; ks < kBN / 16; ++ks) {
-        FragB b[NC];
-#pragma unroll
-        for (int f = 0; f < NC; ++f) wmma::load_matrix_sync(b[f], Vs + ks * 16 * kLd + (warp * NC + f) * 16, kLd);
-#pragma unroll
-        for (int rt = 0; rt < MTM; ++rt) {
-          if (rt < MT) {
-            FragA a;
-            wmma::load_matrix_sync(a, Ps + rt * 16 * kLdP + ks * 16, kLdP);
-#pragma unroll
-            for (int f = 0; f < NC; ++f) wmma::mma_sync(o[rt][f], a, b[f], o[rt][f]);
-          }
-        }
-      }
-    }
+    rescale_pv<MTM, NC, kLd>(o, corr_s, rid, MT, warp, Ps, [&](int ks) { return Vs + ks * 16 * kLd; });
   }
 
   // Row state and O through shared memory (the Q/K/V tiles are free after the barrier).
   if (sm_row < rows && (tid & 3) == 0) m_s[sm_row] = m_run, l_s[sm_row] = l_run;
   __syncthreads();
-  float* Os = reinterpret_cast<float*>(smem);
-#pragma unroll
-  for (int rt = 0; rt < MTM; ++rt)
-    if (rt < MT)
-#pragma unroll
-      for (int f = 0; f < NC; ++f)
-        wmma::store_matrix_sync(Os + rt * 16 * L::kLdO + (warp * NC + f) * 16, o[rt][f], L::kLdO,
-                                wmma::mem_row_major);
-  __syncthreads();
-  const int64_t n_rows = int64_t(P.T) * P.Hq;
-  for (int idx = tid; idx < R * P.D; idx += kThreads) {
-    const int r = idx / P.D, d = idx % P.D, t = r / P.G, g = r % P.G;
-    const int64_t orow = int64_t(t) * P.Hq + hk * P.G + g;
-    const float a = Os[r * L::kLdO + d];
-    store_split_row(P, out, split, n_rows, orow, d, a, m_s, l_s, r);
-  }
+  store_block_rows<MTM, NC, L::kLdO>(o, reinterpret_cast<float*>(smem), P, out, split, hk, tid, R, MT, m_s, l_s);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -482,10 +521,7 @@ __global__ void __launch_bounds__(kThreads, RingLayout<TK, TV, DP, MTM>::kTwo ? 
 #pragma unroll
     for (int f = 0; f < NC; ++f) wmma::fill_fragment(o[rt][f], 0.0f);
 
-  const int ds = MT <= 2 ? 4 / MT : 1;
-  const int s_items = MT * 2 * ds;
-  const int s_rt = warp / (2 * ds), s_kh = (warp / ds) % 2, s_dp = warp % ds;
-  const int s_ksteps = DP / 16 / ds;
+  const SWork sw = s_work<DP>(MT, warp);
   const int sm_row = tid >> 2, sm_c0 = (tid & 3) * 8;
   const int sm_pos = sm_row < R ? p0 + sm_row / P.G : -1;
   float m_run = -INFINITY, l_run = 0.0f;
@@ -550,30 +586,12 @@ __global__ void __launch_bounds__(kThreads, RingLayout<TK, TV, DP, MTM>::kTwo ? 
       return reinterpret_cast<const __half*>((h ? slot1 : slot0) + L::kSlotV);
     };
 
-    if (warp < s_items) {  // S part s_dp of tile (s_rt, s_kh), on raw (unscaled) keys
-      FragC s;
-      wmma::fill_fragment(s, 0.0f);
-      const __half* kb = k_half(s_kh);
-      for (int kk = s_dp * s_ksteps; kk < (s_dp + 1) * s_ksteps; ++kk) {
-        FragA a;
-        FragBc b;
-        wmma::load_matrix_sync(a, Qs + s_rt * 16 * kLd + kk * 16, kLd);
-        wmma::load_matrix_sync(b, kb + kk * 16, kLd);
-        wmma::mma_sync(s, a, b, s);
-      }
-      wmma::store_matrix_sync(Ss + (s_dp * rows + s_rt * 16) * kLdS + s_kh * 16, s, kLdS, wmma::mem_row_major);
-    }
+    if (warp < sw.items) score_part<kLd>(Qs, k_half(sw.kh), Ss, sw, rows);  // on raw (unscaled) keys
     __syncthreads();
 
     if (sm_row < rows) {
       float x[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) x[e] = 0.0f;
-      for (int p = 0; p < ds; ++p) {
-        const float4* src = reinterpret_cast<const float4*>(Ss + (p * rows + sm_row) * kLdS + sm_c0);
-        const float4 a = src[0], b = src[1];
-        x[0] += a.x, x[1] += a.y, x[2] += a.z, x[3] += a.w, x[4] += b.x, x[5] += b.y, x[6] += b.z, x[7] += b.w;
-      }
+      sum_score_parts(Ss, rows, sw.ds, sm_row, sm_c0, x);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int key = kt0 + sm_c0 + e;
@@ -591,35 +609,7 @@ __global__ void __launch_bounds__(kThreads, RingLayout<TK, TV, DP, MTM>::kTwo ? 
     }
     __syncthreads();
 
-    {  // O = diag(corr)·O + P·V over every row tile, this warp's head-dim columns
-#pragma unroll
-      for (int rt = 0; rt < MTM; ++rt) {
-        if (rt < MT) {
-#pragma unroll
-          for (int i = 0; i < kAccElems; ++i) {
-            const float c = corr_s[rt * 16 + rid[i]];
-#pragma unroll
-            for (int f = 0; f < NC; ++f) o[rt][f].x[i] *= c;
-          }
-        }
-      }
-#pragma unroll
-      for (int ks = 0; ks < kBN / 16; ++ks) {
-        const __half* vb = v_half(ks);
-        FragB b[NC];
-#pragma unroll
-        for (int f = 0; f < NC; ++f) wmma::load_matrix_sync(b[f], vb + (warp * NC + f) * 16, kLd);
-#pragma unroll
-        for (int rt = 0; rt < MTM; ++rt) {
-          if (rt < MT) {
-            FragA a;
-            wmma::load_matrix_sync(a, Ps + rt * 16 * kLdP + ks * 16, kLdP);
-#pragma unroll
-            for (int f = 0; f < NC; ++f) wmma::mma_sync(o[rt][f], a, b[f], o[rt][f]);
-          }
-        }
-      }
-    }
+    rescale_pv<MTM, NC, kLd>(o, corr_s, rid, MT, warp, Ps, v_half);
   }
 
   // No copy may still land in the smem the output staging reuses (slots past the end were
@@ -627,21 +617,8 @@ __global__ void __launch_bounds__(kThreads, RingLayout<TK, TV, DP, MTM>::kTwo ? 
   cp_async_wait<0>();
   if (sm_row < rows && (tid & 3) == 0) m_s[sm_row] = m_run, l_s[sm_row] = l_run;
   __syncthreads();
-  float* Os = reinterpret_cast<float*>(smem + L::kOffQ);
-#pragma unroll
-  for (int rt = 0; rt < MTM; ++rt)
-    if (rt < MT)
-#pragma unroll
-      for (int f = 0; f < NC; ++f)
-        wmma::store_matrix_sync(Os + rt * 16 * L::kLdO + (warp * NC + f) * 16, o[rt][f], L::kLdO, wmma::mem_row_major);
-  __syncthreads();
-  const int64_t n_rows = int64_t(P.T) * P.Hq;
-  for (int idx = tid; idx < R * P.D; idx += kThreads) {
-    const int r = idx / P.D, d = idx % P.D, t = r / P.G, g = r % P.G;
-    const int64_t orow = int64_t(t) * P.Hq + hk * P.G + g;
-    const float a = Os[r * L::kLdO + d];
-    store_split_row(P, out, split, n_rows, orow, d, a, m_s, l_s, r);
-  }
+  store_block_rows<MTM, NC, L::kLdO>(o, reinterpret_cast<float*>(smem + L::kOffQ), P, out, split, hk, tid, R, MT,
+                                     m_s, l_s);
 #else
   (void)q, (void)k, (void)v, (void)out, (void)P;
   __trap();  // decode_split_tc takes this kernel only where sm80_code() holds
