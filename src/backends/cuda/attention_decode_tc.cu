@@ -255,7 +255,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks(DP, MTM))
         int64_t row = s;
         if (P.table) {
           // A shift where the block size is a power of two: this runs per piece (4 a thread
-          // and tile at D 256), and an integer division is ~20 instructions on sm_70.
+          // and tile at D 256), and an integer division is ~20 instructions on sm_70. Not
+          // pool_row(): its early return costs this loop branches on both sm_70 and sm_90.
           const int b = P.bs_shift >= 0 ? s >> P.bs_shift : s / P.bs;
           row = int64_t(__ldg(P.table + b)) * P.bs + (s - b * P.bs);
         }
@@ -447,11 +448,6 @@ __global__ void __launch_bounds__(kThreads, RingLayout<TK, TV, DP, MTM>::kTwo ? 
   const int n_slots = 2 * n_tiles;
   const int64_t kv_stride = int64_t(P.Hkv) * P.D;
 
-  auto pool_row = [&](int s) -> int64_t {
-    if (!P.table) return s;
-    const int b = P.bs_shift >= 0 ? s >> P.bs_shift : s / P.bs;
-    return int64_t(__ldg(P.table + b)) * P.bs + (s - b * P.bs);
-  };
   // Starts the copies of slot n (keys s_begin + 16 n ..) into ring slot n % NS.
   auto issue = [&](int n) {
     unsigned char* slot = ring + (n % NS) * L::kSlotBytes;
@@ -462,25 +458,25 @@ __global__ void __launch_bounds__(kThreads, RingLayout<TK, TV, DP, MTM>::kTwo ? 
     for (int c = tid; c < kSlotKeys * kKRowChunks; c += kThreads) {
       const int r = c / kKRowChunks, cc = c % kKRowChunks, s = key0 + r, d0 = cc * kKE;
       const bool ok = s < s_end && d0 < P.D;
-      const TK* src = ok ? k + pool_row(s) * kv_stride + int64_t(hk) * P.D + d0 : k;
+      const TK* src = ok ? k + pool_row(P, s) * kv_stride + int64_t(hk) * P.D + d0 : k;
       cp_async16(slot + L::kSlotK + r * L::kKRow + cc * 16, src, ok);
     }
 #pragma unroll
     for (int c = tid; c < kSlotKeys * kVRowChunks; c += kThreads) {
       const int r = c / kVRowChunks, cc = c % kVRowChunks, s = key0 + r, d0 = cc * kVE;
       const bool ok = s < s_end && d0 < P.D;
-      const TV* src = ok ? v + pool_row(s) * kv_stride + int64_t(hk) * P.D + d0 : v;
+      const TV* src = ok ? v + pool_row(P, s) * kv_stride + int64_t(hk) * P.D + d0 : v;
       cp_async16(slot + L::kSlotV + r * L::kVRow + cc * 16, src, ok);
     }
     if (L::kKi8 && tid < kSlotKeys) {
       const int s = key0 + tid;
       const bool ok = s < s_end;
-      cp_async4(slot + L::kSlotKs + tid * 4, ok ? P.k_scale + pool_row(s) * P.Hkv + hk : P.k_scale, ok);
+      cp_async4(slot + L::kSlotKs + tid * 4, ok ? P.k_scale + pool_row(P, s) * P.Hkv + hk : P.k_scale, ok);
     }
     if (L::kVi8 && tid >= 32 && tid < 32 + kSlotKeys) {
       const int s = key0 + tid - 32;
       const bool ok = s < s_end;
-      cp_async4(slot + L::kSlotVs + (tid - 32) * 4, ok ? P.v_scale + pool_row(s) * P.Hkv + hk : P.v_scale, ok);
+      cp_async4(slot + L::kSlotVs + (tid - 32) * 4, ok ? P.v_scale + pool_row(P, s) * P.Hkv + hk : P.v_scale, ok);
     }
   };
   // Slot n is cp.async group n for n < NS; the refills keep that order (see the loop).

@@ -39,6 +39,14 @@ struct TcParams {
   float* part_ml;   // [n_splits, T * Hq, 2] (max in natural-log units, sum)
 };
 
+// The pool row of key s: through the block table where there is one (by shift where the
+// block size is a power of two: an integer division is ~20 instructions).
+__device__ __forceinline__ int64_t pool_row(const TcParams& P, int s) {
+  if (!P.table) return s;
+  const int b = P.bs_shift >= 0 ? s >> P.bs_shift : s / P.bs;
+  return int64_t(__ldg(P.table + b)) * P.bs + (s - b * P.bs);
+}
+
 // Stores value a at dim d of merged row orow (row r of the block's m_s / l_s: running max in
 // exp2 units, sum): with one split (no partial buffer) the final out = a / l; else the
 // unnormalised partial of `split` and, at d 0, the row's (max in natural-log units, sum) that

@@ -745,11 +745,6 @@ __global__ void __launch_bounds__(kWThreads, 2)
   const int64_t kv_stride = int64_t(P.Hkv) * P.D;
   unsigned char* ring = ring_all + warp * NSW * L::kSlotBytes;
 
-  auto pool_row = [&](int s) -> int64_t {
-    if (!P.table) return s;
-    const int b = P.bs_shift >= 0 ? s >> P.bs_shift : s / P.bs;
-    return int64_t(__ldg(P.table + b)) * P.bs + (s - b * P.bs);
-  };
   // Starts the copies of this warp's i-th slot (split slot warp + kWW i) into ring slot i % NSW.
   auto issue = [&](int i) {
     unsigned char* slot = ring + (i % NSW) * L::kSlotBytes;
@@ -758,13 +753,13 @@ __global__ void __launch_bounds__(kWThreads, 2)
     for (int cidx = lane; cidx < kSlotKeys * KCH; cidx += 32) {
       const int r = cidx / KCH, ch = cidx % KCH, s = key0 + r;
       const bool ok = s < s_end && ch * 16 < P.D;
-      const int64_t off = ok ? pool_row(s) * kv_stride + int64_t(hk) * P.D + ch * 16 : 0;
+      const int64_t off = ok ? pool_row(P, s) * kv_stride + int64_t(hk) * P.D + ch * 16 : 0;
       cp_async16(slot + L::kSlotK + r * DP + k_chunk<DP>(r, ch) * 16, k + off, ok);
       cp_async16(slot + L::kSlotV + r * DP + v_chunk<DP>(r, ch) * 16, v + off, ok);
     }
     const int kr = lane & 15, s = key0 + kr;
     const bool ok = s < s_end;
-    const int64_t srow = ok ? pool_row(s) * P.Hkv + hk : 0;
+    const int64_t srow = ok ? pool_row(P, s) * P.Hkv + hk : 0;
     if (lane < 16) cp_async4(slot + L::kSlotKs + kr * 4, P.k_scale + srow, ok);
     else cp_async4(slot + L::kSlotVs + kr * 4, P.v_scale + srow, ok);
   };
@@ -1062,11 +1057,6 @@ __global__ void __launch_bounds__(kWThreads, 2)
   const int64_t kv_stride = int64_t(P.Hkv) * P.D;
   unsigned char* ring = ring_all + st * NSS * WL::kSlotBytes;
 
-  auto pool_row = [&](int s) -> int64_t {
-    if (!P.table) return s;
-    const int b = P.bs_shift >= 0 ? s >> P.bs_shift : s / P.bs;
-    return int64_t(__ldg(P.table + b)) * P.bs + (s - b * P.bs);
-  };
   // Starts this thread's copies of the stream's i-th slot (split slot st + NST i) into ring
   // slot i % NSS: chunk stid, stid + 32 RT, .. of K and V; tile 0's warp copies the scales.
   auto issue = [&](int i) {
@@ -1076,14 +1066,14 @@ __global__ void __launch_bounds__(kWThreads, 2)
     for (int cidx = stid; cidx < kSlotKeys * KCH; cidx += kStreamThreads) {
       const int r = cidx / KCH, ch = cidx % KCH, s = key0 + r;
       const bool ok = s < s_end && ch * 16 < P.D;
-      const int64_t off = ok ? pool_row(s) * kv_stride + int64_t(hk) * P.D + ch * 16 : 0;
+      const int64_t off = ok ? pool_row(P, s) * kv_stride + int64_t(hk) * P.D + ch * 16 : 0;
       cp_async16(slot + WL::kSlotK + r * DP + k_chunk<DP>(r, ch) * 16, k + off, ok);
       cp_async16(slot + WL::kSlotV + r * DP + v_chunk<DP>(r, ch) * 16, v + off, ok);
     }
     if (rt == 0) {
       const int kr = lane & 15, s = key0 + kr;
       const bool ok = s < s_end;
-      const int64_t srow = ok ? pool_row(s) * P.Hkv + hk : 0;
+      const int64_t srow = ok ? pool_row(P, s) * P.Hkv + hk : 0;
       if (lane < 16) cp_async4(slot + WL::kSlotKs + kr * 4, P.k_scale + srow, ok);
       else cp_async4(slot + WL::kSlotVs + kr * 4, P.v_scale + srow, ok);
     }
