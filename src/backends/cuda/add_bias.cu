@@ -25,7 +25,7 @@ void add_bias_cuda(ops::Context& ctx, const Tensor& x, const Tensor& bias, Tenso
   });
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   ops::add_bias_table().add(Device::CUDA, DType::F32, add_bias_cuda);
   ops::add_bias_table().add(Device::CUDA, DType::F16, add_bias_cuda);
   return true;

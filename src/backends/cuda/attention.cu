@@ -187,7 +187,7 @@ void paged_attention_cuda(ops::Context& ctx, const Tensor& q, const ops::KvRows&
   }
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   ops::attention_table().add(Device::CUDA, DType::F16, attention_cuda<__half>);
   ops::attention_table().add(Device::CUDA, DType::F32, attention_cuda<float>);
   for (DType t : {DType::F32, DType::F16, DType::I8}) ops::paged_attention_table().add(Device::CUDA, t, paged_attention_cuda);

@@ -114,7 +114,7 @@ void split_cols_cuda(ops::Context& ctx, const Tensor& src, Tensor* const* dsts, 
   }
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   for (size_t t = 0; t < static_cast<size_t>(DType::kCount); ++t)
     ops::copy_table().add(Device::CUDA, static_cast<DType>(t), copy_cuda);
   for (size_t t = 0; t < static_cast<size_t>(DType::kCount); ++t)

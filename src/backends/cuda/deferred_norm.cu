@@ -25,7 +25,7 @@ bool deferred_q4kt(ops::Context& ctx, const ops::DeferredNorm& in, const Tensor&
   return true;
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   ops::matmul_add_deferred_norm_table().add(Device::CUDA, DType::Q4_KT, add_deferred_norm_q4kt);
   ops::matmul_deferred_table().add(Device::CUDA, DType::Q4_KT, deferred_q4kt);
   ops::matmul_deferred_table().add(Device::CUDA, DType::Q4_KTS, deferred_q4kt);  // the fused SwiGLU only

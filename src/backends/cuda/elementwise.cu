@@ -103,7 +103,7 @@ void sigmoid_mul_cuda(ops::Context& ctx, const Tensor& a, const Tensor& b, Tenso
 }
 
 namespace {
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   for (DType t : {DType::F32, DType::F16}) {
     ops::add_table().add(Device::CUDA, t, add_cuda);
     ops::swiglu_table().add(Device::CUDA, t, swiglu_cuda);

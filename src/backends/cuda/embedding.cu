@@ -35,7 +35,7 @@ void embedding_cuda(ops::Context& ctx, const Tensor& table, const Tensor& ids, T
   });
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   for (DType t : kWeightDTypes) ops::embedding_table().add(Device::CUDA, t, embedding_cuda);
   return true;
 }();

@@ -198,7 +198,7 @@ void delta_rule_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k, const 
   });
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   for (DType t : {DType::F32, DType::F16}) {
     ops::conv1d_causal_table().add(Device::CUDA, t, conv1d_cuda);
     ops::gdn_gates_table().add(Device::CUDA, t, gates_cuda);

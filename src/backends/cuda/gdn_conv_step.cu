@@ -272,7 +272,7 @@ void gdn_conv_step_cuda(ops::Context& ctx, const ops::ConvGroup& q, const ops::C
   });
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   for (DType t : {DType::F32, DType::F16}) ops::gdn_conv_step_table().add(Device::CUDA, t, gdn_conv_step_cuda);
   return true;
 }();

@@ -90,8 +90,9 @@ __device__ __forceinline__ void store_state_column(const float (&s)[R], float* S
 // round ago. After the wait every load of the block (a, b, k, q, v, z, the state, the
 // constants) is issued together and meets L2. Prefetches rather than loads into registers: at
 // R = 32 the kernels are at their 128-register bound, and values held across the wait spilled.
-__device__ __forceinline__ void prefetch_cluster_block(const float* S, const float* dt_bias, const float* neg_exp_A,
-                                                       const float* norm_w, int j, int dk, int dv, int part, int cols) {
+[[maybe_unused]] __device__ __forceinline__ void prefetch_cluster_block(const float* S, const float* dt_bias,
+                                                                        const float* neg_exp_A, const float* norm_w,
+                                                                        int j, int dk, int dv, int part, int cols) {
   prefetch_state(S, dk, dv, part * cols, min(cols, dv - part * cols));
   if (threadIdx.x == 0) {
     prefetch_l2(dt_bias + j);
@@ -178,7 +179,9 @@ __global__ void __launch_bounds__(kDecodeMaxCols* kDeltaRowGroups)
 // bit for bit those of the one-block kernel. Only this kernel: in the token kernels the wider
 // loads made ptxas spill (ptxas -v, sm_90, R = 32).
 constexpr int kDeltaRowCap = kDeltaMaxDk / kDeltaRowGroups;
-__device__ __forceinline__ int kq_index(int i) { return (i % kDeltaRowGroups) * kDeltaRowCap + i / kDeltaRowGroups; }
+[[maybe_unused]] __device__ __forceinline__ int kq_index(int i) {
+  return (i % kDeltaRowGroups) * kDeltaRowCap + i / kDeltaRowGroups;
+}
 
 template <bool kFull, int R, int COLS, class DeltaOf>
 __device__ __forceinline__ void delta_rule_token_vec(float (&s)[R], const float (&kq)[2][kDeltaMaxDk],
@@ -990,7 +993,7 @@ void gdn_decode_step_cuda(ops::Context& ctx, const Tensor& q, const Tensor& k, c
   });
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   for (DType t : {DType::F32, DType::F16}) ops::gdn_decode_step_table().add(Device::CUDA, t, gdn_decode_step_cuda);
   return true;
 }();

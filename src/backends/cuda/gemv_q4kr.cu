@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(128, MINB)
 // Slot rows are kPitch bytes apart (592 + 112): rows g and g + 1 then start 64 bytes apart in
 // the bank space, so a quarter-warp's 16-byte reads of two rows do not collide.
 constexpr int kPitch = 704;
-constexpr int kSlotBytes = 16 * kPitch;
+[[maybe_unused]] constexpr int kSlotBytes = 16 * kPitch;  // only with VI_BULK_COPY
 
 template <int STAGES>
 __global__ void __launch_bounds__(128)

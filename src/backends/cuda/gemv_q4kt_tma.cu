@@ -263,7 +263,7 @@ void dispatch(const ops::Context& ctx, const Tensor& x, const Tensor& w, const G
   }
 }
 
-bool form_compiled(const Q4ktTmaShape& s, bool plain) {
+[[maybe_unused]] bool form_compiled(const Q4ktTmaShape& s, bool plain) {
   if (s.consumers == 4 && s.per_warp == 2) return true;
   return plain && ((s.consumers == 4 && s.per_warp == 1 && !s.x_shared) || (s.consumers == 8 && s.per_warp == 1));
 }

@@ -164,7 +164,7 @@ std::unique_ptr<ops::Graph> cuda_record(ops::Context& ctx, const std::function<v
   return std::make_unique<CudaGraph>(exec, shape, partition != nullptr);
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   ops::graph_fns(Device::CUDA).record = cuda_record;
   return true;
 }();

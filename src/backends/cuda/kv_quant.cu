@@ -49,7 +49,7 @@ void kv_write_i8_cuda(ops::Context& ctx, const Tensor& x, Tensor& pool, Tensor& 
   });
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   ops::paged_kv_write_i8_table().add(Device::CUDA, DType::F32, kv_write_i8_cuda);
   ops::paged_kv_write_i8_table().add(Device::CUDA, DType::F16, kv_write_i8_cuda);
   return true;

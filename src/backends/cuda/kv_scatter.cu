@@ -36,7 +36,7 @@ void kv_scatter_cuda(ops::Context& ctx, const Tensor& x, Tensor& pool, const Ten
                            x.ptr<uint8_t>(), pool.ptr<uint8_t>(), rows.ptr<int32_t>(), rb, vec));
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   ops::kv_scatter_table().add(Device::CUDA, DType::F32, kv_scatter_cuda);
   ops::kv_scatter_table().add(Device::CUDA, DType::F16, kv_scatter_cuda);
   return true;

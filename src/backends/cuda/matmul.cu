@@ -157,7 +157,7 @@ void add_matmul() {
   ops::matmul_table().add(Device::CUDA, W, matmul_cuda<W>);
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   add_matmul<DType::F32>();
   add_matmul<DType::F16>();
   add_matmul<DType::BF16>();

@@ -83,7 +83,7 @@ ops::DeviceMemory cuda_device_memory(ops::Context&) {
   return m;
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   ops::device_memory_fn(Device::CUDA) = cuda_device_memory;
   ops::MemoryFns& f = ops::memory_fns(Device::CUDA);
   f.empty = device_empty;

@@ -264,7 +264,7 @@ void gated_rms_norm_cuda(ops::Context& ctx, const Tensor& x, const Tensor& z, co
   });
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   for (DType t : {DType::F32, DType::F16}) {
     ops::rms_norm_table().add(Device::CUDA, t, rms_norm_cuda);
     ops::add_rms_norm_table().add(Device::CUDA, t, add_rms_norm_cuda);

@@ -159,7 +159,7 @@ Tensor prepare_q4_k(ops::Context& ctx, const Tensor& w, const std::vector<int64_
   return out;
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   ops::prepare_matmul_weight_table().add(Device::CUDA, DType::Q8_0, prepare_q8_0);
   ops::prepare_matmul_weight_table().add(Device::CUDA, DType::Q4_K, prepare_q4_k);
   return true;

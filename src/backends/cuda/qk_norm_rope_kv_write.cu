@@ -248,7 +248,7 @@ void qk_norm_rope_kv_write_cuda(ops::Context& ctx, Tensor& q, Tensor& k, const T
   });
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   ops::qk_norm_rope_kv_write_table().add(Device::CUDA, DType::F32, qk_norm_rope_kv_write_cuda);
   ops::qk_norm_rope_kv_write_table().add(Device::CUDA, DType::F16, qk_norm_rope_kv_write_cuda);
   return true;

@@ -42,7 +42,7 @@ void rope_cuda(ops::Context& ctx, Tensor& x, const Tensor& pos, int rot_dim, flo
   });
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   ops::rope_table().add(Device::CUDA, DType::F32, rope_cuda);
   ops::rope_table().add(Device::CUDA, DType::F16, rope_cuda);
   return true;

@@ -261,7 +261,7 @@ void sample_cuda(ops::Context& ctx, const Tensor& logits, const std::vector<ops:
   VI_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));  // `out` and `host` are read/freed after return
 }
 
-const bool registered = [] {
+[[maybe_unused]] const bool registered = [] {
   ops::sample_table().add(Device::CUDA, DType::F32, sample_cuda<float>);
   ops::sample_table().add(Device::CUDA, DType::F16, sample_cuda<__half>);
   ops::sample_max_top_k_table().add(Device::CUDA, DType::F32, max_top_k);
