@@ -11,8 +11,13 @@
 #include "core/half.h"
 
 // Bit-exactness with ggml's reference (and gguf-py's numpy port) needs every multiply and
-// add rounded separately: -march=native would otherwise fuse `d * q + m` into one FMA.
+// add rounded separately: -march=native would otherwise fuse `d * q + m` into one FMA (and
+// clang contracts within an expression by default).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 namespace vi {
 

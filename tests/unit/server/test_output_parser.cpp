@@ -71,7 +71,10 @@ std::string word(std::mt19937& rng) {
 
 std::string sentence(std::mt19937& rng) {
   std::string s = word(rng);
-  for (int i = 0, n = 1 + static_cast<int>(rng() % 6); i < n; ++i) s += (rng() % 5 == 0 ? "\n" : " ") + word(rng);
+  for (int i = 0, n = 1 + static_cast<int>(rng() % 6); i < n; ++i) {
+    s += rng() % 5 == 0 ? "\n" : " ";  // appended apart: GCC 12 warns (-Wrestrict) on "x" + string
+    s += word(rng);
+  }
   return s;
 }
 
