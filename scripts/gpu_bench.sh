@@ -10,7 +10,8 @@
 #       3. for each model and kernel profile (native, volta): bench — prefill, decode at
 #          several contexts (synthetic fill), verification rounds of 1/2/4/8 tokens, the
 #          per-op profile of a decode round and its kernel trace (CUPTI);
-#       4. the plot (scripts/plot_bench.py) and a summary.
+#       4. the plot (scripts/plot_bench.py) and a summary, with issue #7's floors per
+#          configuration (scripts/check_floors.py).
 #     Every step runs under its own timeout and a step that fails does not stop the others;
 #     the whole run is sized to stay under 6 minutes on an H200 (see Knobs). Outputs in OUT_DIR (default
 #     $OUT): hwcheck.{txt,json}, make.log, bench.log, bench.jsonl, bench.md, bench.png, summary.txt
@@ -139,6 +140,8 @@ for p in site.getsitepackages():
     [ -n "${KEEP_MODELS:-}" ] || rm -f "$m"
   done
   python3 scripts/plot_bench.py "$out/bench.jsonl" "$out/bench.png" >> "$out/summary.txt" 2>&1
+  # Issue #7's floors, met or not, per configuration (PREFILL=8192,32768 for the prefill ones).
+  python3 scripts/check_floors.py "$out/bench.jsonl" >> "$out/summary.txt" 2>&1
   # The decode rows of every table, last, so the reply's tail shows them.
   grep -hE '^===|^\| .* (decode|verify|prefill) ' "$out/bench.log" | cut -c1-200 >> "$out/summary.txt"
   echo "total: $((SECONDS - t0)) s" >> "$out/summary.txt"
