@@ -7,7 +7,8 @@ One table per configuration (device, weights, kernel profile, KV cache, int8 act
 the graphs): decode MBU at 8K and 128K context, the 4-token verify round over the 1-token decode
 round at each, prefill MFU of 8K and 32K prompts; each with its floor, the project's goal and a
 verdict. Every figure is the mean over the files' repetitions and prompt styles (the bench's
-own table gives a row per style; the spread is beside the mean). The floors hold for the native kernel profile; the volta profile's
+own table gives a row per style; the spread is beside the mean). The round ratio divides the
+4-token verify round's median by the decode round's mean, the figure each bench row carries. The floors hold for the native kernel profile; the volta profile's
 figures are printed beside them without a verdict (issue #7 asks for them and for the reason of
 any gap, not for a floor). A row whose MBU or MFU the bench refused (over 100%) is reported as
 refused, never counted. Decode rounds of a partition (`bench --sms N`) are a proxy, labelled so.
