@@ -79,6 +79,10 @@ void ModelFlags::add(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("-t,--threads", threads, "CPU threads; 0 = one per hardware thread")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--tp,--tensor-parallel", tp,
+                 "Split the model over this many ranks (tensor parallel: heads, MLP rows and vocabulary cut, two "
+                 "all-reduces a layer); llama-family models on the CPU so far")
+      ->check(CLI::Range(1, 8));
   app.add_option("--device", device, "Where to run: cpu, or cuda (the current GPU; f16 activations)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--kernel-profile", kernel_profile,
@@ -182,6 +186,7 @@ Loaded load(const ModelFlags& flags, bool need_tokenizer) {
   };
   opts.kv_types = {cache_type(flags.cache_type_k), cache_type(flags.cache_type_v)};
   opts.draft_head = flags.draft_head;
+  opts.tp = flags.tp;
   opts.progress = [&](size_t done, size_t total) { bar.update(done, total); };
   L.model = load_model(*L.weights, opts);
   const ModelInfo& info = L.model->info();
@@ -230,7 +235,7 @@ std::vector<std::string> normalize_args(int argc, char** argv) {
   static const std::map<std::string, std::string> kLong = {
       {"-np", "--parallel"}, {"-sys", "--system-prompt"}, {"-st", "--single-turn"},
       {"-cnv", "--conversation"}, {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},
-      {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
+      {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-tp", "--tp"},
   };
   std::vector<std::string> out;
   for (int i = argc - 1; i >= 1; --i) {  // CLI11 wants the arguments in reverse order

@@ -22,6 +22,7 @@ struct ModelFlags {
   std::string model;      // -m/--model; empty: the bundled default model
   int64_t ctx_size = 0;   // -c/--ctx-size; 0: min(model's trained context, 4096)
   int threads = 0;        // -t/--threads; 0: all hardware threads
+  int tp = 1;             // --tp/-tp: ranks of a tensor-parallel group (LoadOptions::tp)
   std::string device = "cpu";
   std::string kernel_profile = "auto";  // --kernel-profile: auto, volta, native (cuda only)
   bool no_graphs = false;                // --no-cuda-graphs: decode steps op by op

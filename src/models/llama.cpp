@@ -4,7 +4,10 @@
 // logits = lm_head(rms_norm(x)). qwen2 adds q/k/v biases; qwen3 RMS-normalises each
 // q/k head before RoPE. Each residual add runs together with the norm after it
 // (ops::add_rms_norm), and gate|up are one stacked weight where they share a dtype.
-// This file only composes ops.
+// Split over a tensor-parallel group (LoadOptions::tp), each rank holds whole KV heads with
+// their query heads, a slice of the MLP rows and of the vocabulary; o_proj and down are cut by
+// input columns and their outputs summed over the ranks (two all-reduces a layer), the
+// logits gathered by vocabulary. This file only composes ops.
 #include "models/llama.h"
 
 #include <cmath>
@@ -16,6 +19,7 @@
 #include "models/batch.h"
 #include "models/hparams.h"
 #include "models/loader.h"
+#include "models/tensor_parallel.h"
 #include "ops/attention.h"
 #include "ops/bias.h"
 #include "ops/copy.h"
@@ -45,6 +49,14 @@ struct LlamaLayer {
   SwigluWeights mlp;
 };
 
+// One rank's part of the model (the whole model when it is not split).
+struct LlamaShard {
+  ops::Context ctx;                  // the rank's device and worker pool
+  int64_t Hq = 0, Hkv = 0, d_ff = 0;  // its query and KV heads, its MLP rows
+  std::vector<LlamaLayer> layers;
+  Tensor lm_head;  // [its vocabulary rows, d] (all of them unsplit; the embedding when tied)
+};
+
 // --- paged KV cache ---
 // K/V live in a (possibly shared) pool reached through the block table.
 class LlamaState final : public SequenceState {
@@ -65,12 +77,18 @@ class LlamaModel final : public Model {
   LlamaModel(const WeightSource& src, const LoadOptions& opts);
   const ModelInfo& info() const override { return info_; }
   // --- paged KV cache ---
+  // Split: each rank's KV heads in pools of their own, rank after rank (rank r's layer l is the
+  // pool's attention layer r * n_layer + l).
   std::shared_ptr<KvPool> new_kv_pool(int64_t n_blocks, int64_t block_size) const override {
-    ops::Context ctx = ctx_;
-    return new_attention_kv_pool(ctx, hp_.n_layer, n_blocks, block_size, hp_.n_kv_head, hp_.head_dim, kv_types_);
+    std::vector<std::shared_ptr<KvPool>> pools;
+    for (const LlamaShard& s : shards_) {
+      ops::Context ctx = s.ctx;
+      pools.push_back(new_attention_kv_pool(ctx, hp_.n_layer, n_blocks, block_size, s.Hkv, hp_.head_dim, kv_types_));
+    }
+    return pools.size() == 1 ? pools.front() : merge_kv_pools(pools);
   }
   std::unique_ptr<SequenceState> new_paged_sequence(int64_t n_ctx, std::shared_ptr<KvPool> pool) const override {
-    VI_CHECK(pool && pool->tensors.size() == static_cast<size_t>(2 * hp_.n_layer),
+    VI_CHECK(pool && pool->tensors.size() == static_cast<size_t>(2 * hp_.n_layer) * shards_.size(),
              "KV pool was not made by this model");
     return std::make_unique<LlamaState>(std::move(pool), n_ctx);
   }
@@ -81,14 +99,21 @@ class LlamaModel final : public Model {
                     LogitsOn where, Tensor* hidden) const override;
 
  private:
+  // Rank r's part of a pass: its shard's layers (all-reducing after o_proj and down when split)
+  // and its slice of the logits, gathered on rank 0. logits and hidden: rank 0's (null elsewhere).
+  void forward_rank(ops::Context& ctx, int r, const BatchPlan& plan, std::span<const BatchItem> items,
+                    Tensor* logits, LogitsOn where, Tensor* hidden) const;
+  // Rank r's cut of a whole loaded layer.
+  LlamaLayer shard_layer(const LlamaLayer& L, const parallel::HeadShard& heads, parallel::Range f) const;
+
   LlamaHParams hp_;
   ModelInfo info_;
   ops::Context ctx_;  // device of the weights; sequences are allocated there too
   KvCacheTypes kv_types_;  // element types of the KV pools it makes
-  Tensor tok_embd_;  // [vocab, d]
+  Tensor tok_embd_;  // [vocab, d] (every rank reads it whole)
   Tensor out_norm_;  // [d] f32
-  Tensor lm_head_;   // [vocab, d] (the embedding when tied)
-  std::vector<LlamaLayer> layers_;
+  std::vector<LlamaShard> shards_;  // one per rank
+  std::unique_ptr<TpGroup> tp_;     // the ranks' group; null when not split
 };
 
 LlamaHParams read_hparams(const WeightSource& src, const std::string& arch) {
@@ -141,12 +166,14 @@ LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts)
   tok_embd_ = w.load("token_embd.weight", "embed_tokens.weight", {hp_.n_vocab, d});
   out_norm_ = w.load_f32("output_norm.weight", "norm.weight", {d});
   // The HF head sits outside the "model." prefix.
+  Tensor lm_head;  // [vocab, d]
   if (auto head = w.load_optional_exact(w.gguf() ? "output.weight" : "lm_head.weight", {hp_.n_vocab, d})) {
-    lm_head_ = *head;
+    lm_head = *head;
   } else {
-    lm_head_ = tok_embd_;  // tied embeddings
+    lm_head = tok_embd_;  // tied embeddings
   }
   const bool unpermute = w.gguf() && info_.arch == "llama";
+  std::vector<LlamaLayer> layers;  // whole, as loaded
   for (int64_t i = 0; i < hp_.n_layer; ++i) {
     auto g = [&](const char* n) { return fmt::format("blk.{}.{}", i, n); };
     auto h = [&](const char* n) { return fmt::format("layers.{}.{}", i, n); };
@@ -171,17 +198,42 @@ LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts)
     }
     L.ffn_norm = w.load_f32(g("ffn_norm.weight"), h("post_attention_layernorm.weight"), {d});
     L.mlp = load_swiglu(w, g(""), h(""), d, hp_.d_ff);
-    layers_.push_back(std::move(L));
+    layers.push_back(std::move(L));
   }
   w.finish();
+
+  const int world = opts.tp;
+  VI_CHECK(world >= 1, "tensor parallel over {} ranks: give 1 or more", world);
+  if (world == 1) {
+    LlamaShard s{ctx_, hp_.n_head, hp_.n_kv_head, hp_.d_ff, std::move(layers), lm_head};
+    shards_.push_back(std::move(s));
+  } else {
+    tp_ = make_tp_group(ctx_, world, src.path());
+    for (int r = 0; r < world; ++r) {
+      const parallel::HeadShard heads = parallel::split_heads(hp_.n_head, hp_.n_kv_head, world, r);
+      const parallel::Range f = split_mlp(layers.front().mlp, hp_.d_ff, world, r);
+      LlamaShard s{tp_->ctx[static_cast<size_t>(r)], heads.q_heads.size(), heads.kv_heads.size(), f.size(), {},
+                   shard_rows(lm_head, parallel::split_range(hp_.n_vocab, world, r, "vocabulary rows"))};
+      for (const LlamaLayer& L : layers) s.layers.push_back(shard_layer(L, heads, f));
+      shards_.push_back(std::move(s));
+    }
+  }
+  layers.clear();  // the shards hold what they need
+
   // Weights go to the model's device (nothing happens on the CPU).
-  const bool tied = lm_head_.data() == tok_embd_.data();
+  const bool tied = lm_head.data() == tok_embd_.data() && world == 1;
   to_device(ctx_, {&tok_embd_, &out_norm_});
-  lm_head_ = tied ? tok_embd_ : lm_head_;
-  if (!tied) to_device(ctx_, {&lm_head_});
-  for (LlamaLayer& L : layers_) {
-    to_device(ctx_, {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm});
-    swiglu_to_device(ctx_, L.mlp);
+  for (LlamaShard& s : shards_) {
+    if (tied) {
+      s.lm_head = tok_embd_;
+    } else {
+      to_device(s.ctx, {&s.lm_head});
+    }
+    for (LlamaLayer& L : s.layers) {
+      to_device(s.ctx, {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm,
+                        &L.ffn_norm});
+      swiglu_to_device(s.ctx, L.mlp);
+    }
   }
 
   info_.name = model_display_name(src);
@@ -193,34 +245,67 @@ LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts)
   info_.weight_bytes = w.bytes();
 }
 
+LlamaLayer LlamaModel::shard_layer(const LlamaLayer& L, const parallel::HeadShard& heads, parallel::Range f) const {
+  const int64_t hd = hp_.head_dim;
+  const parallel::Range q{heads.q_heads.begin * hd, heads.q_heads.end * hd};
+  const parallel::Range kv{heads.kv_heads.begin * hd, heads.kv_heads.end * hd};
+  LlamaLayer s;
+  s.attn_norm = L.attn_norm, s.ffn_norm = L.ffn_norm, s.q_norm = L.q_norm, s.k_norm = L.k_norm;  // per head: whole
+  s.wq = shard_rows(L.wq, q), s.wk = shard_rows(L.wk, kv), s.wv = shard_rows(L.wv, kv);
+  s.wo = shard_cols(L.wo, q);
+  if (hp_.qkv_bias) {
+    s.bq = shard_vector(L.bq, heads.q_heads, hd);
+    s.bk = shard_vector(L.bk, heads.kv_heads, hd);
+    s.bv = shard_vector(L.bv, heads.kv_heads, hd);
+  }
+  s.mlp = shard_swiglu(L.mlp, f);
+  return s;
+}
+
 void LlamaModel::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
                                Tensor& logits, LogitsOn where, Tensor* hidden) const {
   for (const BatchItem& it : items)
     VI_CHECK(dynamic_cast<LlamaState*>(it.seq) != nullptr, "sequence state was not made by this model");
-  const int64_t N = plan.n_rows;
-  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, Hkv = hp_.n_kv_head, kv_w = Hkv * hd;
+  if (!tp_) {
+    forward_rank(ctx, 0, plan, items, &logits, where, hidden);
+    return;
+  }
+  tp_->threads->run([&](int r) {
+    ops::Context rctx = tp_->pass_ctx(ctx, r);
+    forward_rank(rctx, r, plan, items, r == 0 ? &logits : nullptr, where, r == 0 ? hidden : nullptr);
+  });
+}
 
-  Tensor x = ops::empty(ctx, ctx.act, {N, d});          // [N, d] residual stream
+void LlamaModel::forward_rank(ops::Context& ctx, int r, const BatchPlan& plan, std::span<const BatchItem> items,
+                              Tensor* logits, LogitsOn where, Tensor* hidden) const {
+  const LlamaShard& S = shards_[static_cast<size_t>(r)];
+  parallel::Communicator* comm = tp_ ? tp_->comm.get() : nullptr;
+  const int64_t N = plan.n_rows;
+  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = S.Hq, Hkv = S.Hkv, kv_w = Hkv * hd;
+  const int64_t n_vocab = S.lm_head.dim(0);  // this rank's vocabulary rows
+
+  Tensor x = ops::empty(ctx, ctx.act, {N, d});          // [N, d] residual stream (every rank holds it whole)
   Tensor n = ops::empty(ctx, ctx.act, {N, d});          // [N, d] the stream through the next norm
-  Tensor q = ops::empty(ctx, ctx.act, {N, Hq * hd});
+  Tensor q = ops::empty(ctx, ctx.act, {N, Hq * hd});    // this rank's heads from here to o_proj
   Tensor k = ops::empty(ctx, ctx.act, {N, kv_w});
   Tensor v = ops::empty(ctx, ctx.act, {N, kv_w});
   Tensor a = ops::empty(ctx, ctx.act, {N, Hq * hd});    // attention output
-  Tensor o = ops::empty(ctx, ctx.act, {N, d});
-  Tensor gu = ops::empty(ctx, ctx.act, {N, 2 * hp_.d_ff});  // MLP gate|up products
-  Tensor ff_h = swiglu_scratch(ctx, N, hp_.d_ff);           // MLP SwiGLU output (decode, verify)
-  const Tensor out_logits = logits_scratch(ctx, plan, hp_.n_vocab);
+  Tensor o = ops::empty(ctx, ctx.act, {N, d});          // a projection's output (a rank's partial sum until all-reduced)
+  Tensor gu = ops::empty(ctx, ctx.act, {N, 2 * S.d_ff});  // MLP gate|up products of this rank's rows
+  Tensor ff_h = swiglu_scratch(ctx, N, S.d_ff);           // MLP SwiGLU output (decode, verify)
+  const Tensor out_logits = logits_scratch(ctx, plan, n_vocab);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   // The norm the residual stream goes through after layer l: the next layer's attention
   // norm, after the last layer the output norm.
   auto norm_after = [&](int64_t l) -> const Tensor& {
-    return l + 1 < hp_.n_layer ? layers_[l + 1].attn_norm : out_norm_;
+    return l + 1 < hp_.n_layer ? S.layers[l + 1].attn_norm : out_norm_;
   };
 
   ops::embedding(ctx, tok_embd_, plan.dev.ids, x);
   ops::rms_norm(ctx, x, norm_after(-1), hp_.norm_eps, 0.0f, n);
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
-    const LlamaLayer& L = layers_[l];
+    const LlamaLayer& L = S.layers[l];
+    const int64_t pool_layer = r * hp_.n_layer + l;  // this rank's K/V (new_kv_pool)
     // n = attn_norm(x) here (made by the previous layer's last add_rms_norm).
     ops::matmul(ctx, n, L.wq, q);
     ops::matmul(ctx, n, L.wk, k);
@@ -233,19 +318,31 @@ void LlamaModel::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::spa
     Tensor qh = q.reshape({N, Hq, hd});
     if (hp_.qk_norm) {  // qwen3: per-head q/k norm, RoPE and the K/V append in one op
       const QkNormRope nr{L.q_norm, L.k_norm, hp_.norm_eps, 0.0f, static_cast<int>(hp_.rot_dim), hp_.rope_theta};
-      norm_rope_paged_attention_block(ctx, plan, items, l, nr, qh, k, v, scale, a);
+      norm_rope_paged_attention_block(ctx, plan, items, pool_layer, nr, qh, k, v, scale, a);
     } else {
       Tensor kh = k.reshape({N, Hkv, hd});
       ops::rope(ctx, qh, plan.dev.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
       ops::rope(ctx, kh, plan.dev.pos, static_cast<int>(hp_.rot_dim), hp_.rope_theta);
-      paged_attention_block(ctx, plan, items, l, qh, k, v, scale, a);
+      paged_attention_block(ctx, plan, items, pool_layer, qh, k, v, scale, a);
     }
     ops::matmul(ctx, a, L.wo, o);
+    if (comm) comm->all_reduce_sum(r, o);
     ops::add_rms_norm(ctx, x, o, L.ffn_norm, hp_.norm_eps, 0.0f, n);  // x += attn; n = ffn_norm(x)
     swiglu_mlp(ctx, n, L.mlp, gu, ff_h, o);
+    if (comm) comm->all_reduce_sum(r, o);
     ops::add_rms_norm(ctx, x, o, norm_after(l), hp_.norm_eps, 0.0f, n);  // x += mlp; n = next norm(x)
   }
-  output_logits(ctx, plan, n, lm_head_, where, out_logits, logits);
+  if (!comm) {
+    output_logits(ctx, plan, n, S.lm_head, where, out_logits, *logits);
+  } else {
+    // Each rank's vocabulary slice, side by side on rank 0 (host f32: the ranks run on the CPU).
+    Tensor part;
+    output_logits(ctx, plan, n, S.lm_head, LogitsOn::kHostF32, out_logits, part);
+    Tensor whole;
+    if (logits != nullptr) whole = Tensor::empty(DType::F32, {part.rows(), hp_.n_vocab});
+    comm->all_gather_cols(r, part, logits != nullptr ? &whole : nullptr);
+    if (logits != nullptr) *logits = whole;
+  }
   if (hidden != nullptr) *hidden = n;  // the output norm's output, every row
 }
 

@@ -229,6 +229,9 @@ struct LoadOptions {
   // Load the model's draft head (Qwen3.5's MTP block), if the file has one, for speculative
   // decoding: its weights on the device and its layer in every KV pool. Off: the model has none.
   bool draft_head = false;
+  // Ranks of a tensor-parallel group the model is split over (models/tensor_parallel.h); 1: not
+  // split. Llama-family models on the CPU so far; other cases are refused with the reason.
+  int tp = 1;
 };
 
 // Picks the architecture from the file (GGUF general.architecture or HF model_type /

@@ -11,6 +11,10 @@
 // steps run one GEMV where they would run several; HF's 1+w norms get w_offset = 1 (GGUF already added the 1), HF's
 // A_log becomes -exp(A_log) (GGUF stores that), and the GVA head order is passed to
 // the delta-rule op (HF groups value heads, llama.cpp's converter tiles them).
+// Split over a tensor-parallel group (LoadOptions::tp), each rank holds whole KV heads with their
+// query heads, whole GDN key heads with their value heads (in the file's head order, so a rank's
+// heads keep it), a slice of the MLP rows and of the vocabulary; o_proj, out_proj and down are cut
+// by input columns and their outputs summed over the ranks (two all-reduces a layer).
 #include "models/qwen3_5.h"
 
 #include <algorithm>
@@ -24,6 +28,7 @@
 #include "models/batch.h"
 #include "models/hparams.h"
 #include "models/loader.h"
+#include "models/tensor_parallel.h"
 #include "ops/attention.h"
 #include "ops/copy.h"
 #include "ops/deferred_norm.h"
@@ -81,24 +86,45 @@ struct Layer {
   SwigluWeights mlp;
 };
 
+// One rank's part of the model (the whole model when it is not split).
+struct Qwen35Shard {
+  ops::Context ctx;                  // the rank's device and worker pool
+  int64_t Hq = 0, Hkv = 0, d_ff = 0;  // its attention query and KV heads, its MLP rows
+  int64_t Hk = 0, Hv = 0;            // its GDN key and value heads
+  std::vector<Layer> layers;
+  Tensor lm_head;  // [its vocabulary rows, d] (the embedding when tied and not split)
+  bool gdn_in_fused = false;   // every GDN layer has its input projections stacked (w_in)
+  bool attn_in_fused = false;  // every full-attention layer has q|gate|k|v stacked (w_in)
+};
+
+// The widths of one rank's GDN states.
+struct GdnStateDims {
+  int64_t key_dim, value_dim, Hv;
+};
+
 // --- paged KV cache ---
 // Full-attention K/V live in the (possibly shared) pool, GDN states in the sequence.
 class Qwen35State final : public SequenceState {
  public:
-  Qwen35State(ops::Context& ctx, const Qwen35HParams& hp, std::shared_ptr<KvPool> pool, int64_t n_ctx)
+  // ranks: each rank's state widths (one entry when the model is not split).
+  Qwen35State(ops::Context& ctx, const Qwen35HParams& hp, const std::vector<GdnStateDims>& ranks,
+              std::shared_ptr<KvPool> pool, int64_t n_ctx)
       : ctx_(ctx) {
     capacity_ = n_ctx;
     pool_ = std::move(pool);
-    const int64_t key_dim = hp.gdn_k_heads * hp.gdn_dk, value_dim = hp.gdn_v_heads * hp.gdn_dv,
-                  km1 = hp.conv_kernel - 1;
-    for (int64_t l = 0; l < hp.n_layer; ++l) {
-      if (hp.is_full[l]) {
-        conv_q.emplace_back(), conv_k.emplace_back(), conv_v.emplace_back(), ssm.emplace_back();
-      } else {
-        conv_q.push_back(ops::empty(ctx, DType::F32, {km1, key_dim}));    // previous K-1 inputs
-        conv_k.push_back(ops::empty(ctx, DType::F32, {km1, key_dim}));
-        conv_v.push_back(ops::empty(ctx, DType::F32, {km1, value_dim}));
-        ssm.push_back(ops::empty(ctx, DType::F32, {hp.gdn_v_heads, hp.gdn_dk, hp.gdn_dv}));  // fp32 state
+    n_gdn_ = std::count(hp.is_full.begin(), hp.is_full.end(), false);
+    const int64_t km1 = hp.conv_kernel - 1;
+    for (const GdnStateDims& dims : ranks) {
+      RankState& rs = rank_.emplace_back();
+      for (int64_t l = 0; l < hp.n_layer; ++l) {
+        if (hp.is_full[l]) {
+          rs.conv_q.emplace_back(), rs.conv_k.emplace_back(), rs.conv_v.emplace_back(), rs.ssm.emplace_back();
+        } else {
+          rs.conv_q.push_back(ops::empty(ctx, DType::F32, {km1, dims.key_dim}));  // previous K-1 inputs
+          rs.conv_k.push_back(ops::empty(ctx, DType::F32, {km1, dims.key_dim}));
+          rs.conv_v.push_back(ops::empty(ctx, DType::F32, {km1, dims.value_dim}));
+          rs.ssm.push_back(ops::empty(ctx, DType::F32, {dims.Hv, hp.gdn_dk, hp.gdn_dv}));  // fp32 state
+        }
       }
     }
     reset();
@@ -110,10 +136,12 @@ class Qwen35State final : public SequenceState {
     if (n == 0) reset();
   }
   bool can_truncate_to(int64_t n) const override { return n == 0 || n == n_past_; }
+  // Rank after rank, layer after layer.
   std::vector<Tensor> recurrent_state() const override {
     std::vector<Tensor> out;
-    for (size_t l = 0; l < ssm.size(); ++l)
-      if (ssm[l].data()) out.insert(out.end(), {conv_q[l], conv_k[l], conv_v[l], ssm[l]});
+    for (const RankState& rs : rank_)
+      for (size_t l = 0; l < rs.ssm.size(); ++l)
+        if (rs.ssm[l].data()) out.insert(out.end(), {rs.conv_q[l], rs.conv_k[l], rs.conv_v[l], rs.ssm[l]});
     return out;
   }
 
@@ -131,11 +159,17 @@ class Qwen35State final : public SequenceState {
     ckpt_cap_ = n;
   }
   std::vector<Tensor> checkpoint_state() const override { return ckpt_; }
-  // GDN layer g's (the g-th GDN layer's) checkpoints of part `part` (conv q, k, v windows, ssm):
-  // [capacity, ...], what ops::gdn_conv_step's `after` and gdn_decode_step's checkpoints take.
-  Tensor ckpt(size_t g, int part) const { return ckpt_[4 * g + static_cast<size_t>(part)]; }
+  // Rank r's checkpoints of GDN layer g's (the g-th GDN layer's) part `part` (conv q, k, v
+  // windows, ssm): [capacity, ...], what ops::gdn_conv_step's `after` and gdn_decode_step's
+  // checkpoints take.
+  Tensor ckpt(int r, size_t g, int part) const {
+    return ckpt_[4 * (static_cast<size_t>(r * n_gdn_) + g) + static_cast<size_t>(part)];
+  }
 
-  std::vector<Tensor> conv_q, conv_k, conv_v, ssm;  // GDN layers
+  struct RankState {
+    std::vector<Tensor> conv_q, conv_k, conv_v, ssm;  // per layer; empty tensors for full attention
+  };
+  RankState& rank(int r) { return rank_[static_cast<size_t>(r)]; }
 
  protected:
   void restore_checkpoint(int64_t j) override {
@@ -146,14 +180,17 @@ class Qwen35State final : public SequenceState {
   }
 
  private:
-  std::vector<Tensor> ckpt_;  // [4 * GDN layer + part], recurrent_state()'s order: [ckpt_cap_, ...] each
+  std::vector<Tensor> ckpt_;  // recurrent_state()'s order: [ckpt_cap_, ...] each
   int64_t ckpt_cap_ = 0;
+  int64_t n_gdn_ = 0;  // GDN layers
+  std::vector<RankState> rank_;
   ops::Context ctx_;  // the device the states live on
   void reset() {
     n_past_ = 0;
-    for (auto* group : {&conv_q, &conv_k, &conv_v, &ssm})
-      for (Tensor& t : *group)
-        zero_fill(ctx_, t);  // host or device memory
+    for (RankState& rs : rank_)
+      for (auto* group : {&rs.conv_q, &rs.conv_k, &rs.conv_v, &rs.ssm})
+        for (Tensor& t : *group)
+          zero_fill(ctx_, t);  // host or device memory
   }
 };
 // --- end paged KV cache ---
@@ -185,24 +222,32 @@ class Qwen35Model final : public Model {
   // --- paged KV cache ---
   // The full-attention layers' K/V, then the MTP head's (zeroed: a slot the head has not
   // written reads as nothing rather than as whatever the memory held).
+  // Split: each rank's KV heads in pools of their own, rank after rank (rank r's attention layer
+  // i is the pool's layer r * (full-attention layers + MTP layers) + i).
   std::shared_ptr<KvPool> new_kv_pool(int64_t n_blocks, int64_t block_size) const override {
-    ops::Context ctx = ctx_;
     const int64_t n_full = std::count(hp_.is_full.begin(), hp_.is_full.end(), true);
     const int64_t n_mtp = static_cast<int64_t>(mtp_layers_.size());
-    auto pool = new_attention_kv_pool(ctx, n_full + n_mtp, n_blocks, block_size, hp_.n_kv_head, hp_.head_dim,
-                                      kv_types_);
-    for (size_t t = static_cast<size_t>(2 * n_full); t < pool->tensors.size(); ++t) {
-      ops::zero(ctx, pool->tensors[t]);
-      if (!pool->scales.empty() && pool->scales[t].data() != nullptr) ops::zero(ctx, pool->scales[t]);
+    std::vector<std::shared_ptr<KvPool>> pools;
+    for (const Qwen35Shard& S : shards_) {
+      ops::Context ctx = S.ctx;
+      auto pool = new_attention_kv_pool(ctx, n_full + n_mtp, n_blocks, block_size, S.Hkv, hp_.head_dim, kv_types_);
+      for (size_t t = static_cast<size_t>(2 * n_full); t < pool->tensors.size(); ++t) {
+        ops::zero(ctx, pool->tensors[t]);
+        if (!pool->scales.empty() && pool->scales[t].data() != nullptr) ops::zero(ctx, pool->scales[t]);
+      }
+      pools.push_back(std::move(pool));
     }
-    return pool;
+    return pools.size() == 1 ? pools.front() : merge_kv_pools(pools);
   }
   std::unique_ptr<SequenceState> new_paged_sequence(int64_t n_ctx, std::shared_ptr<KvPool> pool) const override {
     const auto n_attn = std::count(hp_.is_full.begin(), hp_.is_full.end(), true) +
                         static_cast<int64_t>(mtp_layers_.size());
-    VI_CHECK(pool && pool->tensors.size() == static_cast<size_t>(2 * n_attn), "KV pool was not made by this model");
+    VI_CHECK(pool && pool->tensors.size() == static_cast<size_t>(2 * n_attn) * shards_.size(),
+             "KV pool was not made by this model");
     ops::Context ctx = ctx_;
-    return std::make_unique<Qwen35State>(ctx, hp_, std::move(pool), n_ctx);
+    std::vector<GdnStateDims> dims;
+    for (const Qwen35Shard& S : shards_) dims.push_back({S.Hk * hp_.gdn_dk, S.Hv * hp_.gdn_dv, S.Hv});
+    return std::make_unique<Qwen35State>(ctx, hp_, dims, std::move(pool), n_ctx);
   }
   // --- end paged KV cache ---
   bool has_draft_head() const override { return !mtp_layers_.empty(); }
@@ -216,6 +261,13 @@ class Qwen35Model final : public Model {
                     LogitsOn where, Tensor* hidden) const override;
 
  private:
+  // Rank r's part of a pass: its shard's layers (all-reducing after each output projection and
+  // down when split) and its slice of the logits, gathered on rank 0. logits and hidden: rank 0's
+  // (null elsewhere).
+  void forward_rank(ops::Context& ctx, int r, const BatchPlan& plan, std::span<const BatchItem> items,
+                    Tensor* logits, LogitsOn where, Tensor* hidden) const;
+  // Rank r's cut of a whole loaded layer, and the shard of rank r of `world`.
+  Layer shard_layer(const Layer& L, int world, int r) const;
   void load_attention(WeightLoader& w, const std::string& g, const std::string& h, AttnWeights& a);
   void load_gdn(WeightLoader& w, const std::string& g, const std::string& h, GdnWeights& a);
   void load_mtp(WeightLoader& w);
@@ -226,10 +278,9 @@ class Qwen35Model final : public Model {
   KvCacheTypes kv_types_;  // element types of the KV pools it makes
   float norm_offset_ = 0;        // 1 for HF (1+w stored as w), 0 for GGUF (1 folded in)
   ops::GvaLayout gva_ = ops::GvaLayout::kGrouped;
-  bool gdn_in_fused_ = false;    // every GDN layer has its input projections stacked (w_in)
-  bool attn_in_fused_ = false;   // every full-attention layer has q|gate|k|v stacked (w_in)
-  Tensor tok_embd_, out_norm_, lm_head_;
-  std::vector<Layer> layers_;
+  Tensor tok_embd_, out_norm_;  // every rank reads them whole
+  std::vector<Qwen35Shard> shards_;  // one per rank
+  std::unique_ptr<TpGroup> tp_;      // the ranks' group; null when not split
   // MTP head (full-attention blocks after an fc over [embedding | hidden]); the draft head of
   // speculative decoding. The fc's two column blocks are kept apart (mtp_fc_e_ on the normed
   // embedding, mtp_fc_h_ on the normed hidden state), so no concatenated input is built.
@@ -353,6 +404,11 @@ std::vector<int64_t> iota_rows(int64_t begin, int64_t end) {
 
 Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
     : ctx_(opts.ctx), kv_types_(opts.kv_types) {
+  const int world = opts.tp;
+  VI_CHECK(world >= 1, "tensor parallel over {} ranks: give 1 or more", world);
+  VI_CHECK(world == 1 || !opts.draft_head,
+           "{}: the MTP head (--spec mtp) does not run split over ranks yet (--tp {}); --spec ngram does", src.path(),
+           world);
   hp_ = read_hparams(src);
   gdn_index_.assign(static_cast<size_t>(hp_.n_layer), -1);
   for (int64_t l = 0, gi = 0; l < hp_.n_layer; ++l)
@@ -368,11 +424,13 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
   hp_.n_vocab = src.get(embd).dim(0);
   tok_embd_ = w.load("token_embd.weight", "embed_tokens.weight", {hp_.n_vocab, d});
   out_norm_ = w.load_f32("output_norm.weight", "norm.weight", {d});
+  Tensor lm_head;  // [vocab, d]
   if (auto head = w.load_optional_exact(gguf ? "output.weight" : "lm_head.weight", {hp_.n_vocab, d}))
-    lm_head_ = *head;
+    lm_head = *head;
   else
-    lm_head_ = tok_embd_;  // tied
+    lm_head = tok_embd_;  // tied
 
+  std::vector<Layer> layers;  // whole, as loaded
   for (int64_t i = 0; i < hp_.n_layer; ++i) {
     std::string g = fmt::format("blk.{}.", i), h = fmt::format("layers.{}.", i);
     Layer L;
@@ -384,40 +442,73 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
     else
       load_gdn(w, g, h + "linear_attn.", L.gdn);
     L.mlp = load_swiglu(w, g, h, d, hp_.d_ff);
-    layers_.push_back(std::move(L));
+    layers.push_back(std::move(L));
   }
   if (opts.draft_head) load_mtp(w);
   w.finish();
-  gdn_in_fused_ = std::all_of(layers_.begin(), layers_.end(),
-                              [](const Layer& L) { return L.full || L.gdn.w_in.data() != nullptr; });
-  attn_in_fused_ = std::all_of(layers_.begin(), layers_.end(),
-                               [](const Layer& L) { return !L.full || L.attn.w_in.data() != nullptr; });
+
+  if (world == 1) {
+    Qwen35Shard S;
+    S.ctx = ctx_;
+    S.Hq = hp_.n_head, S.Hkv = hp_.n_kv_head, S.d_ff = hp_.d_ff, S.Hk = hp_.gdn_k_heads, S.Hv = hp_.gdn_v_heads;
+    S.layers = std::move(layers);
+    S.lm_head = lm_head;
+    shards_.push_back(std::move(S));
+  } else {
+    tp_ = make_tp_group(ctx_, world, src.path());
+    for (int r = 0; r < world; ++r) {
+      Qwen35Shard S;
+      S.ctx = tp_->ctx[static_cast<size_t>(r)];
+      const parallel::HeadShard heads = parallel::split_heads(hp_.n_head, hp_.n_kv_head, world, r);
+      S.Hq = heads.q_heads.size(), S.Hkv = heads.kv_heads.size();
+      S.Hk = parallel::split_range(hp_.gdn_k_heads, world, r, "GDN key heads").size();
+      S.Hv = S.Hk * (hp_.gdn_v_heads / hp_.gdn_k_heads);
+      S.d_ff = split_mlp(layers.front().mlp, hp_.d_ff, world, r).size();
+      for (const Layer& L : layers) S.layers.push_back(shard_layer(L, world, r));
+      S.lm_head = shard_rows(lm_head, parallel::split_range(hp_.n_vocab, world, r, "vocabulary rows"));
+      shards_.push_back(std::move(S));
+    }
+  }
+  layers.clear();  // the shards hold what they need
+  for (Qwen35Shard& S : shards_) {
+    S.gdn_in_fused = std::all_of(S.layers.begin(), S.layers.end(),
+                                 [](const Layer& L) { return L.full || L.gdn.w_in.data() != nullptr; });
+    S.attn_in_fused = std::all_of(S.layers.begin(), S.layers.end(),
+                                  [](const Layer& L) { return !L.full || L.attn.w_in.data() != nullptr; });
+  }
+
   // Weights the forward pass reads go to the model's device (nothing happens on the CPU).
-  const bool tied = lm_head_.data() == tok_embd_.data();
+  const bool tied = lm_head.data() == tok_embd_.data() && world == 1;
   to_device(ctx_, {&tok_embd_, &out_norm_});
-  lm_head_ = tied ? tok_embd_ : lm_head_;
-  if (!tied) to_device(ctx_, {&lm_head_});
   to_device(ctx_, {&mtp_enorm_, &mtp_hnorm_, &mtp_fc_e_, &mtp_fc_h_, &mtp_norm_});
-  std::vector<Layer*> all_layers;
-  for (Layer& L : layers_) all_layers.push_back(&L);
-  for (Layer& L : mtp_layers_) all_layers.push_back(&L);
-  for (Layer* Lp : all_layers) {
+  std::vector<std::pair<ops::Context*, Layer*>> all_layers;  // each with its rank's context
+  for (Qwen35Shard& S : shards_) {
+    if (tied) {
+      S.lm_head = tok_embd_;
+    } else {
+      to_device(S.ctx, {&S.lm_head});
+    }
+    for (Layer& L : S.layers) all_layers.emplace_back(&S.ctx, &L);
+  }
+  for (Layer& L : mtp_layers_) all_layers.emplace_back(&ctx_, &L);
+  for (auto [lctx, Lp] : all_layers) {
+    ops::Context& lc = *lctx;
     Layer& L = *Lp;
     AttnWeights& A = L.attn;
     GdnWeights& G = L.gdn;
-    to_device(ctx_, {&L.in_norm, &L.post_norm, &A.wo, &A.q_norm, &A.k_norm, &G.conv_q, &G.conv_k, &G.conv_v,
-                     &G.neg_exp_A, &G.dt_bias, &G.norm, &G.wout});
-    swiglu_to_device(ctx_, L.mlp);
+    to_device(lc, {&L.in_norm, &L.post_norm, &A.wo, &A.q_norm, &A.k_norm, &G.conv_q, &G.conv_k, &G.conv_v,
+                   &G.neg_exp_A, &G.dt_bias, &G.norm, &G.wout});
+    swiglu_to_device(lc, L.mlp);
     // One copy of the input projections: with a stack, the weights become row views of it.
     if (A.w_in.data() != nullptr) {
-      to_device_stacked(ctx_, A.w_in, {&A.wq, &A.wgate, &A.wk, &A.wv}, ops::MatmulInput::kNorm);
+      to_device_stacked(lc, A.w_in, {&A.wq, &A.wgate, &A.wk, &A.wv}, ops::MatmulInput::kNorm);
     } else {
-      to_device(ctx_, {&A.wq, &A.wgate, &A.wk, &A.wv});
+      to_device(lc, {&A.wq, &A.wgate, &A.wk, &A.wv});
     }
     if (G.w_in.data() != nullptr) {
-      to_device_stacked(ctx_, G.w_in, {&G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa}, ops::MatmulInput::kNorm);
+      to_device_stacked(lc, G.w_in, {&G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa}, ops::MatmulInput::kNorm);
     } else {
-      to_device(ctx_, {&G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa});
+      to_device(lc, {&G.wq, &G.wk, &G.wv, &G.wz, &G.wb, &G.wa});
     }
   }
 
@@ -518,29 +609,104 @@ void Qwen35Model::load_mtp(WeightLoader& w) {
   w.set_hf_prefix(saved);
 }
 
+Layer Qwen35Model::shard_layer(const Layer& L, int world, int r) const {
+  Layer s;
+  s.full = L.full, s.in_norm = L.in_norm, s.post_norm = L.post_norm;  // [d]: whole
+  if (L.full) {
+    const AttnWeights& A = L.attn;
+    AttnWeights& B = s.attn;
+    const parallel::HeadShard heads = parallel::split_heads(hp_.n_head, hp_.n_kv_head, world, r);
+    const int64_t hd = hp_.head_dim;
+    const parallel::Range q{heads.q_heads.begin * hd, heads.q_heads.end * hd};
+    const parallel::Range kv{heads.kv_heads.begin * hd, heads.kv_heads.end * hd};
+    B.wq = shard_rows(A.wq, q), B.wgate = shard_rows(A.wgate, q);
+    B.wk = shard_rows(A.wk, kv), B.wv = shard_rows(A.wv, kv);
+    if (A.w_in.data() != nullptr) {
+      B.w_in = concat_rows({&B.wq, &B.wgate, &B.wk, &B.wv});
+      B.w_in.set_name(A.w_in.name());
+      stacked_views(B.w_in, {&B.wq, &B.wgate, &B.wk, &B.wv});
+    }
+    B.wo = shard_cols(A.wo, q);
+    B.q_norm = A.q_norm, B.k_norm = A.k_norm;  // per head: whole
+  } else {
+    const GdnWeights& G = L.gdn;
+    GdnWeights& H = s.gdn;
+    const int64_t dk = hp_.gdn_dk, dv = hp_.gdn_dv, Hk = hp_.gdn_k_heads, ratio = hp_.gdn_v_heads / Hk;
+    const parallel::Range kh = parallel::split_range(Hk, world, r, "GDN key heads");
+    // The rank's value heads in the file's order. Grouped (HF): key head k's are k * ratio ..
+    // (k + 1) * ratio - 1. Tiled (llama.cpp's converter): value head j belongs to key head j % Hk, so
+    // the rank's are ratio runs, and in the rank's own numbering they are tiled again over its key heads.
+    std::vector<parallel::Range> vheads;
+    if (gva_ == ops::GvaLayout::kGrouped) {
+      vheads.push_back({kh.begin * ratio, kh.end * ratio});
+    } else {
+      for (int64_t m = 0; m < ratio; ++m) vheads.push_back({m * Hk + kh.begin, m * Hk + kh.end});
+    }
+    std::vector<parallel::Range> vrows;  // their channels
+    for (const parallel::Range& h : vheads) vrows.push_back({h.begin * dv, h.end * dv});
+    const parallel::Range krows{kh.begin * dk, kh.end * dk};
+    H.wq = shard_rows(G.wq, krows), H.wk = shard_rows(G.wk, krows);
+    H.wv = shard_row_runs(G.wv, vrows), H.wz = shard_row_runs(G.wz, vrows);
+    H.wb = shard_row_runs(G.wb, vheads), H.wa = shard_row_runs(G.wa, vheads);
+    if (G.w_in.data() != nullptr) {  // made row views of it by to_device_stacked, as when loaded
+      H.w_in = concat_rows({&H.wq, &H.wk, &H.wv, &H.wz, &H.wb, &H.wa});
+      H.w_in.set_name(G.w_in.name());
+    }
+    H.conv_q = shard_row_runs(G.conv_q, {krows}), H.conv_k = shard_row_runs(G.conv_k, {krows});
+    H.conv_v = shard_row_runs(G.conv_v, vrows);
+    auto per_head = [&](const Tensor& v) {  // [Hv] f32 -> the rank's heads
+      const Tensor t = shard_row_runs(v.reshape({v.numel(), 1}), vheads);
+      return t.reshape({t.rows()});
+    };
+    H.neg_exp_A = per_head(G.neg_exp_A), H.dt_bias = per_head(G.dt_bias);
+    H.norm = G.norm;  // [dv]: per head, whole
+    H.wout = shard_col_runs(G.wout, vrows);
+  }
+  s.mlp = shard_swiglu(L.mlp, split_mlp(L.mlp, hp_.d_ff, world, r));
+  return s;
+}
+
 void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
                                Tensor& logits, LogitsOn where, Tensor* hidden) const {
   for (const BatchItem& it : items)
     VI_CHECK(dynamic_cast<Qwen35State*>(it.seq) != nullptr, "sequence state was not made by this model");
+  if (!tp_) {
+    forward_rank(ctx, 0, plan, items, &logits, where, hidden);
+    return;
+  }
+  tp_->threads->run([&](int r) {
+    ops::Context rctx = tp_->pass_ctx(ctx, r);
+    forward_rank(rctx, r, plan, items, r == 0 ? &logits : nullptr, where, r == 0 ? hidden : nullptr);
+  });
+}
+
+void Qwen35Model::forward_rank(ops::Context& ctx, int r, const BatchPlan& plan, std::span<const BatchItem> items,
+                               Tensor* logits, LogitsOn where, Tensor* hidden) const {
+  const Qwen35Shard& S = shards_[static_cast<size_t>(r)];
+  parallel::Communicator* comm = tp_ ? tp_->comm.get() : nullptr;
   const int64_t N = plan.n_rows;
-  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, Hkv = hp_.n_kv_head, kv_w = Hkv * hd;
-  const int64_t Hk = hp_.gdn_k_heads, Hv = hp_.gdn_v_heads, dk = hp_.gdn_dk, dv = hp_.gdn_dv;
+  // The rank's heads and MLP rows from here to the output projections.
+  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = S.Hq, Hkv = S.Hkv, kv_w = Hkv * hd;
+  const int64_t Hk = S.Hk, Hv = S.Hv, dk = hp_.gdn_dk, dv = hp_.gdn_dv;
   const int64_t key_dim = Hk * dk, value_dim = Hv * dv;
   const float off = norm_offset_, eps = hp_.norm_eps;
+  // The rank's attention layers in the pool: after the lower ranks' (new_kv_pool).
+  const int64_t pool_base =
+      r * (std::count(hp_.is_full.begin(), hp_.is_full.end(), true) + static_cast<int64_t>(mtp_layers_.size()));
 
-  Tensor x = ops::empty(ctx, ctx.act, {N, d});  // [N, d] residual stream
+  Tensor x = ops::empty(ctx, ctx.act, {N, d});  // [N, d] residual stream (every rank holds it whole)
   Tensor n = ops::empty(ctx, ctx.act, {N, d});  // [N, d] the stream through the next norm
-  Tensor o = ops::empty(ctx, ctx.act, {N, d});  // [N, d] a block's output, added to x
-  Tensor ff_gu = ops::empty(ctx, ctx.act, {N, 2 * hp_.d_ff});  // MLP gate|up products
-  Tensor ff_h = swiglu_scratch(ctx, N, hp_.d_ff);               // MLP SwiGLU output (decode, verify)
-  const Tensor out_logits = logits_scratch(ctx, plan, hp_.n_vocab);
+  Tensor o = ops::empty(ctx, ctx.act, {N, d});  // [N, d] a block's output (a rank's partial sum until all-reduced)
+  Tensor ff_gu = ops::empty(ctx, ctx.act, {N, 2 * S.d_ff});  // MLP gate|up products
+  Tensor ff_h = swiglu_scratch(ctx, N, S.d_ff);               // MLP SwiGLU output (decode, verify)
+  const Tensor out_logits = logits_scratch(ctx, plan, S.lm_head.dim(0));
   // Full-attention scratch: q, gate, k, v in the stack's order.
-  const bool attn_fused = N <= kStackedMlpMaxRows && attn_in_fused_;
+  const bool attn_fused = N <= kStackedMlpMaxRows && S.attn_in_fused;
   ProjOutputs attn_in(ctx, attn_fused, N, 2 * Hq * hd + 2 * kv_w);
   Tensor q = attn_in.next(Hq * hd), gate = attn_in.next(Hq * hd), k = attn_in.next(kv_w), v = attn_in.next(kv_w);
   Tensor att = ops::empty(ctx, ctx.act, {N, Hq * hd});
   // GDN scratch: the six input projections in the stack's order (q k v z b a).
-  const bool fused_in = N <= kStackedMlpMaxRows && gdn_in_fused_;
+  const bool fused_in = N <= kStackedMlpMaxRows && S.gdn_in_fused;
   ProjOutputs gdn_in(ctx, fused_in, N, 2 * key_dim + 2 * value_dim + 2 * Hv);
   Tensor lq = gdn_in.next(key_dim), lk = gdn_in.next(key_dim), lv = gdn_in.next(value_dim), lz = gdn_in.next(value_dim);
   Tensor lb = gdn_in.next(Hv), la = gdn_in.next(Hv);
@@ -582,7 +748,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   // The norm each layer's residual stream goes through next: the next layer's input norm,
   // after the last layer the output norm.
   auto norm_after = [&](int64_t l) -> const Tensor& {
-    return l + 1 < hp_.n_layer ? layers_[l + 1].in_norm : out_norm_;
+    return l + 1 < hp_.n_layer ? S.layers[l + 1].in_norm : out_norm_;
   };
 
   // The stacked projections a norm feeds may take its output as int8 blocks (Q4_KI on CUDA,
@@ -590,7 +756,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   // conversion of its own.
   auto stacked_input = [&](int64_t l) -> const Tensor* {  // layer l's stacked input projection, if it runs
     if (l >= hp_.n_layer) return nullptr;
-    const Layer& L = layers_[l];
+    const Layer& L = S.layers[l];
     if (L.full) return attn_fused ? &L.attn.w_in : nullptr;
     return fused_in ? &L.gdn.w_in : nullptr;
   };
@@ -608,11 +774,12 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   // the output projection into the post-attention norm into the fused gate|up (defer_post), and
   // the down projection into the next layer's input norm into its stacked input projection
   // (defer_next). There the residual add and the norm's 1/rms ride in the two GEMVs and no norm
-  // kernel runs between them.
+  // kernel runs between them. Not where the ranks split the model: the residual add waits for
+  // the all-reduce.
   std::vector<char> defer_post(hp_.n_layer, 0), defer_next(hp_.n_layer, 0);
-  const bool mlp_stacked_all = N <= kStackedMlpMaxRows;
+  const bool mlp_stacked_all = N <= kStackedMlpMaxRows && comm == nullptr;
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
-    const Layer& L = layers_[l];
+    const Layer& L = S.layers[l];
     const Tensor& wo = L.full ? L.attn.wo : L.gdn.wout;
     const Tensor& gu = L.mlp.gate_up;
     defer_post[l] = mlp_stacked_all && gu.data() != nullptr && !wants_q8(&gu) &&
@@ -620,8 +787,8 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     const Tensor* next = stacked_input(l + 1);
     // ProjOutputs::matmul's op: one row a matmul into the stack, more a split.
     const auto next_kind = N == 1 ? ops::DeferredConsumer::kMatmul : ops::DeferredConsumer::kSplit;
-    defer_next[l] =
-        next != nullptr && !wants_q8(next) && ops::deferred_norm_fused(ctx, L.mlp.down, *next, next_kind, N);
+    defer_next[l] = comm == nullptr && next != nullptr && !wants_q8(next) &&
+                    ops::deferred_norm_fused(ctx, L.mlp.down, *next, next_kind, N);
   }
   // The deferred norms' scratch (allocated with the other scratch): one u, and a zeroed set of
   // sums per site (layer l's post norm: site 2 l, its next norm: 2 l + 1), since a set is added to
@@ -637,7 +804,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
   bool in_deferred = false;  // the layer's input is dn instead (the previous layer's defer_next)
   size_t attn_idx = 0;  // index of the full-attention layer in the KV pool
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
-    const Layer& L = layers_[l];
+    const Layer& L = S.layers[l];
     // *in = in_norm(x) here (the previous layer's last add_rms_norm made it), or dn holds it
     // deferred (in_deferred: the previous layer's down projection made it).
     if (L.full) {
@@ -656,7 +823,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
       Tensor qh = q.reshape({N, Hq, hd});
       const QkNormRope nr{A.q_norm, A.k_norm, eps, off, static_cast<int>(hp_.rot_dim), hp_.rope_theta};
       // out = attention · sigmoid(gate): the op applies the gate (on a GPU as it stores out).
-      norm_rope_paged_attention_block(ctx, plan, items, attn_idx++, nr, qh, k, v, attn_scale, att, &gate);
+      norm_rope_paged_attention_block(ctx, plan, items, pool_base + attn_idx++, nr, qh, k, v, attn_scale, att, &gate);
     } else {
       const GdnWeights& G = L.gdn;
       if (fused_in && in_deferred) {
@@ -676,26 +843,27 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
       gdn_ckpts.clear();
       for (size_t i = 0; i < items.size(); ++i) {
         auto& seq = static_cast<Qwen35State&>(*items[i].seq);
+        Qwen35State::RankState& rs = seq.rank(r);
         const int64_t r0 = plan.row0[i], T = plan.rows_of(i), r1 = r0 + T;
         Tensor cqi = cq.slice_rows(r0, r1), cki = ck.slice_rows(r0, r1), cvi = cv.slice_rows(r0, r1);
         const bool keep = keeps(i);
         const size_t gl = static_cast<size_t>(gdn_index_[l]);
-        auto after = [&](int part) { return keep ? seq.ckpt(gl, part) : Tensor(); };
+        auto after = [&](int part) { return keep ? seq.ckpt(r, gl, part) : Tensor(); };
         if ((T >= 1 && T <= ops::kMaxFusedGdnRows) || keep) {  // decode or verify tokens: the five steps below in one op
-          ops::gdn_conv_step(ctx, ops::ConvGroup{lq.slice_rows(r0, r1), G.conv_q, seq.conv_q[l], cqi, after(0)},
-                             ops::ConvGroup{lk.slice_rows(r0, r1), G.conv_k, seq.conv_k[l], cki, after(1)},
-                             ops::ConvGroup{lv.slice_rows(r0, r1), G.conv_v, seq.conv_v[l], cvi, after(2)}, dk, 1e-6f,
+          ops::gdn_conv_step(ctx, ops::ConvGroup{lq.slice_rows(r0, r1), G.conv_q, rs.conv_q[l], cqi, after(0)},
+                             ops::ConvGroup{lk.slice_rows(r0, r1), G.conv_k, rs.conv_k[l], cki, after(1)},
+                             ops::ConvGroup{lv.slice_rows(r0, r1), G.conv_v, rs.conv_v[l], cvi, after(2)}, dk, 1e-6f,
                              q_scale);
         } else {
-          ops::conv1d_causal(ctx, lq.slice_rows(r0, r1), G.conv_q, seq.conv_q[l], /*silu=*/true, cqi);
-          ops::conv1d_causal(ctx, lk.slice_rows(r0, r1), G.conv_k, seq.conv_k[l], true, cki);
-          ops::conv1d_causal(ctx, lv.slice_rows(r0, r1), G.conv_v, seq.conv_v[l], true, cvi);
+          ops::conv1d_causal(ctx, lq.slice_rows(r0, r1), G.conv_q, rs.conv_q[l], /*silu=*/true, cqi);
+          ops::conv1d_causal(ctx, lk.slice_rows(r0, r1), G.conv_k, rs.conv_k[l], true, cki);
+          ops::conv1d_causal(ctx, lv.slice_rows(r0, r1), G.conv_v, rs.conv_v[l], true, cvi);
           Tensor qn = cqi.reshape({T * Hk, dk}), kn = cki.reshape({T * Hk, dk});
           ops::l2_norm(ctx, qn, 1e-6f, q_scale, qn);
           ops::l2_norm(ctx, kn, 1e-6f, 1.0f, kn);
         }
         if (fused_core) {  // the delta rule runs for all sequences at once below
-          gdn_states.push_back(seq.ssm[l]);
+          gdn_states.push_back(rs.ssm[l]);
           gdn_ckpts.push_back(after(3));
           continue;
         }
@@ -703,7 +871,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
           Tensor yi = y.slice_rows(r0, r1).reshape({T, Hv, dv});
           ops::gdn_decode_step(ctx, cqi.reshape({T, Hk, dk}), cki.reshape({T, Hk, dk}), cvi.reshape({T, Hv, dv}),
                                la.slice_rows(r0, r1), lb.slice_rows(r0, r1), G.neg_exp_A, G.dt_bias,
-                               lz.slice_rows(r0, r1).reshape({T, Hv, dv}), G.norm, eps, {seq.ssm[l]}, gva_, yi,
+                               lz.slice_rows(r0, r1).reshape({T, Hv, dv}), G.norm, eps, {rs.ssm[l]}, gva_, yi,
                                {after(3)});
           continue;
         }
@@ -711,7 +879,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
         const auto form = T > 1 ? ops::DeltaRuleForm::kChunked : ops::DeltaRuleForm::kRecurrent;
         Tensor core_i = core.slice_rows(r0, r1).reshape({T, Hv, dv});
         ops::gated_delta_rule(ctx, cqi.reshape({T, Hk, dk}), cki.reshape({T, Hk, dk}), cvi.reshape({T, Hv, dv}),
-                              g.slice_rows(r0, r1), beta.slice_rows(r0, r1), seq.ssm[l], gva_, form, core_i);
+                              g.slice_rows(r0, r1), beta.slice_rows(r0, r1), rs.ssm[l], gva_, form, core_i);
       }
       if (fused_core) {  // gates, recurrent delta rule and output norm of every sequence's T rows: one op
         Tensor y3 = y.reshape({N, Hv, dv});
@@ -741,6 +909,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
       hidden = ff_h;
     } else {
       ops::matmul(ctx, o_in, wo, o);
+      if (comm) comm->all_reduce_sum(r, o);
       const bool mlp_stacked = L.mlp.gate_up.data() != nullptr && N <= kStackedMlpMaxRows;
       Tensor& mlp_in = norm_out(mlp_stacked ? &L.mlp.gate_up : nullptr);
       ops::add_rms_norm(ctx, x, o, L.post_norm, eps, off, mlp_in);  // x += block(x); mlp_in = post_norm(x)
@@ -752,13 +921,24 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
       in_deferred = true;
     } else {
       ops::matmul(ctx, hidden, L.mlp.down, o);
+      if (comm) comm->all_reduce_sum(r, o);
       Tensor& next_in = norm_out(stacked_input(l + 1));
       ops::add_rms_norm(ctx, x, o, norm_after(l), eps, off, next_in);  // x += mlp; next_in = next norm(x)
       in = &next_in;
       in_deferred = false;
     }
   }
-  output_logits(ctx, plan, n, lm_head_, where, out_logits, logits);
+  if (!comm) {
+    output_logits(ctx, plan, n, S.lm_head, where, out_logits, *logits);
+  } else {
+    // Each rank's vocabulary slice, side by side on rank 0 (host f32: the ranks run on the CPU).
+    Tensor part;
+    output_logits(ctx, plan, n, S.lm_head, LogitsOn::kHostF32, out_logits, part);
+    Tensor whole;
+    if (logits != nullptr) whole = Tensor::empty(DType::F32, {part.rows(), hp_.n_vocab});
+    comm->all_gather_cols(r, part, logits != nullptr ? &whole : nullptr);
+    if (logits != nullptr) *logits = whole;
+  }
   if (hidden != nullptr) *hidden = n;  // the output norm's output, every row
 }
 
@@ -830,7 +1010,8 @@ void Qwen35Model::draft_plan(ops::Context& ctx, const BatchPlan& plan, std::span
     ops::add_rms_norm(ctx, x, o, next, eps, off, n);  // x += mlp; n = the next norm(x): after the last, mtp.norm
   }
   head_out = n.slice_rows(T - 1, T);
-  if (logits != nullptr) output_logits(ctx, plan, n, lm_head_, where, out_logits, *logits);
+  // Only an unsplit model has a draft head (the constructor refuses one with ranks): rank 0 is all of it.
+  if (logits != nullptr) output_logits(ctx, plan, n, shards_.front().lm_head, where, out_logits, *logits);
 }
 
 }  // namespace

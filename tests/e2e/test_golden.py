@@ -46,6 +46,26 @@ def test_golden(voltinfer, tmp_path, name, fmt):
     assert all(r.ok for r in results)
 
 
+# Split over a tensor-parallel group of CPU ranks (--tp): the same comparisons against transformers,
+# in the forms that cut differently — HF f32 (o_proj / down cut anywhere) and GGUF q8_0 (cut on the
+# 32-value blocks, or kept in f32 off them) — and the real SmolLM2 GGUF (Q4_1, 3 KV heads over 3 ranks).
+# Qwen3.5: GDN key heads with their value heads, in HF's grouped order and in the GGUF's tiled one.
+TP_CASES = [("llama_tiny", "hf", 2), ("qwen2_tiny", "hf", 2), ("qwen3_tiny", "hf", 2), ("qwen3_tiny", "gguf-q8_0", 2),
+            ("llama_tiny", "gguf-f32", 2), ("smollm2_hf", "hf", 3), ("qwen35_a", "hf", 2), ("qwen35_a", "gguf-f32", 2),
+            ("qwen35_a", "gguf-q8_0", 2)]
+
+
+@pytest.mark.parametrize("name,fmt,tp", TP_CASES, ids=lambda v: str(v))
+def test_golden_tensor_parallel(voltinfer, tmp_path, monkeypatch, name, fmt, tp):
+    monkeypatch.setattr(run_golden, "EXTRA_ARGS", ["--tp", str(tp)])
+    results = run_golden.run_fixture(voltinfer, name, fmt, tmp_path, threads=2)
+    assert results, f"no comparisons for {name} [{fmt}]"
+    if all(r.ok is None for r in results):
+        pytest.skip("; ".join(r.line for r in results))
+    failed = [r.line for r in results if r.ok is False]
+    assert not failed, f"{len(failed)} of {len(results)} comparisons failed with --tp {tp}:\n" + "\n".join(failed)
+
+
 # (fixture, transform left out): each one is a real converter step our GGUF loader must undo or
 # rely on; qwen35_c has H_v/H_k = 3 and odd sizes, qwen35_a H_v/H_k = 2 and a tied head.
 BROKEN = [("llama_tiny", "rope_permute"), ("qwen35_c", "v_reorder"), ("qwen35_a", "v_reorder"),

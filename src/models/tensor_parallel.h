@@ -1,0 +1,64 @@
+// What a model needs to run split over the ranks of a tensor-parallel group (DESIGN.md,
+// "Multi-GPU"): the group (communicator, one thread and one context per rank), and the cuts of
+// its weights — column-split projections keep a rank's output rows, row-split ones the matching
+// input columns, and the all-reduce after a row-split projection adds the ranks' partial sums.
+//
+// Ranks run on the CPU so far: each has its own worker pool (the machine's threads shared out)
+// and the ranks share the host's memory, so the host communicator serves them.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "models/dense_blocks.h"
+#include "models/model.h"
+#include "ops/registry.h"
+#include "parallel/communicator.h"
+#include "parallel/rank_threads.h"
+#include "parallel/shard_plan.h"
+
+namespace vi {
+
+struct TpGroup {
+  int world = 1;
+  std::vector<std::unique_ptr<ThreadPool>> pools;  // one per rank
+  std::vector<ops::Context> ctx;                   // rank r's device and pool
+  std::unique_ptr<parallel::Communicator> comm;
+  std::unique_ptr<parallel::RankThreads> threads;
+
+  // ctx of rank r for one pass: the rank's pool, the caller's switches; the op profiler (not
+  // made for several threads) on rank 0 only.
+  ops::Context pass_ctx(const ops::Context& caller, int r) const;
+};
+
+// A group of `world` ranks (world >= 2) on base's device. Throws vi::Error for a device other
+// than the CPU: GPU ranks are not written yet.
+std::unique_ptr<TpGroup> make_tp_group(const ops::Context& base, int world, const std::string& model_name);
+
+// Rows [r.begin, r.end) of a host matrix (a view: rows are contiguous).
+Tensor shard_rows(const Tensor& w, parallel::Range r);
+// Columns [c.begin, c.end) of a host matrix (a copy). Where a quantized matrix's blocks do not
+// fall on the cut, the slice is kept in f32 instead (the same values, 4 bytes each), with a warning.
+Tensor shard_cols(const Tensor& w, parallel::Range c);
+// The same for several column ranges, side by side in the order given (the input columns of a
+// rank's value heads where they are not contiguous).
+Tensor shard_col_runs(const Tensor& w, const std::vector<parallel::Range>& runs);
+// The rows listed (a copy; rows r.begin .. r.end - 1 of each range, ranges in order).
+Tensor shard_row_runs(const Tensor& w, const std::vector<parallel::Range>& runs);
+// 1-D f32 vector's elements [r.begin * width, r.end * width) (a view).
+Tensor shard_vector(const Tensor& v, parallel::Range r, int64_t width);
+
+// The MLP rows rank `rank` holds: d_ff split in whole blocks of the down projection's dtype, so
+// that shard_cols cuts it without a fallback.
+parallel::Range split_mlp(const SwigluWeights& m, int64_t d_ff, int world, int rank);
+// Rank's part of a SwiGLU MLP: gate and up rows f (stacked again where the whole was stacked),
+// down columns f. Host tensors; to the device after (swiglu_to_device).
+SwigluWeights shard_swiglu(const SwigluWeights& m, parallel::Range f);
+
+// One pool whose tensors are the ranks' pools' tensors, rank after rank (rank r's attention
+// layer l at index r * n_layers + l); every pool must have the same block count and size.
+std::shared_ptr<KvPool> merge_kv_pools(const std::vector<std::shared_ptr<KvPool>>& pools);
+
+}  // namespace vi

@@ -1,0 +1,225 @@
+// Models split over a tensor-parallel group of CPU ranks (models/tensor_parallel.h) against the
+// same model on one rank: the weight cuts (columns of a quantized matrix on and off its blocks,
+// the SwiGLU MLP's rows and columns), the merged KV pool's order, and the logits of whole
+// llama-family models (llama, qwen2 with q/k/v biases, qwen3 with per-head q/k norms) over
+// prefill, decode steps and a two-sequence batch, and Qwen3.5 (GDN heads and states split too);
+// and the cases that must be refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "core/error.h"
+#include "core/quant.h"
+#include "unit/golden_model.h"
+#include "models/attention_block.h"
+#include "models/dense_blocks.h"
+#include "models/loader.h"
+#include "models/tensor_parallel.h"
+
+namespace vi {
+namespace {
+
+Tensor random_f32(std::mt19937& rng, std::vector<int64_t> shape, float scale) {
+  Tensor t = Tensor::empty(DType::F32, shape);
+  std::normal_distribution<float> nd(0.0f, scale);
+  for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = nd(rng);
+  return t;
+}
+
+Tensor quantize(const Tensor& f, DType t) {
+  Tensor q = Tensor::empty(t, f.shape());
+  for (int64_t r = 0; r < f.rows(); ++r) quantize_row(t, f.row<float>(r), q.row(r), f.cols());
+  return q;
+}
+
+TEST(TensorParallel, ColumnCutsKeepTheBlocksOrFallBackToF32) {
+  std::mt19937 rng(std::random_device{}());
+  const Tensor w = quantize(random_f32(rng, {6, 128}, 1.0f), DType::Q8_0);
+  const Tensor whole = to_f32(w);
+  // On the blocks: the dtype and the bytes stay.
+  Tensor a = shard_cols(w, {32, 96});
+  ASSERT_EQ(a.dtype(), DType::Q8_0);
+  ASSERT_EQ(a.cols(), 64);
+  for (int64_t r = 0; r < 6; ++r)
+    EXPECT_EQ(std::memcmp(a.row(r), w.row(r) + dtype_row_bytes(DType::Q8_0, 32), a.row_bytes()), 0) << r;
+  // Off them: f32, the same values.
+  Tensor b = shard_cols(w, {16, 80});
+  ASSERT_EQ(b.dtype(), DType::F32);
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t c = 0; c < 64; ++c) ASSERT_EQ(b.row<float>(r)[c], whole.row<float>(r)[16 + c]) << r << "," << c;
+}
+
+TEST(TensorParallel, SwigluShardsSumToTheWholeMlp) {
+  std::mt19937 rng(std::random_device{}());
+  ops::Context ctx;
+  const int64_t d = 64, F = 160;  // 5 blocks of 32: cut 3 + 2 over two ranks, 2 + 2 + 1 over three
+  for (int64_t N : {int64_t{1}, int64_t{11}}) {
+    SwigluWeights m;
+    m.gate = quantize(random_f32(rng, {F, d}, 0.2f), DType::Q8_0);
+    m.up = quantize(random_f32(rng, {F, d}, 0.2f), DType::Q8_0);
+    m.down = quantize(random_f32(rng, {d, F}, 0.2f), DType::Q8_0);
+    m.gate_up = concat_rows({&m.gate, &m.up});
+    stacked_views(m.gate_up, {&m.gate, &m.up});
+    const Tensor n = random_f32(rng, {N, d}, 1.0f);
+    Tensor gu = Tensor::empty(DType::F32, {N, 2 * F}), h = swiglu_scratch(ctx, N, F);
+    Tensor want = Tensor::empty(DType::F32, {N, d});
+    swiglu_mlp(ctx, n, m, gu, h, want);
+    for (int world : {2, 3}) {
+      std::vector<float> sum(static_cast<size_t>(N * d), 0.0f);
+      int64_t covered = 0;
+      for (int r = 0; r < world; ++r) {
+        const parallel::Range f = split_mlp(m, F, world, r);
+        EXPECT_EQ(f.begin, covered);
+        covered = f.end;
+        const SwigluWeights s = shard_swiglu(m, f);
+        ASSERT_NE(s.gate_up.data(), nullptr);
+        EXPECT_EQ(s.gate.data(), s.gate_up.data());  // stacked again, parts as views
+        EXPECT_EQ(s.down.dtype(), DType::Q8_0);       // cut on its blocks
+        Tensor sgu = Tensor::empty(DType::F32, {N, 2 * f.size()}), sh = swiglu_scratch(ctx, N, f.size());
+        Tensor o = Tensor::empty(DType::F32, {N, d});
+        swiglu_mlp(ctx, n, s, sgu, sh, o);
+        for (int64_t i = 0; i < N * d; ++i) sum[i] += o.ptr<float>()[i];
+      }
+      EXPECT_EQ(covered, F);
+      for (int64_t i = 0; i < N * d; ++i) {
+        const float w = want.ptr<float>()[i];
+        ASSERT_NEAR(sum[i], w, 1e-4f * (1.0f + std::fabs(w))) << "world " << world << ", N " << N << ", element " << i;
+      }
+    }
+  }
+}
+
+TEST(TensorParallel, MergedPoolHoldsTheRanksPoolsInRankOrder) {
+  ops::Context ctx;
+  std::vector<std::shared_ptr<KvPool>> pools;
+  for (int64_t hkv : {2, 1}) pools.push_back(new_attention_kv_pool(ctx, 3, 4, 16, hkv, 8, KvCacheTypes{}));
+  const auto m = merge_kv_pools(pools);
+  ASSERT_EQ(m->tensors.size(), 12u);
+  for (size_t j = 0; j < 6; ++j) {
+    EXPECT_EQ(m->tensors[j].data(), pools[0]->tensors[j].data());
+    EXPECT_EQ(m->tensors[6 + j].data(), pools[1]->tensors[j].data());
+  }
+  EXPECT_EQ(m->tensors[6].cols(), 8);  // rank 1's single KV head
+  pools.push_back(new_attention_kv_pool(ctx, 3, 5, 16, 1, 8, KvCacheTypes{}));
+  EXPECT_THROW(merge_kv_pools(pools), Error);  // another block count
+}
+
+struct PassLogits {
+  std::vector<float> prefill;  // [T, vocab] every row
+  std::vector<float> decode;   // the decode steps' logits, one row each
+  std::vector<float> batch;    // a two-sequence batch's last rows
+};
+
+std::vector<float> copy_of(const Tensor& t) { return {t.ptr<float>(), t.ptr<float>() + t.numel()}; }
+
+PassLogits run_model(const std::string& name, int tp) {
+  auto src = formats::open_weight_source((test::golden_dir() / name).string());
+  LoadOptions opts;
+  opts.tp = tp;
+  auto model = load_model(*src, opts);
+  ops::Context ctx;
+  PassLogits out;
+  const std::vector<int32_t> prompt{1, 17, 42, 99, 5, 63, 7, 120, 31};
+  auto seq = model->new_sequence(64);
+  Tensor logits;
+  model->forward(ctx, prompt, *seq, logits, true);
+  out.prefill = copy_of(logits);
+  for (int32_t t : {11, 12, 13}) {
+    model->forward(ctx, std::vector<int32_t>{t}, *seq, logits, false);
+    const auto row = copy_of(logits);
+    out.decode.insert(out.decode.end(), row.begin(), row.end());
+  }
+  // Two sequences in one pass: a decode step of the first beside a prefill of another.
+  auto other = model->new_sequence(64);
+  const std::vector<int32_t> one{14}, two{3, 4, 5, 6};
+  BatchItem items[2] = {{seq.get(), one, false}, {other.get(), two, false}};
+  model->forward_batch(ctx, items, logits);
+  out.batch = copy_of(logits);
+  return out;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const char* what, int tp) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float scale = 0.0f;
+  for (float w : want) scale = std::max(scale, std::fabs(w));
+  // f32 throughout; the ranks' partial sums are added in another order than one rank's dot
+  // products, so the last bits differ: 1e-5 of the largest logit.
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-5f * scale) << what << ", tp " << tp << ", element " << i;
+}
+
+// A verify pass that keeps each token's recurrent state, cut back to its second token, then a step:
+// what speculative decoding does with refused drafts. Split, every rank's GDN states are
+// checkpointed and restored.
+std::vector<float> verify_and_rollback(const std::string& name, int tp) {
+  auto src = formats::open_weight_source((test::golden_dir() / name).string());
+  LoadOptions opts;
+  opts.tp = tp;
+  auto model = load_model(*src, opts);
+  ops::Context ctx;
+  auto seq = model->new_sequence(64);
+  Tensor logits;
+  model->forward(ctx, std::vector<int32_t>{1, 17, 42, 99, 5}, *seq, logits, false);
+  const std::vector<int32_t> drafts{6, 7, 8, 9};
+  BatchItem verify{seq.get(), drafts, true, /*checkpoints=*/true};
+  model->forward_batch(ctx, {&verify, 1}, logits);
+  std::vector<float> out = copy_of(logits);
+  EXPECT_TRUE(seq->rollback(7));
+  model->forward(ctx, std::vector<int32_t>{21}, *seq, logits, false);
+  const std::vector<float> step = copy_of(logits);
+  out.insert(out.end(), step.begin(), step.end());
+  return out;
+}
+
+TEST(TensorParallel, VerifyPassRollsBackEveryRanksState) {
+  const std::vector<float> one = verify_and_rollback("qwen35_a", 1);
+  expect_close(verify_and_rollback("qwen35_a", 2), one, "verify + rollback", 2);
+}
+
+class TensorParallelModel : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TensorParallelModel, LogitsMatchOneRank) {
+  const PassLogits one = run_model(GetParam(), 1);
+  const PassLogits two = run_model(GetParam(), 2);
+  expect_close(two.prefill, one.prefill, "prefill", 2);
+  expect_close(two.decode, one.decode, "decode", 2);
+  expect_close(two.batch, one.batch, "batch", 2);
+}
+
+// llama (tied head), qwen2 (q/k/v biases), qwen3 (per-head q/k norms), each with 2 KV heads; Qwen3.5
+// (2 KV heads, 2 GDN key heads with 2 value heads each, HF's grouped head order; the GGUF form's
+// tiled order is compared with transformers in tests/e2e/test_golden.py).
+INSTANTIATE_TEST_SUITE_P(Golden, TensorParallelModel,
+                         ::testing::Values("llama_tiny", "qwen2_tiny", "qwen3_tiny", "qwen35_a"));
+
+TEST(TensorParallel, RefusesWhatItCannotSplit) {
+  auto llama = formats::open_weight_source((test::golden_dir() / "llama_tiny").string());
+  LoadOptions opts;
+  opts.tp = 3;  // 2 KV heads
+  try {
+    load_model(*llama, opts);
+    FAIL() << "3 ranks over 2 KV heads were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KV heads"), std::string::npos) << e.what();
+  }
+  auto qwen35_b = formats::open_weight_source((test::golden_dir() / "qwen35_b").string());
+  opts.tp = 2;  // 1 KV head
+  EXPECT_THROW(load_model(*qwen35_b, opts), Error);
+  auto qwen35_a = formats::open_weight_source((test::golden_dir() / "qwen35_a").string());
+  opts.draft_head = true;  // the MTP head is not split yet
+  try {
+    load_model(*qwen35_a, opts);
+    FAIL() << "a split Qwen3.5 with its MTP head was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--spec mtp"), std::string::npos) << e.what();
+  }
+  ops::Context gpu;
+  gpu.device = Device::CUDA;
+  EXPECT_THROW(make_tp_group(gpu, 2, "m"), Error);
+}
+
+}  // namespace
+}  // namespace vi
