@@ -81,7 +81,7 @@ void ModelFlags::add(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--tp,--tensor-parallel", tp,
                  "Split the model over this many ranks (tensor parallel: heads, MLP rows and vocabulary cut, two "
-                 "all-reduces a layer); llama-family models on the CPU so far")
+                 "all-reduces a layer); CPU ranks so far (--device cpu)")
       ->check(CLI::Range(1, 8));
   app.add_option("--device", device, "Where to run: cpu, or cuda (the current GPU; f16 activations)")
       ->check(CLI::IsMember({"cpu", "cuda"}));

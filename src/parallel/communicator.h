@@ -22,7 +22,8 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int world() const = 0;
   virtual const char* name() const = 0;
-  // x: the same shape on every rank, f32, f16 or bf16. Leaves the sum over ranks in every rank's x.
+  // x: as many elements of one dtype (f32, f16 or bf16) on every rank. Leaves the elementwise sum over
+  // ranks in every rank's x.
   virtual void all_reduce_sum(int rank, Tensor& x) = 0;
   // part: [rows, c_rank] (c may differ between ranks, rows may not). Every rank that passes an
   // out ([rows, sum of c], part's dtype) gets the parts side by side in rank order; a rank that

@@ -1,5 +1,5 @@
 """Prefix cache through `voltinfer serve` (SmolLM2 and a tiny random Qwen3.5 with the real
-tokenizer): a 5-turn chat reuses the earlier turns (the engine's log line
+tokenizer, also split over two CPU ranks): a 5-turn chat reuses the earlier turns (the engine's log line
 `prompt N tokens = R reused + C computed in T ms` says so, and so does
 usage.prompt_tokens_details.cached_tokens where the server reports it), two chats sharing
 a system prompt share it, and every greedy answer equals the one from a server started
@@ -50,7 +50,8 @@ def converse(srv, system: str, questions: list[str]) -> tuple[list[str], list[tu
     return answers, prompt_lines(srv)[before:], usages
 
 
-@pytest.fixture(scope="module", params=["smollm2", "qwen35"])
+# qwen35_tp2: split over two CPU ranks (--tp 2), whose GDN states the cache snapshots rank by rank.
+@pytest.fixture(scope="module", params=["smollm2", "qwen35", "qwen35_tp2"])
 def servers(request, tmp_path_factory):
     if request.param == "smollm2":
         if not DEFAULT_MODEL.exists():
@@ -59,6 +60,8 @@ def servers(request, tmp_path_factory):
     else:
         model = request.getfixturevalue("qwen_dir")
     args = ["-m", model, "-np", "2", "-c", "2048", "--alias", "m", "--log-level", "info"]
+    if request.param == "qwen35_tp2":
+        args += ["--tp", "2"]
     on = start_server(tmp_path_factory, request.param + "_cache", args + ["--cache-ram", "0.05"])
     off = start_server(tmp_path_factory, request.param + "_nocache", args + ["--no-prefix-cache"])
     yield on, off
