@@ -178,6 +178,9 @@ Loaded load(const ModelFlags& flags, bool need_tokenizer) {
     L.ctx.int8_act = flags.int8_act;
   }
   VI_CHECK(!flags.int8_act || flags.device == "cuda", "--int8-activations needs --device cuda");
+  VI_CHECK(flags.tp == 1 || flags.device == "cpu",
+           "--tp {} splits the model over CPU ranks so far; GPU ranks are not written yet (use --tp 1 with --device {})",
+           flags.tp, flags.device);
   LoadOptions opts;
   opts.ctx = L.ctx;  // weights, caches and activations live on the chosen device
   auto cache_type = [](const std::string& name) -> std::optional<DType> {

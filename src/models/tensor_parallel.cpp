@@ -12,7 +12,6 @@ namespace vi {
 ops::Context TpGroup::pass_ctx(const ops::Context& caller, int r) const {
   ops::Context c = caller;
   c.pool = pools[static_cast<size_t>(r)].get();
-  if (r != 0) c.profiler = nullptr;
   return c;
 }
 

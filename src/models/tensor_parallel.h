@@ -28,8 +28,8 @@ struct TpGroup {
   std::unique_ptr<parallel::Communicator> comm;
   std::unique_ptr<parallel::RankThreads> threads;
 
-  // ctx of rank r for one pass: the rank's pool, the caller's switches; the op profiler (not
-  // made for several threads) on rank 0 only.
+  // ctx of rank r for one pass: the rank's pool, the caller's switches and op profiler (every
+  // rank's ops count: a round's bytes and FLOPs are all the ranks').
   ops::Context pass_ctx(const ops::Context& caller, int r) const;
 };
 

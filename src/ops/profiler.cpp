@@ -40,6 +40,11 @@ OpProfiler::~OpProfiler() {
   for (void* m : marks_) fns_.destroy(m);
 }
 
+namespace {
+// Nesting of op entry points on this thread (an op calling ops is recorded once).
+thread_local int t_depth = 0;
+}  // namespace
+
 void* OpProfiler::mark(size_t i) {
   while (marks_.size() <= i) marks_.push_back(fns_.create());
   return marks_[i];
@@ -53,14 +58,14 @@ void OpProfiler::begin_round(const Context& ctx) {
   Context c = ctx;
   synchronize(c);
   calls_.clear();
-  depth_ = 0;
   in_round_ = true;
   round_t0_us_ = now_us();
   if (timed_) fns_.record(ctx, mark(0));
 }
 
 int OpProfiler::enter(const Context& ctx, OpCall&& call) {
-  if (depth_++ > 0 || !in_round_) return -1;
+  if (t_depth++ > 0 || !in_round_) return -1;
+  std::lock_guard<std::mutex> lock(mu_);
   const size_t slot = calls_.size();
   calls_.push_back(std::move(call));
   if (timed_) fns_.record(ctx, mark(2 * slot + 1));
@@ -69,7 +74,9 @@ int OpProfiler::enter(const Context& ctx, OpCall&& call) {
 }
 
 void OpProfiler::leave(const Context& ctx, int slot) {
-  --depth_;
+  --t_depth;
+  if (slot < 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
   if (slot >= 0 && hooks_.leave) hooks_.leave(hooks_.user);
   if (slot >= 0 && timed_) fns_.record(ctx, mark(2 * static_cast<size_t>(slot) + 2));
 }

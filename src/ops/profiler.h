@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -96,7 +97,9 @@ class OpProfiler {
   std::vector<void*> marks_;    // reused from round to round
   std::vector<OpCall> calls_;   // this round's calls; call i spans marks 2i+1 .. 2i+2
   bool in_round_ = false;
-  int depth_ = 0;               // nesting of entry points (an op calling ops is timed once)
+  // The ranks of a tensor-parallel group share the caller's profiler: enter and leave may come
+  // from several threads (each thread's nesting of entry points is its own: profiler.cpp).
+  std::mutex mu_;
   CallHooks hooks_;
   double round_t0_us_ = 0;
   struct Total {

@@ -1,6 +1,7 @@
 // The host-memory communicator: ranks are threads of one process and read each other's
 // tensors in place between barriers.
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -23,43 +24,61 @@ class Barrier {
   // Returns once every rank has arrived; throws vi::Error when the group is (or gets) aborted,
   // or when the others do not all arrive within the timeout (which aborts the group, naming them).
   void wait(int rank) {
-    std::unique_lock<std::mutex> lock(mu_);
-    throw_if_aborted();
-    here_[rank] = true;
-    if (++arrived_ == world_) {
-      arrived_ = 0;
-      std::fill(here_.begin(), here_.end(), false);
-      ++generation_;
-      cv_.notify_all();
-      return;
+    uint64_t gen = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      throw_if_aborted();
+      here_[rank] = true;
+      if (++arrived_ == world_) {
+        arrived_ = 0;
+        std::fill(here_.begin(), here_.end(), false);
+        generation_.fetch_add(1, std::memory_order_release);
+        cv_.notify_all();
+        return;
+      }
+      gen = generation_.load(std::memory_order_relaxed);
     }
-    const uint64_t gen = generation_;
-    const bool done = cv_.wait_for(lock, timeout_, [&] { return generation_ != gen || !aborted_.empty(); });
-    if (generation_ != gen) return;
+    // The ranks of one pass arrive within microseconds of each other, and a sleep and wake-up
+    // costs tens of them (a decode step has a few hundred barriers): look for a while first. The
+    // acquire pairs with the last rank's release, which came after every rank's writes.
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    for (int i = 1;; ++i) {
+      if (generation_.load(std::memory_order_acquire) != gen) return;
+      if (aborting_.load(std::memory_order_relaxed)) break;
+      if (i % 64 == 0 && std::chrono::steady_clock::now() > spin_until) break;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    const bool done = cv_.wait_for(lock, timeout_, [&] { return generation_.load() != gen || !aborted_.empty(); });
+    if (generation_.load() != gen) return;
     if (done) throw_if_aborted();
     std::string late;
     for (int r = 0; r < world_; ++r)
       if (!here_[r]) late += fmt::format("{}{}", late.empty() ? "" : ", ", r);
-    aborted_ = fmt::format("rank(s) {} did not reach the collective within {} ms", late, timeout_.count());
+    set_aborted(fmt::format("rank(s) {} did not reach the collective within {} ms", late, timeout_.count()));
     cv_.notify_all();
     throw_if_aborted();
   }
 
   void abort(const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (aborted_.empty()) aborted_ = why;
+    if (aborted_.empty()) set_aborted(why);
     cv_.notify_all();
   }
 
   void reset() {
     std::lock_guard<std::mutex> lock(mu_);
     aborted_.clear();
+    aborting_.store(false);
     arrived_ = 0;
     std::fill(here_.begin(), here_.end(), false);
-    ++generation_;
+    generation_.fetch_add(1);
   }
 
  private:
+  void set_aborted(std::string why) {  // under mu_
+    aborted_ = std::move(why);
+    aborting_.store(true);
+  }
   void throw_if_aborted() const {
     if (!aborted_.empty()) throw Error("tensor-parallel group aborted: " + aborted_);
   }
@@ -69,9 +88,10 @@ class Barrier {
   std::mutex mu_;
   std::condition_variable cv_;
   int arrived_ = 0;
-  uint64_t generation_ = 0;
+  std::atomic<uint64_t> generation_{0};  // rounds completed; written under mu_, read while spinning too
   std::vector<bool> here_;  // ranks waiting in the current round
   std::string aborted_;
+  std::atomic<bool> aborting_{false};  // aborted_ is set: what a spinning rank can read without mu_
 };
 
 float load(DType t, const void* p, int64_t i) {
