@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -19,7 +20,11 @@ namespace {
 // A reusable barrier of `world` ranks with a deadline and an abort that wakes every waiter.
 class Barrier {
  public:
-  Barrier(int world, std::chrono::milliseconds timeout) : world_(world), timeout_(timeout), here_(world, false) {}
+  Barrier(int world, std::chrono::milliseconds timeout)
+      : world_(world),
+        timeout_(timeout),
+        spin_(static_cast<unsigned>(world) <= std::max(1u, std::thread::hardware_concurrency())),
+        here_(world, false) {}
 
   // Returns once every rank has arrived; throws vi::Error when the group is (or gets) aborted,
   // or when the others do not all arrive within the timeout (which aborts the group, naming them).
@@ -39,10 +44,13 @@ class Barrier {
       gen = generation_.load(std::memory_order_relaxed);
     }
     // The ranks of one pass arrive within microseconds of each other, and a sleep and wake-up
-    // costs tens of them (a decode step has a few hundred barriers): look for a while first. The
-    // acquire pairs with the last rank's release, which came after every rank's writes.
-    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-    for (int i = 1;; ++i) {
+    // costs tens of them (a decode step has a few hundred barriers): look for a while first —
+    // unless the ranks outnumber the hardware threads, where a looking rank takes the core a late
+    // one needs (3 ranks on 2 cores: 20.7 ms a SmolLM2 step with the look, see
+    // docs/notes/tensor_parallel.md). The acquire pairs with the last rank's release, which came
+    // after every rank's writes.
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_ ? 50 : 0);
+    for (int i = 1; spin_; ++i) {
       if (generation_.load(std::memory_order_acquire) != gen) return;
       if (aborting_.load(std::memory_order_relaxed)) break;
       if (i % 64 == 0 && std::chrono::steady_clock::now() > spin_until) break;
@@ -85,6 +93,7 @@ class Barrier {
 
   const int world_;
   const std::chrono::milliseconds timeout_;
+  const bool spin_;  // look before sleeping (wait)
   std::mutex mu_;
   std::condition_variable cv_;
   int arrived_ = 0;
