@@ -230,8 +230,8 @@ struct LoadOptions {
   // decoding: its weights on the device and its layer in every KV pool. Off: the model has none.
   bool draft_head = false;
   // Ranks of a tensor-parallel group the model is split over (models/tensor_parallel.h); 1: not
-  // split. Llama-family and Qwen3.5 models (not the MTP head) on CPU ranks so far; other cases are
-  // refused with the reason.
+  // split. Llama-family and Qwen3.5 models on CPU ranks so far; other cases are refused with the
+  // reason.
   int tp = 1;
 };
 

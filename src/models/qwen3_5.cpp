@@ -92,6 +92,7 @@ struct Qwen35Shard {
   int64_t Hq = 0, Hkv = 0, d_ff = 0;  // its attention query and KV heads, its MLP rows
   int64_t Hk = 0, Hv = 0;            // its GDN key and value heads
   std::vector<Layer> layers;
+  std::vector<Layer> mtp_layers;  // the MTP head's blocks (empty: no draft head)
   Tensor lm_head;  // [its vocabulary rows, d] (the embedding when tied and not split)
   bool gdn_in_fused = false;   // every GDN layer has its input projections stacked (w_in)
   bool attn_in_fused = false;  // every full-attention layer has q|gate|k|v stacked (w_in)
@@ -226,7 +227,7 @@ class Qwen35Model final : public Model {
   // i is the pool's layer r * (full-attention layers + MTP layers) + i).
   std::shared_ptr<KvPool> new_kv_pool(int64_t n_blocks, int64_t block_size) const override {
     const int64_t n_full = std::count(hp_.is_full.begin(), hp_.is_full.end(), true);
-    const int64_t n_mtp = static_cast<int64_t>(mtp_layers_.size());
+    const int64_t n_mtp = n_mtp_layers();
     std::vector<std::shared_ptr<KvPool>> pools;
     for (const Qwen35Shard& S : shards_) {
       ops::Context ctx = S.ctx;
@@ -241,7 +242,7 @@ class Qwen35Model final : public Model {
   }
   std::unique_ptr<SequenceState> new_paged_sequence(int64_t n_ctx, std::shared_ptr<KvPool> pool) const override {
     const auto n_attn = std::count(hp_.is_full.begin(), hp_.is_full.end(), true) +
-                        static_cast<int64_t>(mtp_layers_.size());
+                        n_mtp_layers();
     VI_CHECK(pool && pool->tensors.size() == static_cast<size_t>(2 * n_attn) * shards_.size(),
              "KV pool was not made by this model");
     ops::Context ctx = ctx_;
@@ -250,7 +251,7 @@ class Qwen35Model final : public Model {
     return std::make_unique<Qwen35State>(ctx, hp_, dims, std::move(pool), n_ctx);
   }
   // --- end paged KV cache ---
-  bool has_draft_head() const override { return !mtp_layers_.empty(); }
+  bool has_draft_head() const override { return n_mtp_layers() > 0; }
   std::unique_ptr<SequenceState> new_draft_sequence(const SequenceState& main) const override;
 
  protected:
@@ -268,6 +269,16 @@ class Qwen35Model final : public Model {
                     Tensor* logits, LogitsOn where, Tensor* hidden) const;
   // Rank r's cut of a whole loaded layer, and the shard of rank r of `world`.
   Layer shard_layer(const Layer& L, int world, int r) const;
+  // Rank r's part of a draft pass (draft_plan's): the fc on every rank, the head's blocks split
+  // as the model's layers are. want_logits: the same on every rank (the pass has an LM head);
+  // logits, head_out: rank 0's (null elsewhere).
+  void draft_rank(ops::Context& ctx, int r, const BatchPlan& plan, std::span<const BatchItem> items,
+                  const Tensor& hidden, bool want_logits, Tensor* logits, Tensor* head_out, LogitsOn where) const;
+  int64_t n_mtp_layers() const { return static_cast<int64_t>(shards_.front().mtp_layers.size()); }
+  // The first of rank r's attention layers in a KV pool: after the lower ranks' (new_kv_pool).
+  int64_t pool_base(int r) const {
+    return r * (std::count(hp_.is_full.begin(), hp_.is_full.end(), true) + n_mtp_layers());
+  }
   void load_attention(WeightLoader& w, const std::string& g, const std::string& h, AttnWeights& a);
   void load_gdn(WeightLoader& w, const std::string& g, const std::string& h, GdnWeights& a);
   void load_mtp(WeightLoader& w);
@@ -285,7 +296,7 @@ class Qwen35Model final : public Model {
   // speculative decoding. The fc's two column blocks are kept apart (mtp_fc_e_ on the normed
   // embedding, mtp_fc_h_ on the normed hidden state), so no concatenated input is built.
   Tensor mtp_enorm_, mtp_hnorm_, mtp_fc_e_, mtp_fc_h_, mtp_norm_;
-  std::vector<Layer> mtp_layers_;
+  std::vector<Layer> mtp_layers_;  // as loaded, whole (moved or cut into the shards)
   std::vector<int64_t> gdn_index_;  // layer -> its index among the GDN layers (-1: full attention)
 };
 
@@ -406,9 +417,6 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
     : ctx_(opts.ctx), kv_types_(opts.kv_types) {
   const int world = opts.tp;
   VI_CHECK(world >= 1, "tensor parallel over {} ranks: give 1 or more", world);
-  VI_CHECK(world == 1 || !opts.draft_head,
-           "{}: the MTP head (--spec mtp) does not run split over ranks yet (--tp {}); --spec ngram does", src.path(),
-           world);
   hp_ = read_hparams(src);
   gdn_index_.assign(static_cast<size_t>(hp_.n_layer), -1);
   for (int64_t l = 0, gi = 0; l < hp_.n_layer; ++l)
@@ -452,6 +460,7 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
     S.ctx = ctx_;
     S.Hq = hp_.n_head, S.Hkv = hp_.n_kv_head, S.d_ff = hp_.d_ff, S.Hk = hp_.gdn_k_heads, S.Hv = hp_.gdn_v_heads;
     S.layers = std::move(layers);
+    S.mtp_layers = std::move(mtp_layers_);
     S.lm_head = lm_head;
     shards_.push_back(std::move(S));
   } else {
@@ -465,11 +474,13 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
       S.Hv = S.Hk * (hp_.gdn_v_heads / hp_.gdn_k_heads);
       S.d_ff = split_mlp(layers.front().mlp, hp_.d_ff, world, r).size();
       for (const Layer& L : layers) S.layers.push_back(shard_layer(L, world, r));
+      for (const Layer& L : mtp_layers_) S.mtp_layers.push_back(shard_layer(L, world, r));
       S.lm_head = shard_rows(lm_head, parallel::split_range(hp_.n_vocab, world, r, "vocabulary rows"));
       shards_.push_back(std::move(S));
     }
   }
   layers.clear();  // the shards hold what they need
+  mtp_layers_.clear();
   for (Qwen35Shard& S : shards_) {
     S.gdn_in_fused = std::all_of(S.layers.begin(), S.layers.end(),
                                  [](const Layer& L) { return L.full || L.gdn.w_in.data() != nullptr; });
@@ -489,8 +500,8 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
       to_device(S.ctx, {&S.lm_head});
     }
     for (Layer& L : S.layers) all_layers.emplace_back(&S.ctx, &L);
+    for (Layer& L : S.mtp_layers) all_layers.emplace_back(&S.ctx, &L);
   }
-  for (Layer& L : mtp_layers_) all_layers.emplace_back(&ctx_, &L);
   for (auto [lctx, Lp] : all_layers) {
     ops::Context& lc = *lctx;
     Layer& L = *Lp;
@@ -690,9 +701,7 @@ void Qwen35Model::forward_rank(ops::Context& ctx, int r, const BatchPlan& plan, 
   const int64_t Hk = S.Hk, Hv = S.Hv, dk = hp_.gdn_dk, dv = hp_.gdn_dv;
   const int64_t key_dim = Hk * dk, value_dim = Hv * dv;
   const float off = norm_offset_, eps = hp_.norm_eps;
-  // The rank's attention layers in the pool: after the lower ranks' (new_kv_pool).
-  const int64_t pool_base =
-      r * (std::count(hp_.is_full.begin(), hp_.is_full.end(), true) + static_cast<int64_t>(mtp_layers_.size()));
+  const int64_t pool_base = this->pool_base(r);
 
   Tensor x = ops::empty(ctx, ctx.act, {N, d});  // [N, d] residual stream (every rank holds it whole)
   Tensor n = ops::empty(ctx, ctx.act, {N, d});  // [N, d] the stream through the next norm
@@ -968,10 +977,27 @@ void Qwen35Model::draft_begin(const ops::Context& ctx, SequenceState& dseq, int6
 
 void Qwen35Model::draft_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
                              const Tensor& hidden, Tensor* logits, Tensor& head_out, LogitsOn where) const {
+  if (!tp_) {
+    draft_rank(ctx, 0, plan, items, hidden, logits != nullptr, logits, &head_out, where);
+    return;
+  }
+  tp_->threads->run([&](int r) {
+    ops::Context rctx = tp_->pass_ctx(ctx, r);
+    draft_rank(rctx, r, plan, items, hidden, logits != nullptr, r == 0 ? logits : nullptr, r == 0 ? &head_out : nullptr,
+               where);
+  });
+}
+
+void Qwen35Model::draft_rank(ops::Context& ctx, int r, const BatchPlan& plan, std::span<const BatchItem> items,
+                             const Tensor& hidden, bool want_logits, Tensor* logits, Tensor* head_out,
+                             LogitsOn where) const {
+  const Qwen35Shard& S = shards_[static_cast<size_t>(r)];
+  parallel::Communicator* comm = tp_ ? tp_->comm.get() : nullptr;
   const int64_t T = plan.n_rows;
-  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = hp_.n_head, kv_w = hp_.n_kv_head * hd;
+  const int64_t d = hp_.d_model, hd = hp_.head_dim, Hq = S.Hq, kv_w = S.Hkv * hd;
   const float off = norm_offset_, eps = hp_.norm_eps;
-  const int64_t n_full = std::count(hp_.is_full.begin(), hp_.is_full.end(), true);  // the head's layers follow
+  // The head's layers follow the rank's full-attention layers in the pool.
+  const int64_t head_base = pool_base(r) + std::count(hp_.is_full.begin(), hp_.is_full.end(), true);
   Tensor e = ops::empty(ctx, ctx.act, {T, d}), en = ops::empty(ctx, ctx.act, {T, d});
   Tensor hn = ops::empty(ctx, ctx.act, {T, d});
   Tensor x = ops::empty(ctx, ctx.act, {T, d}), o = ops::empty(ctx, ctx.act, {T, d});
@@ -979,20 +1005,20 @@ void Qwen35Model::draft_plan(ops::Context& ctx, const BatchPlan& plan, std::span
   ops::embedding(ctx, tok_embd_, plan.dev.ids, e);
   ops::rms_norm(ctx, e, mtp_enorm_, eps, off, en);
   ops::rms_norm(ctx, hidden, mtp_hnorm_, eps, off, hn);
-  ops::matmul(ctx, en, mtp_fc_e_, x);
+  ops::matmul(ctx, en, mtp_fc_e_, x);  // the fc is whole on every rank
   ops::matmul(ctx, hn, mtp_fc_h_, o);
   ops::add(ctx, x, o, x);  // x = fc([en | hn])
 
   Tensor q = ops::empty(ctx, ctx.act, {T, Hq * hd}), gate = ops::empty(ctx, ctx.act, {T, Hq * hd});
   Tensor k = ops::empty(ctx, ctx.act, {T, kv_w}), v = ops::empty(ctx, ctx.act, {T, kv_w});
   Tensor att = ops::empty(ctx, ctx.act, {T, Hq * hd});
-  Tensor ff_gu = ops::empty(ctx, ctx.act, {T, 2 * hp_.d_ff});
-  Tensor ff_h = swiglu_scratch(ctx, T, hp_.d_ff);
-  const Tensor out_logits = logits != nullptr ? logits_scratch(ctx, plan, hp_.n_vocab) : Tensor();
+  Tensor ff_gu = ops::empty(ctx, ctx.act, {T, 2 * S.d_ff});
+  Tensor ff_h = swiglu_scratch(ctx, T, S.d_ff);
+  const Tensor out_logits = want_logits ? logits_scratch(ctx, plan, S.lm_head.dim(0)) : Tensor();
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  ops::rms_norm(ctx, x, mtp_layers_.front().in_norm, eps, off, n);
-  for (size_t m = 0; m < mtp_layers_.size(); ++m) {
-    const Layer& L = mtp_layers_[m];
+  ops::rms_norm(ctx, x, S.mtp_layers.front().in_norm, eps, off, n);
+  for (size_t m = 0; m < S.mtp_layers.size(); ++m) {
+    const Layer& L = S.mtp_layers[m];
     const AttnWeights& A = L.attn;
     ops::matmul(ctx, n, A.wq, q);
     ops::matmul(ctx, n, A.wgate, gate);
@@ -1000,18 +1026,30 @@ void Qwen35Model::draft_plan(ops::Context& ctx, const BatchPlan& plan, std::span
     ops::matmul(ctx, n, A.wv, v);
     Tensor qh = q.reshape({T, Hq, hd});
     const QkNormRope nr{A.q_norm, A.k_norm, eps, off, static_cast<int>(hp_.rot_dim), hp_.rope_theta};
-    norm_rope_paged_attention_block(ctx, plan, items, n_full + static_cast<int64_t>(m), nr, qh, k, v, attn_scale,
+    norm_rope_paged_attention_block(ctx, plan, items, head_base + static_cast<int64_t>(m), nr, qh, k, v, attn_scale,
                                     att, &gate);
     ops::matmul(ctx, att, A.wo, o);
+    if (comm) comm->all_reduce_sum(r, o);
     ops::add_rms_norm(ctx, x, o, L.post_norm, eps, off, n);  // x += attn; n = post_norm(x)
     Tensor h = swiglu_hidden(ctx, n, L.mlp, ff_gu, ff_h);
     ops::matmul(ctx, h, L.mlp.down, o);
-    const Tensor& next = m + 1 < mtp_layers_.size() ? mtp_layers_[m + 1].in_norm : mtp_norm_;
+    if (comm) comm->all_reduce_sum(r, o);
+    const Tensor& next = m + 1 < S.mtp_layers.size() ? S.mtp_layers[m + 1].in_norm : mtp_norm_;
     ops::add_rms_norm(ctx, x, o, next, eps, off, n);  // x += mlp; n = the next norm(x): after the last, mtp.norm
   }
-  head_out = n.slice_rows(T - 1, T);
-  // Only an unsplit model has a draft head (the constructor refuses one with ranks): rank 0 is all of it.
-  if (logits != nullptr) output_logits(ctx, plan, n, shards_.front().lm_head, where, out_logits, *logits);
+  if (head_out != nullptr) *head_out = n.slice_rows(T - 1, T);
+  if (!want_logits) return;
+  if (!comm) {
+    output_logits(ctx, plan, n, S.lm_head, where, out_logits, *logits);
+    return;
+  }
+  // Each rank's vocabulary slice, side by side on rank 0 (host f32: the ranks run on the CPU).
+  Tensor part;
+  output_logits(ctx, plan, n, S.lm_head, LogitsOn::kHostF32, out_logits, part);
+  Tensor whole;
+  if (logits != nullptr) whole = Tensor::empty(DType::F32, {part.rows(), hp_.n_vocab});
+  comm->all_gather_cols(r, part, logits != nullptr ? &whole : nullptr);
+  if (logits != nullptr) *logits = whole;
 }
 
 }  // namespace

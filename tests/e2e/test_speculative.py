@@ -9,7 +9,7 @@ preset, with its MTP head):
   sampled, from GGUF and HF files;
 - a model without an MTP head refuses `--spec mtp` with a clear error.
 
-With VOLTINFER_GPU=1 (a CUDA build on a GPU machine) the same runs again with --device cuda in
+Every CPU run also runs split over two ranks (`--tp 2`). With VOLTINFER_GPU=1 (a CUDA build on a GPU machine) the same runs again with --device cuda in
 both kernel profiles; the head is then held to the golden tests' GPU tolerance (3e-2 of the row
 max: f16 activations).
 """
@@ -24,10 +24,12 @@ import pytest
 
 from conftest import run
 
-DEVICES = [[]]
+# cpu-tp2: the model (and its MTP head) split over two CPU ranks.
+DEVICES = [[], ["--tp", "2"]]
+DEVICE_IDS = ["cpu", "cpu-tp2"]
 if os.environ.get("VOLTINFER_GPU") == "1":
     DEVICES += [["--device", "cuda", "--kernel-profile", "native"], ["--device", "cuda", "--kernel-profile", "volta"]]
-DEVICE_IDS = ["cpu", "cuda-native", "cuda-volta"][: len(DEVICES)]
+    DEVICE_IDS += ["cuda-native", "cuda-volta"]
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +105,7 @@ def test_mtp_head_matches_reference(voltinfer, tiny, tmp_path, device):
     tokens = [3, 141, 59, 26, 535, 89, 79, 323, 84, 62, 643, 383, 279, 50, 28, 84, 19, 716]
     out = tmp_path / "d.safetensors"
     run(["logits", "-m", folder, "--tokens", ",".join(map(str, tokens)), "--draft", "-b", "5", "--out", out, *device])
-    tol = 3e-2 if device else 1e-3
+    tol = 3e-2 if "--device" in device else 1e-3
     got = st.load_file(str(out))
     assert got["draft_logits"].shape == (len(tokens) - 1, cfg["vocab_size"])
 
