@@ -270,8 +270,7 @@ void LlamaModel::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::spa
     forward_rank(ctx, 0, plan, items, &logits, where, hidden);
     return;
   }
-  tp_->threads->run([&](int r) {
-    ops::Context rctx = tp_->pass_ctx(ctx, r);
+  tp_->run(ctx, [&](ops::Context& rctx, int r) {
     forward_rank(rctx, r, plan, items, r == 0 ? &logits : nullptr, where, r == 0 ? hidden : nullptr);
   });
 }
@@ -332,17 +331,7 @@ void LlamaModel::forward_rank(ops::Context& ctx, int r, const BatchPlan& plan, s
     if (comm) comm->all_reduce_sum(r, o);
     ops::add_rms_norm(ctx, x, o, norm_after(l), hp_.norm_eps, 0.0f, n);  // x += mlp; n = next norm(x)
   }
-  if (!comm) {
-    output_logits(ctx, plan, n, S.lm_head, where, out_logits, *logits);
-  } else {
-    // Each rank's vocabulary slice, side by side on rank 0 (host f32: the ranks run on the CPU).
-    Tensor part;
-    output_logits(ctx, plan, n, S.lm_head, LogitsOn::kHostF32, out_logits, part);
-    Tensor whole;
-    if (logits != nullptr) whole = Tensor::empty(DType::F32, {part.rows(), hp_.n_vocab});
-    comm->all_gather_cols(r, part, logits != nullptr ? &whole : nullptr);
-    if (logits != nullptr) *logits = whole;
-  }
+  rank_output_logits(ctx, comm, r, plan, n, S.lm_head, where, out_logits, hp_.n_vocab, logits);
   if (hidden != nullptr) *hidden = n;  // the output norm's output, every row
 }
 

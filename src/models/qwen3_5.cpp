@@ -685,8 +685,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
     forward_rank(ctx, 0, plan, items, &logits, where, hidden);
     return;
   }
-  tp_->threads->run([&](int r) {
-    ops::Context rctx = tp_->pass_ctx(ctx, r);
+  tp_->run(ctx, [&](ops::Context& rctx, int r) {
     forward_rank(rctx, r, plan, items, r == 0 ? &logits : nullptr, where, r == 0 ? hidden : nullptr);
   });
 }
@@ -937,17 +936,7 @@ void Qwen35Model::forward_rank(ops::Context& ctx, int r, const BatchPlan& plan, 
       in_deferred = false;
     }
   }
-  if (!comm) {
-    output_logits(ctx, plan, n, S.lm_head, where, out_logits, *logits);
-  } else {
-    // Each rank's vocabulary slice, side by side on rank 0 (host f32: the ranks run on the CPU).
-    Tensor part;
-    output_logits(ctx, plan, n, S.lm_head, LogitsOn::kHostF32, out_logits, part);
-    Tensor whole;
-    if (logits != nullptr) whole = Tensor::empty(DType::F32, {part.rows(), hp_.n_vocab});
-    comm->all_gather_cols(r, part, logits != nullptr ? &whole : nullptr);
-    if (logits != nullptr) *logits = whole;
-  }
+  rank_output_logits(ctx, comm, r, plan, n, S.lm_head, where, out_logits, hp_.n_vocab, logits);
   if (hidden != nullptr) *hidden = n;  // the output norm's output, every row
 }
 
@@ -981,8 +970,7 @@ void Qwen35Model::draft_plan(ops::Context& ctx, const BatchPlan& plan, std::span
     draft_rank(ctx, 0, plan, items, hidden, logits != nullptr, logits, &head_out, where);
     return;
   }
-  tp_->threads->run([&](int r) {
-    ops::Context rctx = tp_->pass_ctx(ctx, r);
+  tp_->run(ctx, [&](ops::Context& rctx, int r) {
     draft_rank(rctx, r, plan, items, hidden, logits != nullptr, r == 0 ? logits : nullptr, r == 0 ? &head_out : nullptr,
                where);
   });
@@ -1038,18 +1026,7 @@ void Qwen35Model::draft_rank(ops::Context& ctx, int r, const BatchPlan& plan, st
     ops::add_rms_norm(ctx, x, o, next, eps, off, n);  // x += mlp; n = the next norm(x): after the last, mtp.norm
   }
   if (head_out != nullptr) *head_out = n.slice_rows(T - 1, T);
-  if (!want_logits) return;
-  if (!comm) {
-    output_logits(ctx, plan, n, S.lm_head, where, out_logits, *logits);
-    return;
-  }
-  // Each rank's vocabulary slice, side by side on rank 0 (host f32: the ranks run on the CPU).
-  Tensor part;
-  output_logits(ctx, plan, n, S.lm_head, LogitsOn::kHostF32, out_logits, part);
-  Tensor whole;
-  if (logits != nullptr) whole = Tensor::empty(DType::F32, {part.rows(), hp_.n_vocab});
-  comm->all_gather_cols(r, part, logits != nullptr ? &whole : nullptr);
-  if (logits != nullptr) *logits = whole;
+  if (want_logits) rank_output_logits(ctx, comm, r, plan, n, S.lm_head, where, out_logits, hp_.n_vocab, logits);
 }
 
 }  // namespace

@@ -15,6 +15,27 @@ ops::Context TpGroup::pass_ctx(const ops::Context& caller, int r) const {
   return c;
 }
 
+void TpGroup::run(const ops::Context& caller, const std::function<void(ops::Context&, int)>& fn) const {
+  threads->run([&](int r) {
+    ops::Context c = pass_ctx(caller, r);
+    fn(c, r);
+  });
+}
+
+void rank_output_logits(ops::Context& ctx, parallel::Communicator* comm, int r, const BatchPlan& plan, const Tensor& n,
+                        const Tensor& lm_head, LogitsOn where, const Tensor& out, int64_t n_vocab, Tensor* logits) {
+  if (comm == nullptr) {
+    output_logits(ctx, plan, n, lm_head, where, out, *logits);
+    return;
+  }
+  Tensor part;
+  output_logits(ctx, plan, n, lm_head, LogitsOn::kHostF32, out, part);
+  Tensor whole;
+  if (logits != nullptr) whole = Tensor::empty(DType::F32, {part.rows(), n_vocab});
+  comm->all_gather_cols(r, part, logits != nullptr ? &whole : nullptr);
+  if (logits != nullptr) *logits = whole;
+}
+
 std::unique_ptr<TpGroup> make_tp_group(const ops::Context& base, int world, const std::string& model_name) {
   VI_CHECK(world >= 2 && world <= parallel::kMaxWorld, "tensor parallel over {} ranks: 2 to {} are supported", world,
            parallel::kMaxWorld);

@@ -7,11 +7,13 @@
 // and the ranks share the host's memory, so the host communicator serves them.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "models/batch.h"
 #include "models/dense_blocks.h"
 #include "models/model.h"
 #include "ops/registry.h"
@@ -31,7 +33,16 @@ struct TpGroup {
   // ctx of rank r for one pass: the rank's pool, the caller's switches and op profiler (every
   // rank's ops count: a round's bytes and FLOPs are all the ranks').
   ops::Context pass_ctx(const ops::Context& caller, int r) const;
+  // fn(rank's ctx, r) on every rank at once (RankThreads::run).
+  void run(const ops::Context& caller, const std::function<void(ops::Context&, int)>& fn) const;
 };
+
+// A pass's logits from rank r's part of the LM head. Not split (comm null): output_logits into
+// *logits. Split: each rank's vocabulary slice, side by side in *logits on the rank that passes it
+// (rank 0; null elsewhere) as host f32 — the ranks run on the CPU. n_vocab: the whole vocabulary;
+// out: logits_scratch of the rank's slice.
+void rank_output_logits(ops::Context& ctx, parallel::Communicator* comm, int r, const BatchPlan& plan, const Tensor& n,
+                        const Tensor& lm_head, LogitsOn where, const Tensor& out, int64_t n_vocab, Tensor* logits);
 
 // A group of `world` ranks (world >= 2) on base's device. Throws vi::Error for a device other
 // than the CPU: GPU ranks are not written yet.
