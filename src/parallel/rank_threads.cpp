@@ -55,6 +55,7 @@ void RankThreads::worker(int rank) {
 }
 
 void RankThreads::run(const std::function<void(int)>& fn) {
+  std::lock_guard<std::mutex> turn(run_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;

@@ -27,7 +27,8 @@ class RankThreads {
   RankThreads& operator=(const RankThreads&) = delete;
 
   int world() const { return world_; }
-  // Not reentrant; one caller at a time.
+  // Callers from several threads take turns (a model's passes and its draft head's passes are
+  // serialised by different locks); fn must not call run.
   void run(const std::function<void(int rank)>& fn);
 
  private:
@@ -37,6 +38,7 @@ class RankThreads {
   const int world_;
   Communicator* comm_;
   std::vector<std::thread> threads_;  // ranks 1 .. world-1
+  std::mutex run_mu_;  // one job at a time
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   uint64_t generation_ = 0;
