@@ -532,7 +532,8 @@ void Bench::run() {
   VI_CHECK(graph_sms_ == 0 || L_.ctx.device == Device::CUDA, "--sms: the model runs on the {}, not on a CUDA device",
            device_name(L_.ctx.device));
   VI_CHECK(graph_sms_ == 0 || L_.ctx.graphs, "--sms runs the CUDA graphs on some SMs, and graphs are off");
-  device_ = device_label(L_.ctx) + (graph_sms_ > 0 ? fmt::format(", graphs on {} SMs", graph_sms_) : "");
+  device_ = device_label(L_.ctx) + (graph_sms_ > 0 ? fmt::format(", graphs on {} SMs", graph_sms_) : "") +
+            (a_.model.tp > 1 ? fmt::format(", split over {} ranks", a_.model.tp) : "");
   profile_ = profile_label(L_.ctx);
   if (L_.ctx.device != Device::CPU && !L_.ctx.graphs) profile_ += ", no graphs";
   wformat_ = weight_format_summary(*L_.weights);

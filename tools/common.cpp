@@ -193,8 +193,9 @@ Loaded load(const ModelFlags& flags, bool need_tokenizer) {
   opts.progress = [&](size_t done, size_t total) { bar.update(done, total); };
   L.model = load_model(*L.weights, opts);
   const ModelInfo& info = L.model->info();
-  bar.finish(fmt::format("loaded {} ({}, {:.1f}M params, {:.1f} MB) in {:.2f} s", info.name, info.arch,
-                         info.n_params / 1e6, info.weight_bytes / 1e6, timer.s()));
+  bar.finish(fmt::format("loaded {} ({}, {:.1f}M params, {:.1f} MB{}) in {:.2f} s", info.name, info.arch,
+                         info.n_params / 1e6, info.weight_bytes / 1e6,
+                         flags.tp > 1 ? fmt::format(", split over {} CPU ranks", flags.tp) : "", timer.s()));
 
   if (need_tokenizer) {
     if (L.weights->format() == WeightFormat::kGguf) {
