@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/quant.h"
+#include "core/thread_pool.h"
 #include "unit/golden_model.h"
 #include "models/attention_block.h"
 #include "models/dense_blocks.h"
@@ -116,12 +117,16 @@ struct PassLogits {
 
 std::vector<float> copy_of(const Tensor& t) { return {t.ptr<float>(), t.ptr<float>() + t.numel()}; }
 
-PassLogits run_model(const std::string& name, int tp) {
+// threads > 0: the pass's worker pool (shared out among the ranks); else the global one.
+PassLogits run_model(const std::string& name, int tp, int threads = 0) {
   auto src = formats::open_weight_source((test::golden_dir() / name).string());
+  std::unique_ptr<ThreadPool> pool = threads > 0 ? std::make_unique<ThreadPool>(threads) : nullptr;
   LoadOptions opts;
   opts.tp = tp;
+  opts.ctx.pool = pool.get();
   auto model = load_model(*src, opts);
   ops::Context ctx;
+  ctx.pool = pool.get();
   PassLogits out;
   const std::vector<int32_t> prompt{1, 17, 42, 99, 5, 63, 7, 120, 31};
   auto seq = model->new_sequence(64);
@@ -220,6 +225,16 @@ class TensorParallelModel : public ::testing::TestWithParam<const char*> {};
 TEST_P(TensorParallelModel, LogitsMatchOneRank) {
   const PassLogits one = run_model(GetParam(), 1);
   const PassLogits two = run_model(GetParam(), 2);
+  expect_close(two.prefill, one.prefill, "prefill", 2);
+  expect_close(two.decode, one.decode, "decode", 2);
+  expect_close(two.batch, one.batch, "batch", 2);
+}
+
+// Each rank with a worker of its own besides its thread (4 threads over 2 ranks): the ranks' ops
+// run in parallel inside each rank too.
+TEST_P(TensorParallelModel, LogitsMatchOneRankWithWorkersInEachRank) {
+  const PassLogits one = run_model(GetParam(), 1, 4);
+  const PassLogits two = run_model(GetParam(), 2, 4);
   expect_close(two.prefill, one.prefill, "prefill", 2);
   expect_close(two.decode, one.decode, "decode", 2);
   expect_close(two.batch, one.batch, "batch", 2);
