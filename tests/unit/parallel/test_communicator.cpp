@@ -6,7 +6,7 @@
 // same tokens however the threads are scheduled; and no failure (a throwing rank, mismatched
 // tensors, a rank that never arrives) leaves another rank waiting forever.
 //
-// The communicators below get a timeout of a few seconds where none is under test, so a barrier
+// The communicators below get a timeout of a minute where none is under test, so a barrier
 // bug fails the test (with a "did not reach" error the checks reject) instead of hanging it.
 #include <gtest/gtest.h>
 
@@ -35,7 +35,7 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-constexpr milliseconds kNoHang(5000);
+constexpr milliseconds kNoHang(60000);  // far above any wait here, even on a loaded CI machine
 constexpr DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
@@ -364,7 +364,7 @@ void expect_every_rank_fails(const std::function<void(Communicator&, int)>& fn, 
     }
   }),
                Error);
-  EXPECT_LT(seconds_since(t0), 2.0) << "the ranks waited for the timeout";
+  EXPECT_LT(seconds_since(t0), 30.0) << "the ranks waited for the timeout";
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_TRUE(contains(msgs[r], what)) << "rank " << r << ": '" << msgs[r] << "'";
     EXPECT_FALSE(contains(msgs[r], "did not reach")) << "rank " << r << ": '" << msgs[r] << "'";
@@ -452,7 +452,7 @@ TEST(RankThreads, FailingRankAbortsTheOthersAndRethrowsTheCause) {
         } catch (const std::exception& e) {
           EXPECT_EQ(std::string(e.what()), cause) << where;
         }
-        EXPECT_LT(seconds_since(t0), 2.0) << where << ": the others waited for the timeout";
+        EXPECT_LT(seconds_since(t0), 30.0) << where << ": the others waited for the timeout";
         for (int r = 0; r < world; ++r) {
           if (r == bad) continue;
           EXPECT_TRUE(contains(msgs[r], "aborted")) << where << " rank " << r << ": '" << msgs[r] << "'";
@@ -502,7 +502,7 @@ TEST(HostCommunicator, TimeoutNamesTheLateRanks) {
     }
     const double waited = seconds_since(t0);
     EXPECT_GE(waited, 0.19) << c.named;
-    EXPECT_LT(waited, 2.0) << c.named;
+    EXPECT_LT(waited, 20.0) << c.named;  // the group's 200 ms, not some longer default
     for (int r = 0; r < c.callers; ++r) EXPECT_TRUE(contains(msgs[r], c.named)) << "rank " << r << ": " << msgs[r];
     for (int r = c.callers; r < 3; ++r) EXPECT_TRUE(msgs[r].empty()) << "rank " << r;
   }
