@@ -77,8 +77,8 @@ void OpProfiler::leave(const Context& ctx, int slot) {
   --t_depth;
   if (slot < 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (slot >= 0 && hooks_.leave) hooks_.leave(hooks_.user);
-  if (slot >= 0 && timed_) fns_.record(ctx, mark(2 * static_cast<size_t>(slot) + 2));
+  if (hooks_.leave) hooks_.leave(hooks_.user);
+  if (timed_) fns_.record(ctx, mark(2 * static_cast<size_t>(slot) + 2));
 }
 
 void OpProfiler::end_round(const Context& ctx) {
