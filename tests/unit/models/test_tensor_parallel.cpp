@@ -117,13 +117,15 @@ struct PassLogits {
 
 std::vector<float> copy_of(const Tensor& t) { return {t.ptr<float>(), t.ptr<float>() + t.numel()}; }
 
-// threads > 0: the pass's worker pool (shared out among the ranks); else the global one.
-PassLogits run_model(const std::string& name, int tp, int threads = 0) {
+// threads > 0: the pass's worker pool (shared out among the ranks); else the global one. int8_kv:
+// K and V cached in int8 with their scales (ops/kv_quant.h), which the merged pool carries rank by rank.
+PassLogits run_model(const std::string& name, int tp, int threads = 0, bool int8_kv = false) {
   auto src = formats::open_weight_source((test::golden_dir() / name).string());
   std::unique_ptr<ThreadPool> pool = threads > 0 ? std::make_unique<ThreadPool>(threads) : nullptr;
   LoadOptions opts;
   opts.tp = tp;
   opts.ctx.pool = pool.get();
+  if (int8_kv) opts.kv_types = {DType::I8, DType::I8};
   auto model = load_model(*src, opts);
   ops::Context ctx;
   ctx.pool = pool.get();
@@ -235,6 +237,14 @@ TEST_P(TensorParallelModel, LogitsMatchOneRank) {
 TEST_P(TensorParallelModel, LogitsMatchOneRankWithWorkersInEachRank) {
   const PassLogits one = run_model(GetParam(), 1, 4);
   const PassLogits two = run_model(GetParam(), 2, 4);
+  expect_close(two.prefill, one.prefill, "prefill", 2);
+  expect_close(two.decode, one.decode, "decode", 2);
+  expect_close(two.batch, one.batch, "batch", 2);
+}
+
+TEST_P(TensorParallelModel, Int8KvCacheMatchesOneRank) {
+  const PassLogits one = run_model(GetParam(), 1, 0, true);
+  const PassLogits two = run_model(GetParam(), 2, 0, true);
   expect_close(two.prefill, one.prefill, "prefill", 2);
   expect_close(two.decode, one.decode, "decode", 2);
   expect_close(two.batch, one.batch, "batch", 2);
