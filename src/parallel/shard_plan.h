@@ -28,13 +28,16 @@ Range split_range(int64_t n, int world, int rank, const char* what);
 // row-split projection). n must be a multiple of block.
 Range split_blocks(int64_t n, int64_t block, int world, int rank, const char* what);
 
-// Attention heads of one rank under grouped-query attention: a whole group of query heads goes
-// with its KV head, so attention needs nothing from the other ranks.
+// Attention heads of one rank under grouped-query attention; attention needs nothing from the
+// other ranks. Up to as many ranks as KV heads: each rank holds whole KV heads, each with its
+// whole group of query heads. More ranks, a whole number of them per KV head: the ranks of a KV
+// head each hold a copy of it (its projection rows, its K/V cache) and a share of its query
+// heads — how vLLM splits a model over more GPUs than KV heads.
 struct HeadShard {
   Range kv_heads, q_heads;
 };
-// Throws vi::Error when the KV heads are fewer than the ranks (each rank needs one of its own)
-// or the query heads do not group evenly over the KV heads.
+// Throws vi::Error when the query heads do not group evenly over the KV heads, or the ranks
+// outnumber the KV heads without a whole number of ranks per KV head and a query head for each.
 HeadShard split_heads(int64_t n_head, int64_t n_kv_head, int world, int rank);
 
 }  // namespace vi::parallel

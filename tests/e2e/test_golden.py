@@ -49,10 +49,11 @@ def test_golden(voltinfer, tmp_path, name, fmt):
 # Split over a tensor-parallel group of CPU ranks (--tp): the same comparisons against transformers,
 # in the forms that cut differently — HF f32 (o_proj / down cut anywhere) and GGUF q8_0 (cut on the
 # 32-value blocks, or kept in f32 off them) — and the real SmolLM2 GGUF (Q4_1, 3 KV heads over 3 ranks).
-# Qwen3.5: GDN key heads with their value heads, in HF's grouped order and in the GGUF's tiled one.
+# Qwen3.5: GDN key heads with their value heads, in HF's grouped order and in the GGUF's tiled one;
+# qwen35_b and qwen35_c have one KV head, which both ranks hold (as SmolLM2's 3 on 6 ranks, 2 each).
 TP_CASES = [("llama_tiny", "hf", 2), ("qwen2_tiny", "hf", 2), ("qwen3_tiny", "hf", 2), ("qwen3_tiny", "gguf-q8_0", 2),
             ("llama_tiny", "gguf-f32", 2), ("smollm2_hf", "hf", 3), ("qwen35_a", "hf", 2), ("qwen35_a", "gguf-f32", 2),
-            ("qwen35_a", "gguf-q8_0", 2)]
+            ("qwen35_a", "gguf-q8_0", 2), ("qwen35_b", "hf", 2), ("qwen35_c", "gguf-f32", 2), ("smollm2_hf", "hf", 6)]
 
 
 @pytest.mark.parametrize("name,fmt,tp", TP_CASES, ids=lambda v: str(v))

@@ -59,4 +59,4 @@ def test_a_split_that_cannot_be_made_is_refused(tmp_path):
         pytest.skip("default model missing: run scripts/get_default_model.sh")
     p = subprocess.run([str(BIN), "serve", "--port", "0", "--tp", "4"], capture_output=True, text=True, timeout=120)
     assert p.returncode != 0
-    assert "needs at least 4 KV heads" in p.stderr and "has 3" in p.stderr, p.stderr
+    assert "needs at least 4 KV heads" in p.stderr and "its 3 KV heads" in p.stderr, p.stderr

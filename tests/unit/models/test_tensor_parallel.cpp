@@ -253,8 +253,11 @@ TEST_P(TensorParallelModel, Int8KvCacheMatchesOneRank) {
 // llama (tied head), qwen2 (q/k/v biases), qwen3 (per-head q/k norms), each with 2 KV heads; Qwen3.5
 // (2 KV heads, 2 GDN key heads with 2 value heads each, HF's grouped head order; the GGUF form's
 // tiled order is compared with transformers in tests/e2e/test_golden.py).
+// qwen35_b (4 query heads) and qwen35_c (3) have one KV head, which both ranks then hold, each with
+// a share of its query heads; qwen35_c's GDN has 3 value heads per key head, qwen35_b's 3 key heads
+// (2 + 1 over the ranks).
 INSTANTIATE_TEST_SUITE_P(Golden, TensorParallelModel,
-                         ::testing::Values("llama_tiny", "qwen2_tiny", "qwen3_tiny", "qwen35_a"));
+                         ::testing::Values("llama_tiny", "qwen2_tiny", "qwen3_tiny", "qwen35_a", "qwen35_b", "qwen35_c"));
 
 TEST(TensorParallel, RefusesWhatItCannotSplit) {
   auto llama = formats::open_weight_source((test::golden_dir() / "llama_tiny").string());
@@ -266,9 +269,9 @@ TEST(TensorParallel, RefusesWhatItCannotSplit) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("KV heads"), std::string::npos) << e.what();
   }
-  auto qwen35_b = formats::open_weight_source((test::golden_dir() / "qwen35_b").string());
-  opts.tp = 2;  // 1 KV head
-  EXPECT_THROW(load_model(*qwen35_b, opts), Error);
+  auto qwen35_c = formats::open_weight_source((test::golden_dir() / "qwen35_c").string());
+  opts.tp = 4;  // 1 KV head with 3 query heads, 2 GDN key heads
+  EXPECT_THROW(load_model(*qwen35_c, opts), Error);
   ops::Context gpu;
   gpu.device = Device::CUDA;
   EXPECT_THROW(make_tp_group(gpu, 2, "m"), Error);

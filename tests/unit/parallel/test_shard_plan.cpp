@@ -163,8 +163,37 @@ TEST(ShardPlan, SplitHeadsKeepsQueryGroupsWithTheirKvHead) {
   }
 }
 
+// More ranks than KV heads, a whole number per KV head: each rank holds one KV head (a copy) and a
+// share of its query heads; together the ranks cover every query head once.
+TEST(ShardPlan, SplitHeadsSharesKvHeadsAmongRanks) {
+  // 2 KV heads, groups of 3, 4 ranks: ranks 0 and 1 hold KV head 0 with query heads 0-1 and 2,
+  // ranks 2 and 3 KV head 1 with 3-4 and 5.
+  const int64_t want[4][4] = {{0, 1, 0, 2}, {0, 1, 2, 3}, {1, 2, 3, 5}, {1, 2, 5, 6}};
+  for (int r = 0; r < 4; ++r) {
+    const HeadShard s = split_heads(6, 2, 4, r);
+    EXPECT_EQ(s.kv_heads.begin, want[r][0]) << r;
+    EXPECT_EQ(s.kv_heads.end, want[r][1]) << r;
+    EXPECT_EQ(s.q_heads.begin, want[r][2]) << r;
+    EXPECT_EQ(s.q_heads.end, want[r][3]) << r;
+  }
+  for (int64_t n_kv = 1; n_kv <= 4; ++n_kv)
+    for (int64_t group = 1; group <= 8; ++group)
+      for (int world = static_cast<int>(n_kv) + 1; world <= kMaxWorld; ++world) {
+        if (world % n_kv != 0 || group < world / n_kv) continue;
+        std::vector<Range> q;
+        for (int r = 0; r < world; ++r) {
+          const HeadShard s = split_heads(n_kv * group, n_kv, world, r);
+          EXPECT_EQ(s.kv_heads.size(), 1);
+          for (int64_t h = s.q_heads.begin; h < s.q_heads.end; ++h) EXPECT_EQ(h / group, s.kv_heads.begin);
+          q.push_back(s.q_heads);
+        }
+        expect_tiles(q, n_kv * group, "shared KV heads");
+      }
+}
+
 TEST(ShardPlan, SplitHeadsRejectsUnsplittableAttention) {
-  EXPECT_THROW(split_heads(8, 2, 3, 0), Error);   // 3 ranks, 2 KV heads: a rank would have none
+  EXPECT_THROW(split_heads(8, 2, 3, 0), Error);   // 3 ranks, 2 KV heads: not a whole number a KV head
+  EXPECT_THROW(split_heads(2, 1, 4, 0), Error);   // 4 ranks sharing 1 KV head with 2 query heads
   EXPECT_THROW(split_heads(32, 8, 16, 0), Error);  // beyond kMaxWorld and beyond n_kv
   EXPECT_THROW(split_heads(10, 3, 1, 0), Error);  // 10 query heads do not group over 3
   EXPECT_THROW(split_heads(9, 0, 1, 0), Error);
