@@ -126,7 +126,7 @@ TEST(ShardPlan, SplitBlocksRejectsPartialBlocksAndTooFewBlocks) {
 
 // A rank's query heads are exactly the groups of its KV heads, so attention is local.
 TEST(ShardPlan, SplitHeadsKeepsQueryGroupsWithTheirKvHead) {
-  // The brief's example: 9 heads over 3 KV heads (groups of 3), 2 ranks.
+  // 9 heads over 3 KV heads (groups of 3), 2 ranks: the first takes two KV heads, the second one.
   HeadShard s0 = split_heads(9, 3, 2, 0), s1 = split_heads(9, 3, 2, 1);
   EXPECT_EQ(s0.kv_heads.begin, 0);
   EXPECT_EQ(s0.kv_heads.end, 2);
