@@ -1,6 +1,6 @@
 """Prefix cache through `voltinfer serve` (SmolLM2 and a tiny random Qwen3.5 with the real
-tokenizer, also split over two CPU ranks): a 5-turn chat reuses the earlier turns (the engine's log line
-`prompt N tokens = R reused + C computed in T ms` says so, and so does
+tokenizer, also split over two CPU ranks): a 5-turn chat reuses the earlier turns (the engine's
+log line `prompt N tokens = R reused + C computed in T ms` says so, and so does
 usage.prompt_tokens_details.cached_tokens where the server reports it), two chats sharing
 a system prompt share it, and every greedy answer equals the one from a server started
 with --no-prefix-cache."""

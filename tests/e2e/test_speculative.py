@@ -9,9 +9,9 @@ preset, with its MTP head):
   sampled, from GGUF and HF files;
 - a model without an MTP head refuses `--spec mtp` with a clear error.
 
-Every CPU run also runs split over two ranks (`--tp 2`). With VOLTINFER_GPU=1 (a CUDA build on a GPU machine) the same runs again with --device cuda in
-both kernel profiles; the head is then held to the golden tests' GPU tolerance (3e-2 of the row
-max: f16 activations).
+Every CPU run also runs split over two ranks (`--tp 2`). With VOLTINFER_GPU=1 (a CUDA build on a
+GPU machine) the same runs again with --device cuda in both kernel profiles; the head is then held
+to the golden tests' GPU tolerance (3e-2 of the row max: f16 activations).
 """
 
 from __future__ import annotations
