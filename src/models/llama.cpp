@@ -266,11 +266,7 @@ void LlamaModel::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::spa
                                Tensor& logits, LogitsOn where, Tensor* hidden) const {
   for (const BatchItem& it : items)
     VI_CHECK(dynamic_cast<LlamaState*>(it.seq) != nullptr, "sequence state was not made by this model");
-  if (!tp_) {
-    forward_rank(ctx, 0, plan, items, &logits, where, hidden);
-    return;
-  }
-  tp_->run(ctx, [&](ops::Context& rctx, int r) {
+  on_ranks(tp_.get(), ctx, [&](ops::Context& rctx, int r) {
     forward_rank(rctx, r, plan, items, r == 0 ? &logits : nullptr, where, r == 0 ? hidden : nullptr);
   });
 }

@@ -681,11 +681,7 @@ void Qwen35Model::forward_plan(ops::Context& ctx, const BatchPlan& plan, std::sp
                                Tensor& logits, LogitsOn where, Tensor* hidden) const {
   for (const BatchItem& it : items)
     VI_CHECK(dynamic_cast<Qwen35State*>(it.seq) != nullptr, "sequence state was not made by this model");
-  if (!tp_) {
-    forward_rank(ctx, 0, plan, items, &logits, where, hidden);
-    return;
-  }
-  tp_->run(ctx, [&](ops::Context& rctx, int r) {
+  on_ranks(tp_.get(), ctx, [&](ops::Context& rctx, int r) {
     forward_rank(rctx, r, plan, items, r == 0 ? &logits : nullptr, where, r == 0 ? hidden : nullptr);
   });
 }
@@ -966,11 +962,7 @@ void Qwen35Model::draft_begin(const ops::Context& ctx, SequenceState& dseq, int6
 
 void Qwen35Model::draft_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items,
                              const Tensor& hidden, Tensor* logits, Tensor& head_out, LogitsOn where) const {
-  if (!tp_) {
-    draft_rank(ctx, 0, plan, items, hidden, logits != nullptr, logits, &head_out, where);
-    return;
-  }
-  tp_->run(ctx, [&](ops::Context& rctx, int r) {
+  on_ranks(tp_.get(), ctx, [&](ops::Context& rctx, int r) {
     draft_rank(rctx, r, plan, items, hidden, logits != nullptr, r == 0 ? logits : nullptr, r == 0 ? &head_out : nullptr,
                where);
   });

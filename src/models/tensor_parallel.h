@@ -37,6 +37,18 @@ struct TpGroup {
   void run(const ops::Context& caller, const std::function<void(ops::Context&, int)>& fn) const;
 };
 
+// fn(ctx, r) for every rank of the model's group: where the model is not split (group null) once,
+// fn(ctx, 0) on the caller's own context (a recording sees its ops, nothing is copied or
+// allocated); else on every rank at once (TpGroup::run).
+template <class Fn>
+void on_ranks(const TpGroup* group, ops::Context& ctx, Fn&& fn) {
+  if (group == nullptr) {
+    fn(ctx, 0);
+    return;
+  }
+  group->run(ctx, fn);
+}
+
 // A pass's logits from rank r's part of the LM head. Not split (comm null): output_logits into
 // *logits. Split: each rank's vocabulary slice, side by side in *logits on the rank that passes it
 // (rank 0; null elsewhere) as host f32 — the ranks run on the CPU. n_vocab: the whole vocabulary;

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/quant.h"
 #include "core/thread_pool.h"
+#include "unit/cpu/cpu_test_util.h"
 #include "unit/golden_model.h"
 #include "models/attention_block.h"
 #include "models/dense_blocks.h"
@@ -24,12 +25,7 @@
 namespace vi {
 namespace {
 
-Tensor random_f32(std::mt19937& rng, std::vector<int64_t> shape, float scale) {
-  Tensor t = Tensor::empty(DType::F32, shape);
-  std::normal_distribution<float> nd(0.0f, scale);
-  for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = nd(rng);
-  return t;
-}
+using test::random_f32;
 
 Tensor quantize(const Tensor& f, DType t) {
   Tensor q = Tensor::empty(t, f.shape());
@@ -38,7 +34,7 @@ Tensor quantize(const Tensor& f, DType t) {
 }
 
 TEST(TensorParallel, ColumnCutsKeepTheBlocksOrFallBackToF32) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(test::test_seed());
   const Tensor w = quantize(random_f32(rng, {6, 128}, 1.0f), DType::Q8_0);
   const Tensor whole = to_f32(w);
   // On the blocks: the dtype and the bytes stay.
@@ -55,7 +51,7 @@ TEST(TensorParallel, ColumnCutsKeepTheBlocksOrFallBackToF32) {
 }
 
 TEST(TensorParallel, SwigluShardsSumToTheWholeMlp) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(test::test_seed());
   ops::Context ctx;
   const int64_t d = 64, F = 160;  // 5 blocks of 32: cut 3 + 2 over two ranks, 2 + 2 + 1 over three
   for (int64_t N : {int64_t{1}, int64_t{11}}) {
@@ -115,7 +111,7 @@ struct PassLogits {
   std::vector<float> batch;    // a two-sequence batch's last rows
 };
 
-std::vector<float> copy_of(const Tensor& t) { return {t.ptr<float>(), t.ptr<float>() + t.numel()}; }
+std::vector<float> values_of(const Tensor& t) { return {t.ptr<float>(), t.ptr<float>() + t.numel()}; }
 
 // threads > 0: the pass's worker pool (shared out among the ranks); else the global one. int8_kv:
 // K and V cached in int8 with their scales (ops/kv_quant.h), which the merged pool carries rank by rank.
@@ -134,10 +130,10 @@ PassLogits run_model(const std::string& name, int tp, int threads = 0, bool int8
   auto seq = model->new_sequence(64);
   Tensor logits;
   model->forward(ctx, prompt, *seq, logits, true);
-  out.prefill = copy_of(logits);
+  out.prefill = values_of(logits);
   for (int32_t t : {11, 12, 13}) {
     model->forward(ctx, std::vector<int32_t>{t}, *seq, logits, false);
-    const auto row = copy_of(logits);
+    const auto row = values_of(logits);
     out.decode.insert(out.decode.end(), row.begin(), row.end());
   }
   // Two sequences in one pass: a decode step of the first beside a prefill of another.
@@ -145,7 +141,7 @@ PassLogits run_model(const std::string& name, int tp, int threads = 0, bool int8
   const std::vector<int32_t> one{14}, two{3, 4, 5, 6};
   BatchItem items[2] = {{seq.get(), one, false}, {other.get(), two, false}};
   model->forward_batch(ctx, items, logits);
-  out.batch = copy_of(logits);
+  out.batch = values_of(logits);
   return out;
 }
 
@@ -174,10 +170,10 @@ std::vector<float> verify_and_rollback(const std::string& name, int tp) {
   const std::vector<int32_t> drafts{6, 7, 8, 9};
   BatchItem verify{seq.get(), drafts, true, /*checkpoints=*/true};
   model->forward_batch(ctx, {&verify, 1}, logits);
-  std::vector<float> out = copy_of(logits);
+  std::vector<float> out = values_of(logits);
   EXPECT_TRUE(seq->rollback(7));
   model->forward(ctx, std::vector<int32_t>{21}, *seq, logits, false);
-  const std::vector<float> step = copy_of(logits);
+  const std::vector<float> step = values_of(logits);
   out.insert(out.end(), step.begin(), step.end());
   return out;
 }
@@ -206,7 +202,7 @@ std::vector<float> draft_pass(const std::string& dir, int tp) {
   Tensor dl, out;
   model->draft_forward(ctx, *draft, std::span<const int32_t>(p.data() + 1, n - 1), hidden.slice_rows(0, n - 1), &dl,
                        out, LogitsOn::kHostF32);
-  std::vector<float> v = copy_of(dl);
+  std::vector<float> v = values_of(dl);
   v.insert(v.end(), out.ptr<float>(), out.ptr<float>() + out.numel());
   // A pass without an LM head (the head's cache only) must not leave the ranks out of step.
   Tensor out2;
