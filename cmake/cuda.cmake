@@ -118,3 +118,16 @@ else()
   target_compile_definitions(vi_cuda PRIVATE VI_CUBLAS=0)
 endif()
 set_target_properties(vi_cuda PROPERTIES CUDA_RUNTIME_LIBRARY Static POSITION_INDEPENDENT_CODE ON)
+
+# The parallel layer's CUDA part (src/parallel/cuda/: the mailbox communicator's kernels), built
+# with vi_cuda's flags. It depends on the parallel layer and the CUDA runtime only, and registers
+# itself from a static initialiser, so it is an object library too.
+file(GLOB vi_parallel_cuda_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/parallel/cuda/*.cu)
+add_library(vi_parallel_cuda OBJECT ${vi_parallel_cuda_srcs})
+set_target_properties(vi_parallel_cuda PROPERTIES COMPILE_OPTIONS "${vi_cxx_opts}" CUDA_RUNTIME_LIBRARY Static
+                                                  POSITION_INDEPENDENT_CODE ON)
+target_compile_options(vi_parallel_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${vi_cuda_flags}>)
+target_link_libraries(vi_parallel_cuda PUBLIC vi_parallel CUDA::cudart_static)
+if(DEFINED vi_shadow)
+  target_include_directories(vi_parallel_cuda BEFORE PUBLIC ${vi_shadow})
+endif()

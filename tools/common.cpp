@@ -81,7 +81,8 @@ void ModelFlags::add(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--tp,--tensor-parallel", tp,
                  "Split the model over this many ranks (tensor parallel: heads, MLP rows and vocabulary cut, two "
-                 "all-reduces a layer); CPU ranks so far (--device cpu)")
+                 "all-reduces a layer). With --device cuda every rank runs on the one GPU: the split path, not a "
+                 "speedup")
       ->check(CLI::Range(1, 8));
   app.add_option("--device", device, "Where to run: cpu, or cuda (the current GPU; f16 activations)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
@@ -178,9 +179,6 @@ Loaded load(const ModelFlags& flags, bool need_tokenizer) {
     L.ctx.int8_act = flags.int8_act;
   }
   VI_CHECK(!flags.int8_act || flags.device == "cuda", "--int8-activations needs --device cuda");
-  VI_CHECK(flags.tp == 1 || flags.device == "cpu",
-           "--tp {} splits the model over CPU ranks so far; GPU ranks are not written yet (use --tp 1 with --device {})",
-           flags.tp, flags.device);
   LoadOptions opts;
   opts.ctx = L.ctx;  // weights, caches and activations live on the chosen device
   auto cache_type = [](const std::string& name) -> std::optional<DType> {
@@ -195,7 +193,10 @@ Loaded load(const ModelFlags& flags, bool need_tokenizer) {
   const ModelInfo& info = L.model->info();
   bar.finish(fmt::format("loaded {} ({}, {:.1f}M params, {:.1f} MB{}) in {:.2f} s", info.name, info.arch,
                          info.n_params / 1e6, info.weight_bytes / 1e6,
-                         flags.tp > 1 ? fmt::format(", split over {} CPU ranks", flags.tp) : "", timer.s()));
+                         flags.tp <= 1            ? ""
+                         : flags.device == "cpu" ? fmt::format(", split over {} CPU ranks", flags.tp)
+                                                 : fmt::format(", split over {} ranks on one GPU", flags.tp),
+                         timer.s()));
 
   if (need_tokenizer) {
     if (L.weights->format() == WeightFormat::kGguf) {

@@ -85,6 +85,7 @@ class LlamaModel final : public Model {
       ops::Context ctx = s.ctx;
       pools.push_back(new_attention_kv_pool(ctx, hp_.n_layer, n_blocks, block_size, s.Hkv, hp_.head_dim, kv_types_));
     }
+    if (tp_) tp_->synchronize();
     return pools.size() == 1 ? pools.front() : merge_kv_pools(pools);
   }
   std::unique_ptr<SequenceState> new_paged_sequence(int64_t n_ctx, std::shared_ptr<KvPool> pool) const override {
@@ -95,6 +96,7 @@ class LlamaModel final : public Model {
   // --- end paged KV cache ---
 
  protected:
+  bool recordable() const override { return tp_ == nullptr; }
   void forward_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items, Tensor& logits,
                     LogitsOn where, Tensor* hidden) const override;
 
@@ -235,6 +237,7 @@ LlamaModel::LlamaModel(const WeightSource& src, const LoadOptions& opts)
       swiglu_to_device(s.ctx, L.mlp);
     }
   }
+  if (tp_) tp_->synchronize();
 
   info_.name = model_display_name(src);
   info_.n_vocab = hp_.n_vocab;
@@ -321,10 +324,10 @@ void LlamaModel::forward_rank(ops::Context& ctx, int r, const BatchPlan& plan, s
       paged_attention_block(ctx, plan, items, pool_layer, qh, k, v, scale, a);
     }
     ops::matmul(ctx, a, L.wo, o);
-    if (comm) comm->all_reduce_sum(r, o);
+    if (comm) comm->all_reduce_sum(r, o, ctx.stream);
     ops::add_rms_norm(ctx, x, o, L.ffn_norm, hp_.norm_eps, 0.0f, n);  // x += attn; n = ffn_norm(x)
     swiglu_mlp(ctx, n, L.mlp, gu, ff_h, o);
-    if (comm) comm->all_reduce_sum(r, o);
+    if (comm) comm->all_reduce_sum(r, o, ctx.stream);
     ops::add_rms_norm(ctx, x, o, norm_after(l), hp_.norm_eps, 0.0f, n);  // x += mlp; n = next norm(x)
   }
   rank_output_logits(ctx, comm, r, plan, n, S.lm_head, where, out_logits, hp_.n_vocab, logits);

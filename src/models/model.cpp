@@ -69,7 +69,8 @@ void Model::forward_batch(ops::Context& ctx, std::span<const BatchItem> items, T
   }
   StepRunner& r = *runner_;
   std::lock_guard<std::mutex> lock(r.mu);
-  const bool recordable = ctx.graphs && !r.disabled && where == LogitsOn::kDevice && ctx.profiler == nullptr &&
+  const bool recordable = ctx.graphs && this->recordable() && !r.disabled && where == LogitsOn::kDevice &&
+                          ctx.profiler == nullptr &&
                           plan.n_rows <= kMaxRecordedRows && ops::graphs_supported(ctx);
   plan.stage(ctx, items, r.arena, recordable);
   bool done = false;
@@ -147,7 +148,8 @@ void Model::draft_forward(ops::Context& ctx, SequenceState& dseq, std::span<cons
   BatchPlan plan = BatchPlan::make(items, info().n_vocab);
   StepRunner& r = *draft_runner_;
   std::lock_guard<std::mutex> lock(r.mu);
-  const bool recordable = ctx.graphs && !r.disabled && (logits == nullptr || where == LogitsOn::kDevice) &&
+  const bool recordable = ctx.graphs && this->recordable() && !r.disabled &&
+                          (logits == nullptr || where == LogitsOn::kDevice) &&
                           ctx.profiler == nullptr && T <= kMaxRecordedRows && ops::graphs_supported(ctx);
   plan.stage(ctx, items, r.arena, recordable);
   bool done = false;

@@ -200,6 +200,9 @@ class Model {
                      Tensor* logits, Tensor& head_out, LogitsOn where) const;
 
  protected:
+  // Whether passes may be recorded (ops/graph.h). A model split over GPU ranks says no: a
+  // recording would have to follow every rank's stream, and its passes wait for the GPU.
+  virtual bool recordable() const { return true; }
   // The architecture's forward pass over a validated, staged plan (inputs in plan.dev). With
   // device logits it must only queue device work (no host waits or reads of device data,
   // nothing kept past the call but the logits), so that it can be recorded. Does not advance

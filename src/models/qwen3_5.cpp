@@ -238,6 +238,7 @@ class Qwen35Model final : public Model {
       }
       pools.push_back(std::move(pool));
     }
+    if (tp_) tp_->synchronize();
     return pools.size() == 1 ? pools.front() : merge_kv_pools(pools);
   }
   std::unique_ptr<SequenceState> new_paged_sequence(int64_t n_ctx, std::shared_ptr<KvPool> pool) const override {
@@ -255,6 +256,7 @@ class Qwen35Model final : public Model {
   std::unique_ptr<SequenceState> new_draft_sequence(const SequenceState& main) const override;
 
  protected:
+  bool recordable() const override { return tp_ == nullptr; }
   void draft_begin(const ops::Context& ctx, SequenceState& dseq, int64_t T, const Tensor& hidden) const override;
   void draft_plan(ops::Context& ctx, const BatchPlan& plan, std::span<const BatchItem> items, const Tensor& hidden,
                   Tensor* logits, Tensor& head_out, LogitsOn where) const override;
@@ -523,6 +525,7 @@ Qwen35Model::Qwen35Model(const WeightSource& src, const LoadOptions& opts)
     }
   }
 
+  if (tp_) tp_->synchronize();
   info_.arch = "qwen3_5";
   info_.name = model_display_name(src);
   info_.n_vocab = hp_.n_vocab;
@@ -913,7 +916,7 @@ void Qwen35Model::forward_rank(ops::Context& ctx, int r, const BatchPlan& plan, 
       hidden = ff_h;
     } else {
       ops::matmul(ctx, o_in, wo, o);
-      if (comm) comm->all_reduce_sum(r, o);
+      if (comm) comm->all_reduce_sum(r, o, ctx.stream);
       const bool mlp_stacked = L.mlp.gate_up.data() != nullptr && N <= kStackedMlpMaxRows;
       Tensor& mlp_in = norm_out(mlp_stacked ? &L.mlp.gate_up : nullptr);
       ops::add_rms_norm(ctx, x, o, L.post_norm, eps, off, mlp_in);  // x += block(x); mlp_in = post_norm(x)
@@ -925,7 +928,7 @@ void Qwen35Model::forward_rank(ops::Context& ctx, int r, const BatchPlan& plan, 
       in_deferred = true;
     } else {
       ops::matmul(ctx, hidden, L.mlp.down, o);
-      if (comm) comm->all_reduce_sum(r, o);
+      if (comm) comm->all_reduce_sum(r, o, ctx.stream);
       Tensor& next_in = norm_out(stacked_input(l + 1));
       ops::add_rms_norm(ctx, x, o, norm_after(l), eps, off, next_in);  // x += mlp; next_in = next norm(x)
       in = &next_in;
@@ -1009,11 +1012,11 @@ void Qwen35Model::draft_rank(ops::Context& ctx, int r, const BatchPlan& plan, st
     norm_rope_paged_attention_block(ctx, plan, items, head_base + static_cast<int64_t>(m), nr, qh, k, v, attn_scale,
                                     att, &gate);
     ops::matmul(ctx, att, A.wo, o);
-    if (comm) comm->all_reduce_sum(r, o);
+    if (comm) comm->all_reduce_sum(r, o, ctx.stream);
     ops::add_rms_norm(ctx, x, o, L.post_norm, eps, off, n);  // x += attn; n = post_norm(x)
     Tensor h = swiglu_hidden(ctx, n, L.mlp, ff_gu, ff_h);
     ops::matmul(ctx, h, L.mlp.down, o);
-    if (comm) comm->all_reduce_sum(r, o);
+    if (comm) comm->all_reduce_sum(r, o, ctx.stream);
     const Tensor& next = m + 1 < S.mtp_layers.size() ? S.mtp_layers[m + 1].in_norm : mtp_norm_;
     ops::add_rms_norm(ctx, x, o, next, eps, off, n);  // x += mlp; n = the next norm(x): after the last, mtp.norm
   }

@@ -6,20 +6,37 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/loader.h"
+#include "ops/memory.h"
+#include "parallel/mailbox_communicator.h"
 
 namespace vi {
 
 ops::Context TpGroup::pass_ctx(const ops::Context& caller, int r) const {
   ops::Context c = caller;
   c.pool = pools[static_cast<size_t>(r)].get();
+  if (r > 0) c.stream = ctx[static_cast<size_t>(r)].stream;
   return c;
 }
 
 void TpGroup::run(const ops::Context& caller, const std::function<void(ops::Context&, int)>& fn) const {
-  threads->run([&](int r) {
-    ops::Context c = pass_ctx(caller, r);
-    fn(c, r);
-  });
+  ops::Context base = caller;
+  std::vector<ops::Context> rc;
+  for (int r = 0; r < world; ++r) rc.push_back(pass_ctx(caller, r));
+  // Forked and joined here, on the caller's thread: an event that a rank's thread recorded on the
+  // caller's stream could land behind rank 0's first collective, which waits for that rank.
+  for (int r = 1; r < world; ++r) ops::stream_wait(rc[static_cast<size_t>(r)], base);
+  threads->run([&](int r) { fn(rc[static_cast<size_t>(r)], r); });
+  if (base.device == Device::CPU) return;
+  for (int r = 1; r < world; ++r) ops::stream_wait(base, rc[static_cast<size_t>(r)]);
+  ops::synchronize(base);  // a collective that gave up left wrong values: raise it before they are used
+  comm->check();
+}
+
+void TpGroup::synchronize() const {
+  for (const ops::Context& c : ctx) {
+    ops::Context k = c;
+    ops::synchronize(k);
+  }
 }
 
 void rank_output_logits(ops::Context& ctx, parallel::Communicator* comm, int r, const BatchPlan& plan, const Tensor& n,
@@ -28,32 +45,52 @@ void rank_output_logits(ops::Context& ctx, parallel::Communicator* comm, int r, 
     output_logits(ctx, plan, n, lm_head, where, out, *logits);
     return;
   }
-  Tensor part;
-  output_logits(ctx, plan, n, lm_head, LogitsOn::kHostF32, out, part);
-  Tensor whole;
-  if (logits != nullptr) whole = Tensor::empty(DType::F32, {part.rows(), n_vocab});
-  comm->all_gather_cols(r, part, logits != nullptr ? &whole : nullptr);
-  if (logits != nullptr) *logits = whole;
+  Tensor part, whole;
+  if (ctx.device == Device::CPU) {
+    output_logits(ctx, plan, n, lm_head, LogitsOn::kHostF32, out, part);
+    if (logits != nullptr) whole = Tensor::empty(DType::F32, {part.rows(), n_vocab});
+    comm->all_gather_cols(r, part, logits != nullptr ? &whole : nullptr, ctx.stream);
+    if (logits != nullptr) *logits = whole;
+    return;
+  }
+  output_logits(ctx, plan, n, lm_head, LogitsOn::kDevice, out, part);
+  if (logits != nullptr) whole = ops::empty(ctx, part.dtype(), {part.rows(), n_vocab});  // rank 0: the caller's stream
+  comm->all_gather_cols(r, part, logits != nullptr ? &whole : nullptr, ctx.stream);
+  if (logits == nullptr) return;
+  if (where == LogitsOn::kDevice) {
+    *logits = whole;
+    return;
+  }
+  ops::synchronize(ctx);
+  comm->check();  // before the host reads what the gather wrote
+  *logits = logits_to_host_f32(ctx, whole);
 }
 
 std::unique_ptr<TpGroup> make_tp_group(const ops::Context& base, int world, const std::string& model_name) {
   VI_CHECK(world >= 2 && world <= parallel::kMaxWorld, "tensor parallel over {} ranks: 2 to {} are supported", world,
            parallel::kMaxWorld);
-  VI_CHECK(base.device == Device::CPU,
-           "{}: tensor parallel (--tp {}) runs its ranks on the CPU so far (--device cpu); GPU ranks are not written "
-           "yet",
-           model_name, world);
   auto g = std::make_unique<TpGroup>();
   g->world = world;
+  const bool gpu = base.device != Device::CPU;
   const ThreadPool& all = base.pool != nullptr ? *base.pool : ThreadPool::global();
-  const int per_rank = std::max(1, all.size() / world);
+  const int per_rank = gpu ? 1 : std::max(1, all.size() / world);  // GPU ranks' host threads only queue work
   for (int r = 0; r < world; ++r) {
     g->pools.push_back(std::make_unique<ThreadPool>(per_rank));
     ops::Context c = base;
     c.pool = g->pools.back().get();
+    if (gpu && r > 0) c.stream = ops::new_stream(c);
     g->ctx.push_back(c);
   }
-  g->comm = parallel::make_host_communicator(world);
+  if (gpu) {
+    parallel::MailboxOptions mo;
+    mo.place = parallel::MailboxPlace::kDevice;
+    g->comm = parallel::make_mailbox_communicator(std::vector<int>(static_cast<size_t>(world), 0), mo);
+    VI_LOG_WARN("{}: --tp {} on a GPU runs every rank on the current GPU (streams of their own, a mailbox in its "
+                "memory): the split path, not a speedup; passes run op by op",
+                model_name, world);
+  } else {
+    g->comm = parallel::make_host_communicator(world);
+  }
   g->threads = std::make_unique<parallel::RankThreads>(world, g->comm.get());
   return g;
 }

@@ -3,8 +3,11 @@
 // its weights — column-split projections keep a rank's output rows, row-split ones the matching
 // input columns, and the all-reduce after a row-split projection adds the ranks' partial sums.
 //
-// Ranks run on the CPU so far: each has its own worker pool (the machine's threads shared out)
-// and the ranks share the host's memory, so the host communicator serves them.
+// CPU ranks each have a worker pool of their own (the machine's threads shared out) and share the
+// host's memory, so the host communicator serves them. GPU ranks run on the one current GPU so
+// far, each on a stream of its own (rank 0 on the caller's), with the mailbox communicator in
+// device memory between them: the split path on a one-GPU machine, no faster than one rank. Their
+// passes run op by op (a recorded step would have to hold every rank's stream).
 #pragma once
 
 #include <functional>
@@ -26,15 +29,21 @@ namespace vi {
 struct TpGroup {
   int world = 1;
   std::vector<std::unique_ptr<ThreadPool>> pools;  // one per rank
-  std::vector<ops::Context> ctx;                   // rank r's device and pool
+  std::vector<ops::Context> ctx;                   // rank r's device, pool and (GPU) stream
   std::unique_ptr<parallel::Communicator> comm;
   std::unique_ptr<parallel::RankThreads> threads;
 
-  // ctx of rank r for one pass: the rank's pool, the caller's switches and op profiler (every
-  // rank's ops count: a round's bytes and FLOPs are all the ranks').
+  // ctx of rank r for one pass: the rank's pool and stream (rank 0: the caller's stream), the
+  // caller's switches and op profiler (every rank's ops count: a round's bytes and FLOPs are all
+  // the ranks').
   ops::Context pass_ctx(const ops::Context& caller, int r) const;
-  // fn(rank's ctx, r) on every rank at once (RankThreads::run).
+  // fn(rank's ctx, r) on every rank at once (RankThreads::run). GPU ranks: their streams start
+  // after the work queued on the caller's stream (the staged plan), the caller's stream goes on
+  // after theirs, and the pass waits for the GPU and raises what the collectives reported.
   void run(const ops::Context& caller, const std::function<void(ops::Context&, int)>& fn) const;
+  // Waits for the work queued on every rank's stream (GPU ranks): what ranks allocated and wrote
+  // at load (weights, KV pools) is then usable from any stream.
+  void synchronize() const;
 };
 
 // fn(ctx, r) for every rank of the model's group: where the model is not split (group null) once,
@@ -51,13 +60,13 @@ void on_ranks(const TpGroup* group, ops::Context& ctx, Fn&& fn) {
 
 // A pass's logits from rank r's part of the LM head. Not split (comm null): output_logits into
 // *logits. Split: each rank's vocabulary slice, side by side in *logits on the rank that passes it
-// (rank 0; null elsewhere) as host f32 — the ranks run on the CPU. n_vocab: the whole vocabulary;
-// out: logits_scratch of the rank's slice.
+// (rank 0; null elsewhere): on the CPU host f32; on a GPU gathered in the activation dtype on the
+// device, then as `where` asks. n_vocab: the whole vocabulary; out: logits_scratch of the rank's
+// slice.
 void rank_output_logits(ops::Context& ctx, parallel::Communicator* comm, int r, const BatchPlan& plan, const Tensor& n,
                         const Tensor& lm_head, LogitsOn where, const Tensor& out, int64_t n_vocab, Tensor* logits);
 
-// A group of `world` ranks (world >= 2) on base's device. Throws vi::Error for a device other
-// than the CPU: GPU ranks are not written yet.
+// A group of `world` ranks (world >= 2) on base's device (a GPU: all on the current one).
 std::unique_ptr<TpGroup> make_tp_group(const ops::Context& base, int world, const std::string& model_name);
 
 // Rows [r.begin, r.end) of a host matrix (a view: rows are contiguous).

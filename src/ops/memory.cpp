@@ -68,4 +68,16 @@ void synchronize(Context& ctx) {
   if (f.synchronize) f.synchronize(ctx);
 }
 
+void* new_stream(Context& ctx) {
+  const MemoryFns& f = memory_fns(ctx.device);
+  return f.new_stream ? f.new_stream(ctx) : nullptr;
+}
+
+void stream_wait(Context& waiter, Context& signaler) {
+  VI_CHECK(waiter.device == signaler.device, "stream_wait: a {} queue cannot wait for a {} one", device_name(waiter.device),
+           device_name(signaler.device));
+  const MemoryFns& f = memory_fns(waiter.device);
+  if (f.stream_wait && waiter.stream != signaler.stream) f.stream_wait(waiter, signaler);
+}
+
 }  // namespace vi::ops

@@ -21,6 +21,14 @@ void zero(Context& ctx, Tensor& t);
 Tensor download(Context& ctx, const Tensor& t);
 // Waits for all work queued on ctx (no-op on the CPU).
 void synchronize(Context& ctx);
+// A queue of ctx's device of its own (a CUDA stream that does not wait for the legacy default
+// stream; null on the CPU), for a rank of a tensor-parallel group. It is never destroyed: memory
+// allocated on it may be freed on it at any time later.
+void* new_stream(Context& ctx);
+// Work queued on `waiter` from now on starts after the work queued on `signaler` so far (both on
+// one device; nothing on the CPU, where work runs as it is called). Inside a recording it becomes
+// an edge of the graph.
+void stream_wait(Context& waiter, Context& signaler);
 
 struct MemoryFns {
   Tensor (*empty)(Context&, DType, const std::vector<int64_t>&) = nullptr;
@@ -29,6 +37,8 @@ struct MemoryFns {
   void (*zero)(Context&, Tensor&) = nullptr;
   Tensor (*download)(Context&, const Tensor&) = nullptr;
   void (*synchronize)(Context&) = nullptr;
+  void* (*new_stream)(Context&) = nullptr;
+  void (*stream_wait)(Context&, Context&) = nullptr;
 };
 // One entry per device; backends fill theirs from a static initialiser.
 MemoryFns& memory_fns(Device d);

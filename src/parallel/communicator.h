@@ -7,6 +7,12 @@
 // A rank that fails must not leave the others waiting: abort() ends every collective in
 // progress and every later one with an error naming the cause, until reset(). A rank that does
 // not arrive within the timeout aborts the group the same way, naming the ranks that are late.
+//
+// `stream` is the rank's queue (a cudaStream_t on a GPU, null on the CPU). A host communicator
+// finishes the collective before it returns and reports errors by throwing there. A device
+// communicator queues kernels on the stream and returns at once (so a recorded step can hold
+// them); what those kernels find (a mismatch, a late rank, an abort) is raised by check() once
+// the stream has been synchronised.
 #pragma once
 
 #include <chrono>
@@ -24,11 +30,14 @@ class Communicator {
   virtual const char* name() const = 0;
   // x: as many elements of one dtype (f32, f16 or bf16) on every rank. Leaves the elementwise sum over
   // ranks in every rank's x.
-  virtual void all_reduce_sum(int rank, Tensor& x) = 0;
+  virtual void all_reduce_sum(int rank, Tensor& x, void* stream) = 0;
   // part: [rows, c_rank] (c may differ between ranks, rows may not). Every rank that passes an
   // out ([rows, sum of c], part's dtype) gets the parts side by side in rank order; a rank that
   // passes null only contributes (a root-only gather: the logits the sampler reads).
-  virtual void all_gather_cols(int rank, const Tensor& part, Tensor* out) = 0;
+  virtual void all_gather_cols(int rank, const Tensor& part, Tensor* out, void* stream) = 0;
+  // Throws the first error a queued collective reported on the device (a device communicator;
+  // call after synchronising the rank's stream). A host communicator has nothing queued.
+  virtual void check() {}
   // Ends every collective in progress and to come with vi::Error("... <why>").
   virtual void abort(const std::string& why) = 0;
   // After every rank has left its collectives (their threads joined): ready for use again.

@@ -127,7 +127,7 @@ class HostCommunicator final : public Communicator {
   int world() const override { return world_; }
   const char* name() const override { return "host"; }
 
-  void all_reduce_sum(int rank, Tensor& x) override {
+  void all_reduce_sum(int rank, Tensor& x, void* /*stream*/) override {
     check_rank(rank);
     VI_CHECK(x.device() == Device::CPU && (x.dtype() == DType::F32 || x.dtype() == DType::F16 || x.dtype() == DType::BF16),
              "all_reduce_sum: {} {} on {} (host f32, f16 or bf16 tensors only)", x.shape_str(), dtype_name(x.dtype()),
@@ -165,7 +165,7 @@ class HostCommunicator final : public Communicator {
     barrier_.wait(rank);  // nobody's x changes before every rank has read from it
   }
 
-  void all_gather_cols(int rank, const Tensor& part, Tensor* out) override {
+  void all_gather_cols(int rank, const Tensor& part, Tensor* out, void* /*stream*/) override {
     check_rank(rank);
     VI_CHECK(part.device() == Device::CPU && part.ndim() == 2 && dtype_info(part.dtype()).block_elems == 1,
              "all_gather_cols: {} {} (host 2-D tensors of a plain dtype only)", part.shape_str(), dtype_name(part.dtype()));

@@ -6,7 +6,6 @@
 
 #if VI_CUBLAS
 #include <climits>
-#include <mutex>
 #endif
 
 namespace vi::cuda {
@@ -19,11 +18,12 @@ bool cublas_allowed_by_env() {
 #if VI_CUBLAS
 namespace {
 
+// A handle per thread and device: a handle carries its stream from cublasSetStream to the GEMM,
+// so threads that queue work on streams of their own (the ranks of a split model) must not share
+// one. A thread's handles live as long as the process (ranks' threads live as long as the model).
 cublasHandle_t cublas_for(const ops::Context& ctx) {
-  static cublasHandle_t handles[kMaxDevices] = {};
-  static std::mutex mu;
+  thread_local cublasHandle_t handles[kMaxDevices] = {};
   const int dev = current_device().index;
-  std::lock_guard<std::mutex> lock(mu);
   if (!handles[dev]) {
     VI_CUBLAS_CHECK(cublasCreate(&handles[dev]));
     // fp32 accumulation all the way: by default cuBLAS may reduce split-K partials of an f16

@@ -76,6 +76,29 @@ Tensor cuda_download(ops::Context& ctx, const Tensor& t) {
 
 void cuda_synchronize(ops::Context& ctx) { VI_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx))); }
 
+void* cuda_new_stream(ops::Context&) {
+  // Once streams of their own queue work side by side (the ranks of a split model), the pool must
+  // not make one stream wait for another to reuse memory the other freed: rank 0's allocation
+  // could then wait behind rank 1's collective, which waits for rank 0's — a deadlock on the GPU.
+  int dev = current_device().index;
+  cudaMemPool_t pool;
+  VI_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+  int no = 0;
+  VI_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no));
+  cudaStream_t s = nullptr;
+  VI_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+void cuda_stream_wait(ops::Context& waiter, ops::Context& signaler) {
+  // An event per wait, destroyed at once: the driver keeps it until the wait has passed.
+  cudaEvent_t e = nullptr;
+  VI_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  VI_CUDA_CHECK(cudaEventRecord(e, stream_of(signaler)));
+  VI_CUDA_CHECK(cudaStreamWaitEvent(stream_of(waiter), e, 0));
+  VI_CUDA_CHECK(cudaEventDestroy(e));
+}
+
 ops::DeviceMemory cuda_device_memory(ops::Context&) {
   ops::DeviceMemory m;
   VI_CUDA_CHECK(cudaMemGetInfo(&m.free, &m.total));
@@ -92,6 +115,8 @@ ops::DeviceMemory cuda_device_memory(ops::Context&) {
   f.zero = cuda_zero;
   f.download = cuda_download;
   f.synchronize = cuda_synchronize;
+  f.new_stream = cuda_new_stream;
+  f.stream_wait = cuda_stream_wait;
   return true;
 }();
 

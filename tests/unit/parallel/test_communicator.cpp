@@ -106,7 +106,7 @@ void expect_all_reduce(Communicator& comm, RankThreads& threads, DType t,
   const int world = comm.world();
   std::vector<Tensor> xs;
   for (int r = 0; r < world; ++r) xs.push_back(tensor_of(t, in[r]));
-  threads.run([&](int rank) { comm.all_reduce_sum(rank, xs[rank]); });
+  threads.run([&](int rank) { comm.all_reduce_sum(rank, xs[rank], nullptr); });
   int bad = 0;
   for (int r = 0; r < world; ++r) {
     for (size_t i = 0; i < in[0].size(); ++i) {
@@ -129,15 +129,15 @@ TEST(HostCommunicator, RejectsBadGroupsAndTensors) {
   EXPECT_THROW(RankThreads(2, nullptr), Error);
   // These fail before the first barrier: no other rank is needed to see the error.
   Tensor x = Tensor::empty(DType::F32, {4});
-  EXPECT_THROW(comm2->all_reduce_sum(2, x), Error);
-  EXPECT_THROW(comm2->all_reduce_sum(-1, x), Error);
+  EXPECT_THROW(comm2->all_reduce_sum(2, x, nullptr), Error);
+  EXPECT_THROW(comm2->all_reduce_sum(-1, x, nullptr), Error);
   Tensor ints = Tensor::empty(DType::I32, {4});
-  EXPECT_THROW(comm2->all_reduce_sum(0, ints), Error);
+  EXPECT_THROW(comm2->all_reduce_sum(0, ints, nullptr), Error);
   Tensor q = Tensor::empty(DType::Q8_0, {1, 32});
-  EXPECT_THROW(comm2->all_reduce_sum(0, q), Error);
+  EXPECT_THROW(comm2->all_reduce_sum(0, q, nullptr), Error);
   Tensor flat = Tensor::empty(DType::F32, {4});
-  EXPECT_THROW(comm2->all_gather_cols(0, flat, nullptr), Error);  // parts are 2-D
-  EXPECT_THROW(comm2->all_gather_cols(0, q, nullptr), Error);     // of a plain dtype
+  EXPECT_THROW(comm2->all_gather_cols(0, flat, nullptr, nullptr), Error);  // parts are 2-D
+  EXPECT_THROW(comm2->all_gather_cols(0, q, nullptr, nullptr), Error);     // of a plain dtype
 }
 
 // run(fn) calls fn exactly once per rank per run, rank 0 on the caller's thread, and can be
@@ -190,7 +190,7 @@ TEST(HostCommunicator, AllReduceSumOrderAndRoundingAreTheDocumentedOnes) {
   expect_all_reduce(*comm, threads, DType::F32, {{1.0f}, {big}, {-big}}, "f32 rank order");
   std::vector<Tensor> xs;
   for (float v : {1.0f, big, -big}) xs.push_back(tensor_of(DType::F32, {v}));
-  threads.run([&](int rank) { comm->all_reduce_sum(rank, xs[rank]); });
+  threads.run([&](int rank) { comm->all_reduce_sum(rank, xs[rank], nullptr); });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(xs[r].ptr<float>()[0], 0.0f) << "rank " << r;
   // 1 + half an ulp + half an ulp: exactly 1 + 1 ulp in f32; rounding after each step would
   // tie to even (1) twice.
@@ -198,7 +198,7 @@ TEST(HostCommunicator, AllReduceSumOrderAndRoundingAreTheDocumentedOnes) {
     const float half_ulp = std::ldexp(1.0f, t == DType::F16 ? -11 : -8);
     xs.clear();
     for (float v : {1.0f, half_ulp, half_ulp}) xs.push_back(tensor_of(t, {v}));
-    threads.run([&](int rank) { comm->all_reduce_sum(rank, xs[rank]); });
+    threads.run([&](int rank) { comm->all_reduce_sum(rank, xs[rank], nullptr); });
     const uint32_t want = t == DType::F16 ? 0x3c01 : 0x3f81;
     for (int r = 0; r < 3; ++r) EXPECT_EQ(bits_at(xs[r], 0), want) << dtype_name(t) << " rank " << r;
   }
@@ -248,7 +248,7 @@ TEST(HostCommunicator, BackToBackCollectivesOnReusedBuffers) {
       for (int it = 0; it < kIters; ++it) {
         std::copy(in[it][rank].begin(), in[it][rank].end(), xbuf.begin());
         Tensor x = Tensor::view(DType::F32, {sizes[it]}, xbuf.data(), nullptr);
-        comm->all_reduce_sum(rank, x);
+        comm->all_reduce_sum(rank, x, nullptr);
         reduced[it][rank].assign(xbuf.begin(), xbuf.begin() + sizes[it]);
         // Odd iterations gather to rank 0 only, as the logits are.
         std::copy(parts[it][rank].begin(), parts[it][rank].end(), pbuf.begin());
@@ -257,7 +257,7 @@ TEST(HostCommunicator, BackToBackCollectivesOnReusedBuffers) {
         Tensor p = Tensor::view(DType::F32, {rows[it], cols[it][rank]}, pbuf.data(), nullptr);
         Tensor o = Tensor::view(DType::F32, {rows[it], total}, obuf.data(), nullptr);
         const bool wants = it % 2 == 0 || rank == 0;
-        comm->all_gather_cols(rank, p, wants ? &o : nullptr);
+        comm->all_gather_cols(rank, p, wants ? &o : nullptr, nullptr);
         if (wants) gathered[it][rank].assign(obuf.begin(), obuf.begin() + rows[it] * total);
         // Scribble over the inputs at once: nobody may still be reading them.
         std::fill(xbuf.begin(), xbuf.end(), std::nanf(""));
@@ -320,7 +320,7 @@ TEST(HostCommunicator, AllGatherColsPutsPartsSideBySide) {
             std::memset(outs[r].data(), 0xAB, outs[r].nbytes());
           }
           threads.run([&](int rank) {
-            comm->all_gather_cols(rank, parts[rank], root_only && rank != 0 ? nullptr : &outs[rank]);
+            comm->all_gather_cols(rank, parts[rank], root_only && rank != 0 ? nullptr : &outs[rank], nullptr);
           });
           for (int r = 0; r < world; ++r) {
             EXPECT_EQ(std::memcmp(parts[r].data(), before[r].data(), before[r].size()), 0) << where << " part " << r;
@@ -382,7 +382,7 @@ TEST(HostCommunicator, MismatchedTensorsFailOnEveryRank) {
       [](Communicator& c, int rank) {
         Tensor x = Tensor::empty(DType::F32, {rank == 2 ? 5 : 4});
         std::memset(x.data(), 0, x.nbytes());
-        c.all_reduce_sum(rank, x);
+        c.all_reduce_sum(rank, x, nullptr);
       },
       "all_reduce_sum");
   // Or another dtype.
@@ -390,7 +390,7 @@ TEST(HostCommunicator, MismatchedTensorsFailOnEveryRank) {
       [](Communicator& c, int rank) {
         Tensor x = Tensor::empty(rank == 1 ? DType::F16 : DType::F32, {4});
         std::memset(x.data(), 0, x.nbytes());
-        c.all_reduce_sum(rank, x);
+        c.all_reduce_sum(rank, x, nullptr);
       },
       "all_reduce_sum");
   // Parts of a gather with different row counts.
@@ -399,7 +399,7 @@ TEST(HostCommunicator, MismatchedTensorsFailOnEveryRank) {
         Tensor p = Tensor::empty(DType::F32, {rank == 1 ? 2 : 3, 4});
         std::memset(p.data(), 0, p.nbytes());
         Tensor out = Tensor::empty(DType::F32, {3, 12});
-        c.all_gather_cols(rank, p, &out);
+        c.all_gather_cols(rank, p, &out, nullptr);
       },
       "all_gather_cols");
   // One rank's out of the wrong width: only that rank can see it, yet every rank must fail
@@ -409,7 +409,7 @@ TEST(HostCommunicator, MismatchedTensorsFailOnEveryRank) {
         Tensor p = Tensor::empty(DType::F32, {3, 4});
         std::memset(p.data(), 0, p.nbytes());
         Tensor out = Tensor::empty(DType::F32, {3, rank == 2 ? 11 : 12});
-        c.all_gather_cols(rank, p, &out);
+        c.all_gather_cols(rank, p, &out, nullptr);
       },
       "all_gather_cols");
 }
@@ -436,13 +436,13 @@ TEST(RankThreads, FailingRankAbortsTheOthersAndRethrowsTheCause) {
         const auto t0 = Clock::now();
         try {
           threads.run([&](int rank) {
-            if (after_one) comm->all_reduce_sum(rank, xs[rank]);
+            if (after_one) comm->all_reduce_sum(rank, xs[rank], nullptr);
             if (rank == bad) {
               std::this_thread::sleep_for(milliseconds(20));  // let the others block first
               throw std::runtime_error(cause);
             }
             try {
-              comm->all_reduce_sum(rank, xs[rank]);
+              comm->all_reduce_sum(rank, xs[rank], nullptr);
             } catch (const Error& e) {
               msgs[rank] = e.what();
               throw;
@@ -490,7 +490,7 @@ TEST(HostCommunicator, TimeoutNamesTheLateRanks) {
         Tensor x = Tensor::empty(DType::F32, {4});
         std::memset(x.data(), 0, x.nbytes());
         try {
-          comm->all_reduce_sum(rank, x);
+          comm->all_reduce_sum(rank, x, nullptr);
         } catch (const Error& e) {
           msgs[rank] = e.what();
           throw;
