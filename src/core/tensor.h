@@ -39,7 +39,11 @@ class Tensor {
   std::string shape_str() const;  // "[49152, 576]"
   int64_t numel() const;
   int64_t cols() const { return ndim_ ? shape_[ndim_ - 1] : 1; }  // innermost dimension
-  int64_t rows() const { return ndim_ ? numel() / cols() : 1; }     // product of the others
+  int64_t rows() const {  // product of the others (not numel / cols: a [0] tensor has one empty row)
+    int64_t r = 1;
+    for (int i = 0; i + 1 < ndim_; ++i) r *= shape_[i];
+    return r;
+  }
   size_t row_bytes() const { return dtype_row_bytes(dtype_, cols()); }
   size_t nbytes() const { return row_bytes() * static_cast<size_t>(rows()); }
   bool defined() const { return data_ != nullptr || numel() == 0; }

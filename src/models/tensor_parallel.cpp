@@ -1,6 +1,8 @@
 #include "models/tensor_parallel.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -66,6 +68,20 @@ void rank_output_logits(ops::Context& ctx, parallel::Communicator* comm, int r, 
   *logits = logits_to_host_f32(ctx, whole);
 }
 
+namespace {
+
+// How long a rank waits for the others in a collective before the group gives up: 300 s, or
+// VI_TP_TIMEOUT_MS (a test that expects a stall sets seconds, not minutes).
+std::chrono::milliseconds tp_timeout() {
+  const char* env = std::getenv("VI_TP_TIMEOUT_MS");
+  if (env == nullptr) return std::chrono::milliseconds(300000);
+  const long long ms = std::atoll(env);
+  VI_CHECK(ms > 0, "VI_TP_TIMEOUT_MS={}: a positive number of milliseconds", env);
+  return std::chrono::milliseconds(ms);
+}
+
+}  // namespace
+
 std::unique_ptr<TpGroup> make_tp_group(const ops::Context& base, int world, const std::string& model_name) {
   VI_CHECK(world >= 2 && world <= parallel::kMaxWorld, "tensor parallel over {} ranks: 2 to {} are supported", world,
            parallel::kMaxWorld);
@@ -84,12 +100,13 @@ std::unique_ptr<TpGroup> make_tp_group(const ops::Context& base, int world, cons
   if (gpu) {
     parallel::MailboxOptions mo;
     mo.place = parallel::MailboxPlace::kDevice;
+    mo.timeout = tp_timeout();
     g->comm = parallel::make_mailbox_communicator(std::vector<int>(static_cast<size_t>(world), 0), mo);
     VI_LOG_WARN("{}: --tp {} on a GPU runs every rank on the current GPU (streams of their own, a mailbox in its "
                 "memory): the split path, not a speedup; passes run op by op",
                 model_name, world);
   } else {
-    g->comm = parallel::make_host_communicator(world);
+    g->comm = parallel::make_host_communicator(world, tp_timeout());
   }
   g->threads = std::make_unique<parallel::RankThreads>(world, g->comm.get());
   return g;

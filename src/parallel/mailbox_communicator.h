@@ -42,6 +42,12 @@ struct MailboxOptions {
   // Blocks of a collective kernel; each moves its own share of the tensor under its own flags
   // (no grid-wide barrier), and every rank must use the same count.
   int blocks = 16;
+  // The ranks' host threads meet at a barrier before each collective is queued, so that no rank
+  // queues work more than one collective ahead of the others. Ranks that share a GPU share its
+  // queues of pending work: one that ran far ahead could fill them while its partner's collective
+  // is not queued yet, and both would wait for good. Default: on for kDevice. The environment's
+  // VI_MAILBOX_PACE=0 or 1 overrides it.
+  int pace_host = -1;  // -1: the default, 0: off, 1: on
 };
 
 // A communicator of devices.size() ranks; rank r queues its collectives on CUDA device

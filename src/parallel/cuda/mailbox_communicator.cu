@@ -16,11 +16,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
 
 #include "core/error.h"
+#include "parallel/barrier.h"
 #include "parallel/mailbox_communicator.h"
 #include "parallel/shard_plan.h"
 
@@ -318,6 +321,11 @@ class MailboxCommunicator final : public Communicator {
       VI_MBOX_CHECK(cudaMalloc(&epochs_[r], sizeof(uint64_t) * (opt.blocks + 1)));
     }
     zero_state();
+    bool pace = opt.pace_host < 0 ? opt.place == MailboxPlace::kDevice : opt.pace_host != 0;
+    if (const char* env = std::getenv("VI_MAILBOX_PACE")) pace = std::atoi(env) != 0;
+    if (pace) pace_ = std::make_unique<HostBarrier>(world_, opt.timeout);
+    trace_ = std::getenv("VI_TP_TRACE") != nullptr && std::atoi(std::getenv("VI_TP_TRACE")) != 0;
+    calls_.assign(world_, 0);
   }
 
   ~MailboxCommunicator() override {
@@ -358,6 +366,7 @@ class MailboxCommunicator final : public Communicator {
     const int64_t n = x.numel();
     const int64_t per_round = static_cast<int64_t>(opt_.slot_bytes / es) / 8 * 8;
     const Header h{n, 0, static_cast<int64_t>(t) + 256 * kReduce, 0};
+    before_queueing(rank, h);
     const View v = view(rank);
     auto* s = static_cast<cudaStream_t>(stream);
     // Every rank takes the same rounds (same n, same dtype: the header checks it in round one);
@@ -390,6 +399,7 @@ class MailboxCommunicator final : public Communicator {
                "all_gather_cols: rank {} wants the parts in {} {}, its part is {} {}", rank, out->shape_str(),
                dtype_name(out->dtype()), part.shape_str(), dtype_name(t));
     const Header h{part.rows(), part.cols(), static_cast<int64_t>(t) + 256 * kGather, 0};
+    before_queueing(rank, h);
     const View v = view(rank);
     auto* s = static_cast<cudaStream_t>(stream);
     const int64_t oc = out ? out->cols() : 0;
@@ -423,9 +433,12 @@ class MailboxCommunicator final : public Communicator {
     }
     std::atomic_thread_fence(std::memory_order_seq_cst);
     *abort_word_ = 1;
+    if (pace_) pace_->abort(why);
   }
 
   void reset() override {
+    if (pace_) pace_->reset();
+    std::fill(calls_.begin(), calls_.end(), 0);
     *abort_word_ = 1;  // a kernel still waiting for a rank that never came leaves now
     for (int d : devices_) {
       Guard g(d);
@@ -448,6 +461,17 @@ class MailboxCommunicator final : public Communicator {
   };
 
   static size_t round_up(size_t b) { return (b + 255) / 256 * 256; }
+
+  // The host's part before a collective's kernels are queued: the pacing barrier (which throws
+  // when the group is aborted or a rank's thread stays away past the timeout), and with
+  // VI_TP_TRACE=1 a line per collective, to see where ranks part ways.
+  void before_queueing(int rank, const Header& h) {
+    const int64_t k = calls_[rank]++;
+    if (trace_)
+      std::fprintf(stderr, "[mailbox] rank %d collective %lld: %s\n", rank, static_cast<long long>(k),
+                   header_str(reinterpret_cast<const int64_t*>(&h)).c_str());
+    if (pace_) pace_->wait(rank);
+  }
 
   void check_rank(int rank) const {
     VI_CHECK(rank >= 0 && rank < world_, "rank {} is not one of the group's {} ranks", rank, world_);
@@ -550,6 +574,9 @@ class MailboxCommunicator final : public Communicator {
   size_t flags_bytes_ = 0, hdr_bytes_ = 0, region_bytes_ = 0;
   std::mutex mu_;
   std::string why_;  // abort()'s cause
+  std::unique_ptr<HostBarrier> pace_;  // null: ranks queue collectives without meeting
+  bool trace_ = false;
+  std::vector<int64_t> calls_;  // collectives each rank has queued (its own thread's counter)
 };
 
 }  // namespace
