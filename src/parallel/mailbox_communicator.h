@@ -42,11 +42,13 @@ struct MailboxOptions {
   // Blocks of a collective kernel; each moves its own share of the tensor under its own flags
   // (no grid-wide barrier), and every rank must use the same count.
   int blocks = 16;
-  // The ranks' host threads meet at a barrier before each collective is queued, so that no rank
-  // queues work more than one collective ahead of the others. Ranks that share a GPU share its
-  // queues of pending work: one that ran far ahead could fill them while its partner's collective
-  // is not queued yet, and both would wait for good. Default: on for kDevice. The environment's
-  // VI_MAILBOX_PACE=0 or 1 overrides it.
+  // The ranks' host threads meet at a barrier after queueing each collective kernel, so that no
+  // rank queues work behind a collective before every rank has queued that collective. Ranks on
+  // one GPU may share a hardware queue, which starts kernels in the order they were queued: work
+  // that waits for a rank's collective could otherwise stand in front of the partner's kernel
+  // that the collective waits for. Default: on where every rank is on one GPU. The environment's
+  // VI_MAILBOX_PACE=0 or 1 overrides it. A rank whose thread does not come within the timeout
+  // ends the collective with the host barrier's error.
   int pace_host = -1;  // -1: the default, 0: off, 1: on
 };
 

@@ -321,7 +321,8 @@ class MailboxCommunicator final : public Communicator {
       VI_MBOX_CHECK(cudaMalloc(&epochs_[r], sizeof(uint64_t) * (opt.blocks + 1)));
     }
     zero_state();
-    bool pace = opt.pace_host < 0 ? opt.place == MailboxPlace::kDevice : opt.pace_host != 0;
+    const bool one_gpu = std::all_of(devices_.begin(), devices_.end(), [&](int d) { return d == devices_[0]; });
+    bool pace = opt.pace_host < 0 ? world_ > 1 && one_gpu : opt.pace_host != 0;
     if (const char* env = std::getenv("VI_MAILBOX_PACE")) pace = std::atoi(env) != 0;
     if (pace) pace_ = std::make_unique<HostBarrier>(world_, opt.timeout);
     trace_ = std::getenv("VI_TP_TRACE") != nullptr && std::atoi(std::getenv("VI_TP_TRACE")) != 0;
@@ -366,7 +367,7 @@ class MailboxCommunicator final : public Communicator {
     const int64_t n = x.numel();
     const int64_t per_round = static_cast<int64_t>(opt_.slot_bytes / es) / 8 * 8;
     const Header h{n, 0, static_cast<int64_t>(t) + 256 * kReduce, 0};
-    before_queueing(rank, h);
+    trace(rank, h);
     const View v = view(rank);
     auto* s = static_cast<cudaStream_t>(stream);
     // Every rank takes the same rounds (same n, same dtype: the header checks it in round one);
@@ -381,6 +382,7 @@ class MailboxCommunicator final : public Communicator {
         default: all_reduce_kernel<uint16_t><<<opt_.blocks, kThreads, 0, s>>>(v, reinterpret_cast<uint16_t*>(p), m, h); break;
       }
       VI_MBOX_CHECK(cudaGetLastError());
+      after_queueing(rank);
     }
   }
 
@@ -399,7 +401,7 @@ class MailboxCommunicator final : public Communicator {
                "all_gather_cols: rank {} wants the parts in {} {}, its part is {} {}", rank, out->shape_str(),
                dtype_name(out->dtype()), part.shape_str(), dtype_name(t));
     const Header h{part.rows(), part.cols(), static_cast<int64_t>(t) + 256 * kGather, 0};
-    before_queueing(rank, h);
+    trace(rank, h);
     const View v = view(rank);
     auto* s = static_cast<cudaStream_t>(stream);
     const int64_t oc = out ? out->cols() : 0;
@@ -410,6 +412,7 @@ class MailboxCommunicator final : public Communicator {
       all_gather_kernel<uint16_t><<<opt_.blocks, kThreads, 0, s>>>(
           v, static_cast<const uint16_t*>(part.data()), out ? static_cast<uint16_t*>(out->data()) : nullptr, oc, h);
     VI_MBOX_CHECK(cudaGetLastError());
+    after_queueing(rank);
   }
 
   void check() override {
@@ -462,14 +465,19 @@ class MailboxCommunicator final : public Communicator {
 
   static size_t round_up(size_t b) { return (b + 255) / 256 * 256; }
 
-  // The host's part before a collective's kernels are queued: the pacing barrier (which throws
-  // when the group is aborted or a rank's thread stays away past the timeout), and with
-  // VI_TP_TRACE=1 a line per collective, to see where ranks part ways.
-  void before_queueing(int rank, const Header& h) {
+  // With VI_TP_TRACE=1, a line per collective as a rank queues it: where ranks part ways.
+  void trace(int rank, const Header& h) {
     const int64_t k = calls_[rank]++;
     if (trace_)
       std::fprintf(stderr, "[mailbox] rank %d collective %lld: %s\n", rank, static_cast<long long>(k),
                    header_str(reinterpret_cast<const int64_t*>(&h)).c_str());
+  }
+  // After a rank queued a round's kernel: with pacing, wait until every rank has queued its own
+  // (throws when the group is aborted or a rank's thread stays away past the timeout). Ranks on
+  // one GPU may share a hardware queue, which starts kernels in the order they were queued: had
+  // rank 0 queued work behind its round before rank 1 queued the round's kernel, that work (which
+  // waits for rank 0's round, which waits for rank 1's) would keep rank 1's kernel from starting.
+  void after_queueing(int rank) {
     if (pace_) pace_->wait(rank);
   }
 
