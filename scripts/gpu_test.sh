@@ -2,7 +2,8 @@
 # GPU test suite of the CUDA backend, in two steps so the slow compile happens off the GPU:
 #
 #   scripts/gpu_test.sh bundle BUILD_DIR BUNDLE_DIR [NAME]   (build machine) copy the CUDA op
-#       tests (TESTS="a b": only cuda_test_a and cuda_test_b) and voltinfer of BUILD_DIR,
+#       tests (TESTS="a b": only cuda_test_a and cuda_test_b; the parallel_cuda_test_* suites
+#       always) and voltinfer of BUILD_DIR,
 #       stripped, into BUNDLE_DIR/NAME (default: the build
 #       folder's name), and what the build is (toolkit, architectures, cuBLAS) into
 #       NAME/build.txt. The non-system shared libraries they need (fmt, spdlog, ICU, PCRE2,
@@ -35,6 +36,8 @@ bundle() {
   else
     cp "$build"/tests/cuda_test_* "$dst/bin/" 2>/dev/null
   fi
+  # The parallel layer's GPU suites (the mailbox communicator) are small: always along.
+  cp "$build"/tests/parallel_cuda_test_* "$dst/bin/" 2>/dev/null
   rm -f "$dst"/bin/*.cmake
   [ -x "$build/voltinfer" ] && cp "$build/voltinfer" "$dst/bin/"
   strip --strip-unneeded "$dst"/bin/*
@@ -69,7 +72,8 @@ run_build() {
     profiles=$(sed -n 's/^profiles: //p' "$b/build.txt")
   fi
   local fails=0 first=1
-  for t in "$b"/bin/cuda_test_*; do
+  for t in "$b"/bin/cuda_test_* "$b"/bin/parallel_cuda_test_*; do
+    [ -e "$t" ] || continue
     local tname
     tname=$(basename "$t")
     # The first suite of a build also pays for the driver's JIT compile of PTX where the
