@@ -42,13 +42,15 @@ struct MailboxOptions {
   // Blocks of a collective kernel; each moves its own share of the tensor under its own flags
   // (no grid-wide barrier), and every rank must use the same count.
   int blocks = 16;
-  // The ranks' host threads meet at a barrier after queueing each collective kernel, so that no
-  // rank queues work behind a collective before every rank has queued that collective. Ranks on
-  // one GPU may share a hardware queue, which starts kernels in the order they were queued: work
-  // that waits for a rank's collective could otherwise stand in front of the partner's kernel
-  // that the collective waits for. Default: on where every rank is on one GPU. The environment's
-  // VI_MAILBOX_PACE=0 or 1 overrides it. A rank whose thread does not come within the timeout
-  // ends the collective with the host barrier's error.
+  // The ranks' host threads meet at a barrier before and after queueing each collective kernel,
+  // so that whenever a rank's thread is outside a collective, every collective queued by any rank
+  // has been queued by all, and queued work can finish without the host. Needed where ranks share
+  // a GPU: a rank's thread may block in a call that waits for the GPU (an allocation, a cuBLAS
+  // handle's creation) while a partner's collective runs there waiting for it; and streams may
+  // share a hardware queue that starts kernels in queue order, where work queued behind one
+  // rank's collective could stand in front of the partner's. Default: on where every rank is on
+  // one GPU. The environment's VI_MAILBOX_PACE=0 or 1 overrides it. A rank whose thread does not
+  // come within the timeout ends the collective with the host barrier's error.
   int pace_host = -1;  // -1: the default, 0: off, 1: on
 };
 

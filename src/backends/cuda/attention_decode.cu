@@ -631,8 +631,7 @@ bool decode_attention(const ops::Context& ctx, const DecodeArgs& a) {
       dispatch_kv(a.v_dtype, "V", [&](auto vtag) {
         using TV = decltype(vtag);
         auto launch = [&](auto kernel) {
-          VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem)));
+          opt_in_dynamic_smem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
           VI_CUDA_CHECK(pdl_launch(kernel, grid, kThreads, smem, stream_of(ctx), static_cast<const TQ*>(a.q),
                                    static_cast<const TK*>(a.k), static_cast<const TV*>(a.v), static_cast<TQ*>(a.out),
                                    P));

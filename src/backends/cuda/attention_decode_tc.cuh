@@ -70,12 +70,12 @@ __device__ __forceinline__ void store_split_row(const TcParams& P, __half* out, 
 inline int padded_dim(int64_t D) { return D <= 128 ? 128 : 256; }
 
 // Launches one split kernel (q, k, v, out, P) on ctx's stream, opting into its dynamic shared
-// memory (over 48 KB must be, per device: set each call); pdl: through pdl_launch (only the
+// memory (opt_in_dynamic_smem); pdl: through pdl_launch (only the
 // warp-split kernels call pdl_wait, the rule in pdl.cuh; the others keep <<<>>>).
 template <class Kernel, class TK, class TV>
 void launch(const ops::Context& ctx, const DecodeArgs& a, const TcParams& P, Kernel kernel, dim3 grid, int threads,
             int smem, const TK* k, const TV* v, bool pdl) {
-  VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  opt_in_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   if (pdl) {
     VI_CUDA_CHECK(pdl_launch(kernel, grid, dim3(threads), static_cast<size_t>(smem), stream_of(ctx),
                              static_cast<const __half*>(a.q), k, v, static_cast<__half*>(a.out), P));

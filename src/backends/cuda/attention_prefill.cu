@@ -332,8 +332,7 @@ void prefill_attention(const ops::Context& ctx, const PrefillArgs& a) {
       dispatch_kv(a.v_dtype, "V", [&](auto vtag) {
         using TV = decltype(vtag);
         auto launch = [&](auto kernel) {
-          // Over 48 KB of dynamic shared memory must be opted into (per device: set each call).
-          VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+          opt_in_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
           kernel<<<grid, kThreads, smem, stream_of(ctx)>>>(static_cast<const TQ*>(a.q), static_cast<const TK*>(a.k),
                                                            static_cast<const TV*>(a.v), static_cast<TQ*>(a.out), P);
           VI_CUDA_LAUNCH_CHECK();

@@ -31,6 +31,12 @@ namespace vi::cuda {
 
 inline cudaStream_t stream_of(const ops::Context& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
 
+// Lets `kernel` launch with `bytes` of dynamic shared memory on the current device (over 48 KB
+// must be opted into). The limit only grows, under a lock: threads that launch one kernel with
+// different sizes at once (the ranks of a split model on one GPU, whose head counts differ) must
+// not lower it under each other's launch — that launch fails with an invalid argument.
+void opt_in_dynamic_smem(const void* kernel, int bytes);
+
 // Activation storage types: kernels are templated on float or __half and do fp32 math.
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }

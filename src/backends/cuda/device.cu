@@ -1,10 +1,23 @@
 // Device discovery, kernel-profile choice and the error/scratch helpers of cuda_util.cuh.
+#include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "backends/cuda/device.cuh"
 
 namespace vi::cuda {
+
+void opt_in_dynamic_smem(const void* kernel, int bytes) {
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, int> set;  // (device, kernel) -> the limit set
+  const std::pair<int, const void*> key(current_device().index, kernel);
+  std::lock_guard<std::mutex> lock(mu);
+  int& have = set[key];
+  if (bytes <= have) return;
+  VI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  have = bytes;
+}
 namespace {
 
 // Does nothing: its attributes tell which architecture the driver loaded this binary's code for.

@@ -376,6 +376,7 @@ class MailboxCommunicator final : public Communicator {
     for (int64_t k = 0; k < rounds; ++k) {
       const int64_t off = k * per_round, m = std::min(per_round, n - off);
       char* p = static_cast<char*>(x.data()) + off * static_cast<int64_t>(es);
+      before_queueing(rank);
       switch (t) {
         case DType::F32: all_reduce_kernel<float><<<opt_.blocks, kThreads, 0, s>>>(v, reinterpret_cast<float*>(p), m, h); break;
         case DType::F16: all_reduce_kernel<__half><<<opt_.blocks, kThreads, 0, s>>>(v, reinterpret_cast<__half*>(p), m, h); break;
@@ -405,6 +406,7 @@ class MailboxCommunicator final : public Communicator {
     const View v = view(rank);
     auto* s = static_cast<cudaStream_t>(stream);
     const int64_t oc = out ? out->cols() : 0;
+    before_queueing(rank);
     if (es == 4)
       all_gather_kernel<float><<<opt_.blocks, kThreads, 0, s>>>(v, static_cast<const float*>(part.data()),
                                                                  out ? static_cast<float*>(out->data()) : nullptr, oc, h);
@@ -472,11 +474,19 @@ class MailboxCommunicator final : public Communicator {
       std::fprintf(stderr, "[mailbox] rank %d collective %lld: %s\n", rank, static_cast<long long>(k),
                    header_str(reinterpret_cast<const int64_t*>(&h)).c_str());
   }
-  // After a rank queued a round's kernel: with pacing, wait until every rank has queued its own
-  // (throws when the group is aborted or a rank's thread stays away past the timeout). Ranks on
-  // one GPU may share a hardware queue, which starts kernels in the order they were queued: had
-  // rank 0 queued work behind its round before rank 1 queued the round's kernel, that work (which
-  // waits for rank 0's round, which waits for rank 1's) would keep rank 1's kernel from starting.
+  // With pacing, a round's kernel is queued between two barriers of the ranks' host threads
+  // (which throw when the group is aborted or a rank's thread stays away past the timeout), so
+  // that whenever a rank's thread is outside a collective, every round queued by any rank has
+  // been queued by all of them, and what is queued can finish without any host:
+  // - before: a rank's thread may block in a call that waits for the GPU (an allocation, a cuBLAS
+  //   handle's creation); had a partner's round already been running, waiting for this rank's
+  //   round, that wait would never end;
+  // - after: ranks on one GPU may share a hardware queue, which starts kernels in the order they
+  //   were queued; had rank 0 queued work behind its round before rank 1 queued the round, that
+  //   work (waiting for rank 0's round, which waits for rank 1's) would stand in front of it.
+  void before_queueing(int rank) {
+    if (pace_) pace_->wait(rank);
+  }
   void after_queueing(int rank) {
     if (pace_) pace_->wait(rank);
   }
