@@ -29,6 +29,7 @@
 #include "parallel/communicator.h"
 #include "parallel/mailbox_communicator.h"
 #include "parallel/rank_threads.h"
+#include "unit/cpu/cpu_test_util.h"
 
 namespace vi::parallel {
 namespace {
@@ -42,15 +43,9 @@ constexpr milliseconds kNoHang(60000);
 constexpr MailboxPlace kOneGpuPlaces[] = {MailboxPlace::kDevice, MailboxPlace::kHost};
 constexpr DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
 
-// The process's random source: a fresh seed per run unless VI_TEST_SEED is set, printed on first
-// use so that a failure can be replayed.
+// The process's random source (test::test_seed: VI_TEST_SEED replays a run).
 std::mt19937& rng() {
-  static std::mt19937 g([] {
-    const char* env = std::getenv("VI_TEST_SEED");
-    const unsigned seed = env ? static_cast<unsigned>(std::strtoul(env, nullptr, 10)) : std::random_device{}();
-    std::printf("[ seed     ] %u (replay: VI_TEST_SEED=%u)\n", seed, seed);
-    return seed;
-  }());
+  static std::mt19937 g(test::test_seed());
   return g;
 }
 
